@@ -1,0 +1,103 @@
+/* One backend interface, a struct of function pointers chosen at start (as ggml
+ * does). The model code builds the same network for every backend and never
+ * branches on #ifdef. Tensors passed to a backend live on its device; its ops are
+ * asynchronous, and only read_* / sync wait.
+ *
+ * Semantics are those of the CPU ops (ops.h): NHWC activations, KRSC filters,
+ * backward outputs accumulate (+=). Precision: `storage` is the dtype activations
+ * and gradients are kept in (fp32, fp16, bf16); math is fp32. The CPU backend
+ * emulates fp16/bf16 storage by rounding every op output (half.h). */
+#ifndef MRCNN_BACKEND_H
+#define MRCNN_BACKEND_H
+
+#include <stddef.h>
+#include "mrcnn/ops.h"
+#include "mrcnn/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MRCNN_ACT_NONE = 0, MRCNN_ACT_RELU = 1 } mrcnn_activation;
+
+typedef struct mrcnn_backend mrcnn_backend;
+struct mrcnn_backend {
+    const char *name; // "cpu" or "cuda"
+    mrcnn_device device;
+    mrcnn_dtype storage; // activation/gradient storage dtype (set_precision)
+
+    /* memory */
+    void *(*alloc)(const mrcnn_backend *be, size_t bytes, const char *what);
+    void (*free)(const mrcnn_backend *be, void *p);
+    void (*zero)(const mrcnn_backend *be, mrcnn_tensor *t);
+    void (*write)(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src); // host -> device
+    void (*read)(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst);  // device -> host, waits
+    void (*sync)(const mrcnn_backend *be);
+    void (*set_precision)(mrcnn_backend *be, mrcnn_dtype storage);
+
+    /* convolutions; act = RELU fuses bias + ReLU into the forward */
+    void (*conv2d_forward)(const mrcnn_backend *be, const mrcnn_conv2d_desc *d,
+                           const mrcnn_tensor *x, const mrcnn_tensor *w, const mrcnn_tensor *b,
+                           mrcnn_activation act, mrcnn_tensor *y);
+    void (*conv2d_backward)(const mrcnn_backend *be, const mrcnn_conv2d_desc *d,
+                            const mrcnn_tensor *x, const mrcnn_tensor *w, const mrcnn_tensor *dy,
+                            mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db); // each may be NULL
+    void (*deconv2x2_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                              const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y);
+    void (*deconv2x2_backward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                               mrcnn_tensor *db);
+    /* elementwise and pooling */
+    void (*relu_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
+    void (*relu_backward)(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy,
+                          mrcnn_tensor *dx);
+    void (*add_forward)(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b,
+                        mrcnn_tensor *y);
+    void (*add_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da,
+                         mrcnn_tensor *db);
+    void (*maxpool2d_forward)(const mrcnn_backend *be, const mrcnn_pool2d_desc *d,
+                              const mrcnn_tensor *x, mrcnn_tensor *y);
+    void (*maxpool2d_backward)(const mrcnn_backend *be, const mrcnn_pool2d_desc *d,
+                               const mrcnn_tensor *x, const mrcnn_tensor *dy, mrcnn_tensor *dx);
+    void (*upsample_add_forward)(const mrcnn_backend *be, const mrcnn_tensor *top,
+                                 const mrcnn_tensor *lateral, mrcnn_tensor *y);
+    void (*upsample_add_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
+                                  mrcnn_tensor *dtop, mrcnn_tensor *dlateral);
+    /* fully connected: x (N, in), w (out, in), b (out) */
+    void (*linear_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                           const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y);
+    void (*linear_backward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                            const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                            mrcnn_tensor *db);
+    /* losses: scalar results are written to a 1-element fp32 device tensor, so no
+     * host round trip is forced; weight may be NULL. */
+    void (*bce_logits)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
+                       const mrcnn_tensor *weight, float norm, mrcnn_tensor *loss,
+                       mrcnn_tensor *dx /* += d loss/dx, or NULL */);
+    void (*softmax_ce)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                       float norm, mrcnn_tensor *loss, mrcnn_tensor *dx);
+    void (*smooth_l1)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
+                      const mrcnn_tensor *weight, float beta, float norm, mrcnn_tensor *loss,
+                      mrcnn_tensor *dx);
+    /* optimizer: fused SGD with momentum and weight decay over the flat arenas
+     * (fp32 master weights); grad_scale multiplies gradients first (1/loss scale). */
+    void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
+                       mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr,
+                       float momentum_coef, float weight_decay, float grad_scale);
+    /* 1 when any element of t is Inf or NaN (for the fp16 loss scaler). */
+    int (*nonfinite)(const mrcnn_backend *be, const mrcnn_tensor *t);
+
+    void *state; // backend-private (handles, caches)
+};
+
+/* The CPU backend, with its own instance per call (so set_precision stays local). */
+mrcnn_backend *mrcnn_backend_cpu_create(void);
+/* The CUDA backend on the given device, or NULL when the build has no CUDA or no
+ * GPU is visible; *why gets the reason then. */
+mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why);
+void mrcnn_backend_destroy(mrcnn_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

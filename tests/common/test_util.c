@@ -1,0 +1,69 @@
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mrcnn/check.h"
+#include "mrcnn/rng.h"
+
+jmp_buf mrcnn_test_jmp;
+char mrcnn_test_msg[2048];
+
+static void catch_handler(const char *message) {
+    snprintf(mrcnn_test_msg, sizeof mrcnn_test_msg, "%s", message);
+    longjmp(mrcnn_test_jmp, 1);
+}
+
+void mrcnn_test_catch_begin(void) {
+    mrcnn_test_msg[0] = 0;
+    mrcnn_set_fail_handler(catch_handler);
+}
+
+void mrcnn_test_catch_end(void) { mrcnn_set_fail_handler(NULL); }
+
+void test_fill_uniform(float *x, int64_t n, float lo, float hi, uint64_t seed) {
+    mrcnn_rng r = mrcnn_rng_make(seed, 0, 0, MRCNN_RNG_TEST);
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * mrcnn_rng_uniform(&r, (uint64_t)i);
+}
+
+void test_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed) {
+    mrcnn_rng r = mrcnn_rng_make(seed, 0, 0, MRCNN_RNG_TEST);
+    for (int64_t i = 0; i < n; i++) {
+        /* 48 random bits, so double inputs are not all on a float grid. */
+        double u = ((double)(mrcnn_rng_u32(&r, 2 * (uint64_t)i) >> 8) +
+                    (double)(mrcnn_rng_u32(&r, 2 * (uint64_t)i + 1) >> 8) / 16777216.0) / 16777216.0;
+        x[i] = lo + (hi - lo) * u;
+    }
+}
+
+double test_max_rel_err(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= num)) num = d; // NaN propagates as a failure
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    if (num == 0) return 0;
+    return den > 0 ? num / den : INFINITY;
+}
+
+double test_max_rel_err_f64(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= num)) num = d;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    if (num == 0) return 0;
+    return den > 0 ? num / den : INFINITY;
+}
+
+double test_nmse_f64(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return den > 0 ? num / den : (num > 0 ? INFINITY : 0);
+}
