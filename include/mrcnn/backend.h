@@ -34,6 +34,7 @@ struct mrcnn_backend {
     void (*read)(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst);  // device -> host, waits
     void (*sync)(const mrcnn_backend *be);
     void (*set_precision)(mrcnn_backend *be, mrcnn_dtype storage);
+    void (*destroy)(mrcnn_backend *be); // frees state and the struct itself
 
     /* convolutions; act = RELU fuses bias + ReLU into the forward */
     void (*conv2d_forward)(const mrcnn_backend *be, const mrcnn_conv2d_desc *d,

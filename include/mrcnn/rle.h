@@ -1,0 +1,49 @@
+/* COCO run-length encoded masks with exactly pycocotools' semantics (maskApi):
+ * runs over the column-major (Fortran) order of an h x w mask, starting with a
+ * run of zeros. Our images are row-major (H, W); the to/from mask calls convert.
+ * Implementation: src/eval/rle.c. */
+#ifndef MRCNN_RLE_H
+#define MRCNN_RLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mrcnn_rle {
+    int64_t h, w;
+    int64_t m;      // number of runs
+    uint32_t *cnts; // (m) run lengths, malloc'ed
+} mrcnn_rle;
+
+void mrcnn_rle_init(mrcnn_rle *r, int64_t h, int64_t w, int64_t m, const uint32_t *cnts);
+void mrcnn_rle_free(mrcnn_rle *r);
+/* mask (H, W) row-major, nonzero = inside. */
+void mrcnn_rle_from_mask(mrcnn_rle *r, const uint8_t *mask, int64_t h, int64_t w);
+void mrcnn_rle_to_mask(const mrcnn_rle *r, uint8_t *mask);
+uint64_t mrcnn_rle_area(const mrcnn_rle *r);
+/* [x, y, w, h] as pycocotools' toBbox. */
+void mrcnn_rle_to_bbox(const mrcnn_rle *r, double bbox[4]);
+void mrcnn_rle_from_bbox(mrcnn_rle *r, const double bbox[4], int64_t h, int64_t w);
+/* One polygon of k points xy (2k) rasterized as pycocotools' frPoly. */
+void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, int64_t w);
+/* Union (intersect = 0) or intersection (1) of n masks of one size. */
+void mrcnn_rle_merge(const mrcnn_rle *rs, int n, mrcnn_rle *out, int intersect);
+/* iou (m, n) row-major: iou[d * n + g]; a crowd gt uses intersection / area(dt). */
+void mrcnn_rle_iou(const mrcnn_rle *dt, int m, const mrcnn_rle *gt, int n, const uint8_t *iscrowd,
+                   double *iou);
+/* Boxes [x, y, w, h]; the same layout and crowd rule. */
+void mrcnn_bbox_iou(const double *dt, int m, const double *gt, int n, const uint8_t *iscrowd,
+                    double *iou);
+/* COCO's compressed string form (LEB128-like, as rleToString); malloc'ed. */
+char *mrcnn_rle_to_string(const mrcnn_rle *r);
+/* Parses the compressed form; returns 0 (and leaves r empty) if malformed or if the
+ * runs do not add up to h * w. */
+int mrcnn_rle_from_string(mrcnn_rle *r, const char *s, int64_t h, int64_t w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
