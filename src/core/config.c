@@ -282,7 +282,12 @@ static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *pat
                         snprintf(base, sizeof base, "%s/%s", dirname(dir), v);
                     ok = load_file(cfg, base, depth + 1, e);
                 } else {
-                    ok = set_text(cfg, pending, v, where, e);
+                    const mrcnn_config_key *k = find_key(pending);
+                    /* YAML has real lists; a scalar for a list key is a mistake, not "[5]". */
+                    if (k && (k->type == CFG_INT_LIST || k->type == CFG_FLOAT_LIST))
+                        ok = fail(e, "%s: %s expects %s, got the scalar '%s'", where, pending, type_name(k->type), v);
+                    else
+                        ok = set_text(cfg, pending, v, where, e);
                 }
                 expect_key[level] = 1;
             }
