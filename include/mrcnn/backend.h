@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include "mrcnn/ops.h"
+#include "mrcnn/roi_align.h"
 #include "mrcnn/tensor.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,15 @@ struct mrcnn_backend {
                        float momentum_coef, float weight_decay, float grad_scale);
     /* 1 when any element of t is Inf or NaN (for the fp16 loss scaler). */
     int (*nonfinite)(const mrcnn_backend *be, const mrcnn_tensor *t);
+
+    /* multi-level ROIAlign (roi_align.h): feats is an array of d->n_levels tensors, each
+     * (N, H_l, W_l, C); rois (R, 5) fp32 (image index, x1, y1, x2, y2), image index < 0
+     * marks a padding row; y (R, out_h, out_w, C). Backward accumulates into dfeats
+     * (array of d->n_levels tensors; the boxes get no gradient). */
+    void (*roi_align_forward)(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
+                              const mrcnn_tensor *feats, const mrcnn_tensor *rois, mrcnn_tensor *y);
+    void (*roi_align_backward)(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
+                               const mrcnn_tensor *rois, const mrcnn_tensor *dy, mrcnn_tensor *dfeats);
 
     void *state; // backend-private (handles, caches)
 };
