@@ -1,0 +1,92 @@
+/* NHWC im2col / col2im for conv2d, over blocks of output rows so that the column
+ * buffer stays bounded (a 800x1344 stem would need 300 MB in one piece). */
+#include <string.h>
+
+#include "ops_real.h"
+
+/* ~2 MB of floats per column block: large enough that the GEMM runs near peak,
+ * small enough that the block is still in L2/L3 when the GEMM packs it. */
+#define CONV_BLOCK_ELEMS (512 * 1024)
+
+int OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d) {
+    return d->r == 1 && d->s == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 && d->pad_w == 0;
+}
+
+int64_t OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d) {
+    int64_t p = mrcnn_conv2d_out_h(d), q = mrcnn_conv2d_out_w(d);
+    int64_t row = q * d->r * d->s * d->c;
+    int64_t rows = CONV_BLOCK_ELEMS / (row > 0 ? row : 1);
+    if (rows < 1) rows = 1;
+    if (rows > d->n * p) rows = d->n * p;
+    return rows;
+}
+
+void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1, real *col) {
+    const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
+    const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;
+    const int64_t rsc = (int64_t)R * S * C, n_pix = (row1 - row0) * Q;
+#pragma omp parallel for schedule(static) if (n_pix * rsc >= OPS_OMP_MIN)
+    for (int64_t i = 0; i < n_pix; i++) {
+        int64_t rr = row0 + i / Q;
+        int q = (int)(i % Q), n = (int)(rr / P), p = (int)(rr % P);
+        real *dst = col + i * rsc;
+        const real *img = x + (int64_t)n * H * W * C;
+        int w0 = q * d->stride_w - d->pad_w;
+        int w_last = w0 + (S - 1) * d->dil_w;
+        for (int r = 0; r < R; r++, dst += (int64_t)S * C) {
+            int h = p * d->stride_h - d->pad_h + r * d->dil_h;
+            if (h < 0 || h >= H) {
+                memset(dst, 0, sizeof(real) * (size_t)S * C);
+                continue;
+            }
+            const real *src = img + ((int64_t)h * W) * C;
+            if (d->dil_w == 1 && w0 >= 0 && w_last < W) {
+                /* Undilated window fully inside: S pixels are S*C contiguous values. */
+                memcpy(dst, src + (int64_t)w0 * C, sizeof(real) * (size_t)S * C);
+                continue;
+            }
+            for (int s = 0; s < S; s++) {
+                int w = w0 + s * d->dil_w;
+                if (w < 0 || w >= W)
+                    memset(dst + (int64_t)s * C, 0, sizeof(real) * (size_t)C);
+                else
+                    memcpy(dst + (int64_t)s * C, src + (int64_t)w * C, sizeof(real) * (size_t)C);
+            }
+        }
+    }
+}
+
+/* Gather form: each input row is owned by one thread, so no atomics are needed. */
+void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, real *dx) {
+    const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
+    const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;
+    const int sh = d->stride_h, sw = d->stride_w;
+    const int64_t rsc = (int64_t)R * S * C;
+    for (int n = (int)(row0 / P); n <= (int)((row1 - 1) / P); n++) {
+        int pa = (int64_t)n * P < row0 ? (int)(row0 - (int64_t)n * P) : 0;
+        int pb = (int64_t)(n + 1) * P > row1 ? (int)(row1 - (int64_t)n * P) : P;
+        int h_lo = pa * sh - d->pad_h, h_hi = (pb - 1) * sh - d->pad_h + (R - 1) * d->dil_h;
+        if (h_lo < 0) h_lo = 0;
+        if (h_hi > H - 1) h_hi = H - 1;
+#pragma omp parallel for schedule(static) if ((int64_t)(h_hi - h_lo + 1) * W * C * R * S >= OPS_OMP_MIN)
+        for (int h = h_lo; h <= h_hi; h++) {
+            for (int w = 0; w < W; w++) {
+                real *out = dx + (((int64_t)n * H + h) * W + w) * C;
+                for (int r = 0; r < R; r++) {
+                    int hp = h + d->pad_h - r * d->dil_h;
+                    if (hp < 0 || hp % sh) continue;
+                    int p = hp / sh;
+                    if (p < pa || p >= pb) continue;
+                    for (int s = 0; s < S; s++) {
+                        int wq = w + d->pad_w - s * d->dil_w;
+                        if (wq < 0 || wq % sw) continue;
+                        int q = wq / sw;
+                        if (q >= Q) continue;
+                        const real *src = col + (((int64_t)n * P + p - row0) * Q + q) * rsc + ((int64_t)r * S + s) * C;
+                        for (int c = 0; c < C; c++) out[c] += src[c];
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+/* Private to src/ops: one source compiles twice, as float (mrcnn_<op>) and, with
+ * -DMRCNN_OPS_F64=1, as double (mrcnn_<op>_f64) for the finite-difference tests. */
+#ifndef MRCNN_OPS_REAL_H
+#define MRCNN_OPS_REAL_H
+
+#include <cblas.h>
+#include <stdint.h>
+
+#include "mrcnn/check.h"
+#include "mrcnn/ops.h"
+
+#ifdef MRCNN_OPS_F64
+typedef double real;
+#define OP(name) mrcnn_##name##_f64
+#define OPS_CBLAS_GEMM cblas_dgemm
+#define OPS_REAL_NAME "f64"
+#else
+typedef float real;
+#define OP(name) mrcnn_##name
+#define OPS_CBLAS_GEMM cblas_sgemm
+#define OPS_REAL_NAME "f32"
+/* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
+void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
+void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
+
+#endif
+
+/* Elementwise loops below this size stay on one thread: forking costs more. */
+#define OPS_OMP_MIN 32768
+
+/* Shared by conv2d's forward and backward passes (conv2d_im2col.c). Rows of the
+ * column matrix are output pixels of rows [row0, row1) of the flattened (N*P)
+ * output-row index; each row holds the (R, S, C) patch, zero where padded. */
+void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1,
+                       real *col);
+/* dx (N, H, W, C) += the patches of col scattered back, for the same row block. */
+void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0,
+                           int64_t row1, real *dx);
+/* Rows per block so that one column block stays near a cache-friendly size. */
+int64_t OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d);
+/* True when the conv is a plain GEMM over the input (1x1, stride 1, no padding). */
+int OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d);
+
+/* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
+void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
+void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
+
+#endif
