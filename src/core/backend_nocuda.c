@@ -7,3 +7,31 @@ mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why) {
     if (why) *why = "this build has no CUDA (built with GPU=0)";
     return NULL;
 }
+
+/* NCCL and device queries (src/cuda/nccl_comm.c in GPU=1 builds). */
+#include "mrcnn/check.h"
+#include "mrcnn/dist.h"
+
+#include <stdio.h>
+
+mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why) {
+    if (why) *why = "built without NCCL (GPU=0)";
+    return NULL;
+}
+
+void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *compute_stream) {
+    MRCNN_CHECK(0, "NCCL all-reduce requested, but this build has no NCCL (built with GPU=0)");
+}
+
+void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s) {
+    MRCNN_CHECK(0, "NCCL wait requested, but this build has no NCCL (built with GPU=0)");
+}
+
+void mrcnn_nccl_destroy(mrcnn_nccl *n) {}
+
+int mrcnn_cuda_device_count(void) { return 0; }
+
+const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len) {
+    snprintf(buf, len, "none (built without CUDA)");
+    return buf;
+}
