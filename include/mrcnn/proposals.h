@@ -15,7 +15,8 @@ extern "C" {
 /* assign_targets_to_anchors + encode for one image. labels (n_anchors) gets 1 (fg),
  * 0 (bg, IoU < bg_iou) or -1 (ignored, between); reg_targets (n_anchors, 4) the
  * (1, 1, 1, 1)-encoded deltas of the matched gt (of gt 0 for non-fg anchors, as
- * torchvision's clamp(min=0); all zero boxes when n_gt = 0, and then every label is 0).
+ * torchvision's clamp(min=0)). n_gt = 0: every label 0 and all targets 0 (torchvision
+ * encodes zero boxes there, giving -inf that no loss reads; zeros keep weighted sums finite).
  * Matching: IoU >= fg_iou fg, allow_low_quality_matches on. */
 void mrcnn_rpn_assign_targets(const float *anchors, int64_t n_anchors, const float *gt_boxes, int n_gt,
                               float fg_iou, float bg_iou, float *labels, float *reg_targets);

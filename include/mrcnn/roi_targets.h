@@ -30,7 +30,8 @@ typedef struct mrcnn_roi_sample_params {
  * and negatives mixed). Outputs, fixed capacity S = batch_size_per_image:
  *   rois (S, 4), labels (S) (0 = background, -1 in rows past the count),
  *   matched_gt (S) (gt index of each roi; 0 for background as torchvision's clamp),
- *   reg_targets (S, 4) (encode of the matched gt against the roi, for every row),
+ *   reg_targets (S, 4) (encode of the matched gt against the roi for the positives;
+ *   zero for background rows, which no loss reads),
  *   fg_index (F = max_fg): positions in rois of the positives, in order, for the mask
  *   head; *n_fg their count. Rows past the count are zero. Returns the count.
  * n_gt = 0 is allowed: every candidate is background (torchvision's dummy gt). */
