@@ -114,7 +114,7 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libmrcnn_cuda.so: $(CU_OBJ)
-	$(NVCC) -shared -o $@ $^ $(CUDA_LIBS)
+	$(NVCC) -shared -cudart shared -o $@ $^ $(subst -Wl$(,),-Xlinker ,$(CUDA_LIBS))
 
 $(BUILD)/mrcnn: $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(LIB) $(CUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINK)
@@ -135,7 +135,7 @@ DEB_PKGS := build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-openmp
             libopenblas-dev libopenblas0-pthread libyaml-dev libjpeg62-turbo-dev libpng-dev \
             libcmocka-dev python3-torchvision python3-numpy python3-pip python3-h5py \
             munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins libpmix2
-PIP_PKGS := pycocotools==2.0.8
+PIP_PKGS := pycocotools==2.0.8 tensorboard
 
 deps-check:
 	@missing=$$(dpkg-query -W -f='$${Status} $${Package}\n' $(DEB_PKGS) 2>/dev/null | grep -v 'install ok installed' | awk '{print $$NF}'); \

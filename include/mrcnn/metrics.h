@@ -1,0 +1,78 @@
+/* Training metrics on rank 0: the periodic log line, metrics.json (one JSON object
+ * per logged step, appended), TensorBoard event files (written here in C: TFRecord
+ * framing with masked CRC32C around hand-encoded Event protos), and a loss-curve
+ * PNG (libpng). */
+#ifndef MRCNN_METRICS_H
+#define MRCNN_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MRCNN_MAX_LOSS_TERMS 16
+
+/* ---- TensorBoard event file ---- */
+typedef struct mrcnn_tb_writer {
+    FILE *f;
+    char path[1024];
+} mrcnn_tb_writer;
+
+/* Creates logdir/events.out.tfevents.<unix time>.<host>.<pid> with the
+ * file_version record. Returns 0 and warns when the file cannot be created. */
+int mrcnn_tb_open(mrcnn_tb_writer *w, const char *logdir);
+void mrcnn_tb_scalar(mrcnn_tb_writer *w, const char *tag, int64_t step, float value, double wall_time);
+void mrcnn_tb_flush(mrcnn_tb_writer *w);
+void mrcnn_tb_close(mrcnn_tb_writer *w);
+/* CRC-32C (Castagnoli), and TFRecord's masked form. */
+uint32_t mrcnn_crc32c(const void *data, size_t n);
+uint32_t mrcnn_crc32c_masked(const void *data, size_t n);
+
+/* ---- one logged step ---- */
+typedef struct mrcnn_step_metrics {
+    int64_t step;       // optimizer steps done
+    int64_t max_step;
+    int n_losses;
+    const char *const *loss_names; // (n_losses)
+    double losses[MRCNN_MAX_LOSS_TERMS]; // averaged over ranks and the log window
+    double total_loss;
+    double lr;
+    double img_per_s;   // global images per second
+    double data_ms;     // mean loader wait per step
+    double step_ms;     // mean wall time per step
+    double mem_mb;      // resident memory of rank 0 (host RSS)
+    double eta_s;
+    double loss_scale;
+    int64_t skipped;    // steps skipped (non-finite), in total
+} mrcnn_step_metrics;
+
+typedef struct mrcnn_metrics {
+    int enabled;        // rank 0
+    char json_path[1024];
+    mrcnn_tb_writer tb;
+} mrcnn_metrics;
+
+/* On rank 0 (enabled): output_dir/metrics.json (appended: a resumed run continues
+ * it) and an event file in output_dir. */
+void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled);
+/* Prints the log line, appends the JSON line and the TensorBoard scalars. */
+void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s);
+void mrcnn_metrics_close(mrcnn_metrics *m);
+/* Resident set size of this process in MiB (/proc/self/statm). */
+double mrcnn_rss_mb(void);
+
+/* ---- loss curve ---- */
+/* A w x h PNG of y over x (n points) with axes, ticks and a title; fails naming path. */
+void mrcnn_plot_png(const char *path, const double *x, const double *y, int n, int w, int h,
+                    const char *title);
+/* Reads "step" and "total_loss" from a metrics.json (the last entry per step wins,
+ * so a resumed run's repeats do not zigzag) and plots it. Returns the points drawn. */
+int mrcnn_plot_metrics_json(const char *json_path, const char *png_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,83 @@
+/* Rank 0's view of training: one log line per LOG_PERIOD steps, the same numbers
+ * appended to metrics.json (opened, appended and closed each time, so a crash
+ * loses nothing that was logged) and to the TensorBoard event file. */
+#include "mrcnn/metrics.h"
+#include "mrcnn/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double mrcnn_rss_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    long pages = 0, rss = 0;
+    int ok = fscanf(f, "%ld %ld", &pages, &rss) == 2;
+    fclose(f);
+    return ok ? (double)rss * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0) : 0;
+}
+
+void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled) {
+    memset(m, 0, sizeof *m);
+    m->enabled = enabled;
+    if (!enabled) return;
+    mkdir(output_dir, 0755);
+    snprintf(m->json_path, sizeof m->json_path, "%s/metrics.json", output_dir);
+    mrcnn_tb_open(&m->tb, output_dir);
+}
+
+void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
+    if (!m->enabled) return;
+    char line[2048], eta[32];
+    int n = snprintf(line, sizeof line, "step %lld/%lld  loss %.4f", (long long)s->step, (long long)s->max_step,
+                     s->total_loss);
+    for (int i = 0; i < s->n_losses && n < (int)sizeof line; i++)
+        n += snprintf(line + n, sizeof line - n, "  %s %.4f", s->loss_names[i], s->losses[i]);
+    if (n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - n,
+                      "  lr %.6g  %.2f img/s  data %.1f ms  step %.1f ms  mem %.0f MiB  eta %s", s->lr,
+                      s->img_per_s, s->data_ms, s->step_ms, s->mem_mb,
+                      mrcnn_format_duration(s->eta_s, eta, sizeof eta));
+    if (s->loss_scale != 1.0 && n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - n, "  scale %g", s->loss_scale);
+    if (s->skipped && n < (int)sizeof line)
+        snprintf(line + n, sizeof line - n, "  skipped %lld", (long long)s->skipped);
+    mrcnn_info("%s", line);
+
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    FILE *f = fopen(m->json_path, "a");
+    if (f) {
+        fprintf(f, "{\"step\": %lld, \"total_loss\": %.9g", (long long)s->step, s->total_loss);
+        for (int i = 0; i < s->n_losses; i++) fprintf(f, ", \"%s\": %.9g", s->loss_names[i], s->losses[i]);
+        fprintf(f,
+                ", \"lr\": %.9g, \"img_per_s\": %.6g, \"data_ms\": %.4g, \"step_ms\": %.4g, \"mem_mb\": %.1f, "
+                "\"eta_s\": %.1f, \"loss_scale\": %.9g, \"skipped\": %lld, \"time\": %.3f}\n",
+                s->lr, s->img_per_s, s->data_ms, s->step_ms, s->mem_mb, s->eta_s, s->loss_scale,
+                (long long)s->skipped, wall);
+        fclose(f);
+    } else {
+        mrcnn_warn("cannot append to %s", m->json_path);
+    }
+    char tag[160];
+    mrcnn_tb_scalar(&m->tb, "total_loss", s->step, (float)s->total_loss, wall);
+    for (int i = 0; i < s->n_losses; i++) {
+        snprintf(tag, sizeof tag, "losses/%s", s->loss_names[i]);
+        mrcnn_tb_scalar(&m->tb, tag, s->step, (float)s->losses[i], wall);
+    }
+    mrcnn_tb_scalar(&m->tb, "lr", s->step, (float)s->lr, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/img_per_s", s->step, (float)s->img_per_s, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/data_ms", s->step, (float)s->data_ms, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/step_ms", s->step, (float)s->step_ms, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/mem_mb", s->step, (float)s->mem_mb, wall);
+    mrcnn_tb_scalar(&m->tb, "loss_scale", s->step, (float)s->loss_scale, wall);
+    mrcnn_tb_flush(&m->tb);
+}
+
+void mrcnn_metrics_close(mrcnn_metrics *m) {
+    mrcnn_tb_close(&m->tb);
+    m->enabled = 0;
+}

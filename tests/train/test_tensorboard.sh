@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Event files written in C are read back by TensorBoard's own EventAccumulator;
+# the metrics.json lines parse as JSON; the loss PNG decodes with the curve drawn.
+set -u
+prog=$BUILD/tests/train/prog_events
+[ -x "$prog" ] || { echo "not built: $prog"; exit 1; }
+$PY_COCO -c 'import tensorboard' 2>/dev/null || { echo "skip: pip package tensorboard missing (make deps)"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$prog" "$tmp" || { echo "FAIL: prog_events"; exit 1; }
+$PY_COCO - "$tmp" <<'PY' || exit 1
+import glob, json, math, sys, zlib
+d = sys.argv[1]
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+files = glob.glob(d + "/events.out.tfevents.*")
+assert len(files) == 1, files
+acc = EventAccumulator(d, size_guidance={"scalars": 0})
+acc.Reload()
+tags = acc.Tags()["scalars"]
+for t in ["total_loss", "losses/loss_rpn_cls", "losses/loss_mask", "lr", "loss_scale", "perf/img_per_s"]:
+    assert t in tags, (t, tags)
+ev = acc.Scalars("losses/loss_rpn_cls")
+assert [e.step for e in ev] == list(range(1, 51)), [e.step for e in ev]
+for e in ev:
+    assert abs(e.value - 1.0 / e.step) < 1e-6, (e.step, e.value)
+lr = acc.Scalars("lr")
+assert abs(lr[9].value - 0.1) < 1e-6, lr[9]
+assert acc.Scalars("loss_scale")[0].value == 65536.0
+# The CRCs are really checked by the reader: a corrupted byte must be noticed.
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+raw = open(files[0], "rb").read()
+import struct
+n = struct.unpack("<Q", raw[:8])[0]
+assert struct.unpack("<I", raw[8:12])[0] == masked_crc32c(raw[:8])
+assert struct.unpack("<I", raw[12 + n:16 + n])[0] == masked_crc32c(raw[12:12 + n])
+lines = [json.loads(l) for l in open(d + "/metrics.json")]
+assert len(lines) == 50 and lines[4]["step"] == 5 and abs(lines[4]["loss_rpn_cls"] - 0.2) < 1e-9
+print("tensorboard: %d scalar tags, %d events each" % (len(tags), len(ev)))
+PY
+/usr/bin/python3 - "$tmp/loss.png" <<'PY' || exit 1
+import sys
+from PIL import Image
+im = Image.open(sys.argv[1]).convert("RGB")
+assert im.size == (640, 360), im.size
+px = im.load()
+blue = sum(1 for x in range(im.size[0]) for y in range(im.size[1]) if px[x, y] == (31, 119, 180))
+assert blue > 300, blue
+print("loss.png: %dx%d, %d curve pixels" % (im.size[0], im.size[1], blue))
+PY
+echo PASS
