@@ -1,0 +1,260 @@
+/* `mrcnn-prep coco`: COCO instances JSON + image folder -> NAME-SSSSS-of-NNNNN.h5 shards
+ * and NAME-index.h5, with MPI. Every rank streams the JSON itself (the same records on
+ * every rank, no broadcast), images go to shards by bytes in JSON order, and shard s
+ * is written by rank s % ranks. The result does not depend on the rank count. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coco.h"
+#include "mrcnn/check.h"
+#include "mrcnn/data.h"
+#include "mrcnn/log.h"
+
+typedef struct {
+    int active;
+    double t0, last;
+    const char *label;
+} progress;
+
+static void progress_show(progress *p, double frac, const char *detail) {
+    if (!p->active) return;
+    double now = mrcnn_time_now();
+    if (now - p->last < 0.25 && frac < 1) return;
+    p->last = now;
+    char eta[32] = "?";
+    if (frac > 0.001) mrcnn_format_duration((now - p->t0) * (1 - frac) / frac, eta, sizeof eta);
+    fprintf(stderr, "\r%s: %5.1f%% %s ETA %s   ", p->label, 100 * frac, detail, eta);
+    if (frac >= 1) fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+typedef struct {
+    progress *p;
+    int64_t total;
+} parse_ctx;
+
+static void parse_progress(int64_t offset, void *ctx) {
+    parse_ctx *c = ctx;
+    char d[64];
+    snprintf(d, sizeof d, "(%.0f of %.0f MB)", offset / 1e6, c->total / 1e6);
+    progress_show(c->p, c->total > 0 ? (double)offset / (double)c->total : 0, d);
+}
+
+static void coco_usage(FILE *f) {
+    fprintf(f,
+            "usage: [mpirun -np K] mrcnn-prep coco --annotations FILE.json --images DIR --out OUTDIR\n"
+            "                                     [--shards N] [--name NAME] [--strict]\n"
+            "Converts a COCO instances JSON and its image folder into N HDF5 shards\n"
+            "OUTDIR/NAME-00000-of-0000N.h5 ... and the index OUTDIR/NAME-index.h5.\n"
+            "  --shards N   number of shard files, balanced by bytes (default 1)\n"
+            "  --name NAME  shard name (default: the JSON's base name, e.g. instances_train2017)\n"
+            "  --strict     any bad input is fatal (default: report it, skip it, count it)\n"
+            "Bad input: malformed JSON (always fatal), missing/unreadable/corrupt/truncated images,\n"
+            "annotations with an unknown image or category, boxes without area, polygons with\n"
+            "fewer than 3 points, images without annotations (kept, flagged), file names\n"
+            "outside --images (rejected). Polygons and uncompressed RLE are stored as\n"
+            "compressed RLE with pycocotools' semantics. The format: data_prep/README.md.\n");
+}
+
+/* The whole file into *buf (grown); 0 if it cannot be read. */
+static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int ok = fseek(f, 0, SEEK_END) == 0;
+    long n = ftell(f);
+    ok = ok && n >= 0 && fseek(f, 0, SEEK_SET) == 0;
+    if (ok && *cap < (size_t)n + 1) {
+        *buf = MRCNN_REALLOC(*buf, (size_t)n + 1, "image file");
+        *cap = (size_t)n + 1;
+    }
+    if (ok) {
+        *len = fread(*buf, 1, (size_t)n, f);
+        ok = *len == (size_t)n && !ferror(f);
+    }
+    fclose(f);
+    return ok;
+}
+
+int prep_cmd_coco(int argc, char **argv) {
+    const char *ann_path = NULL, *image_dir = NULL, *out = NULL, *name_arg = NULL;
+    long long num_shards = 1;
+    int strict = 0;
+    for (int i = 1; i < argc; i++) {
+        if (prep_is_help(argv[i])) {
+            coco_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--annotations")) {
+            ann_path = prep_arg_value(argc, argv, &i);
+        } else if (!strcmp(argv[i], "--images")) {
+            image_dir = prep_arg_value(argc, argv, &i);
+        } else if (!strcmp(argv[i], "--out")) {
+            out = prep_arg_value(argc, argv, &i);
+        } else if (!strcmp(argv[i], "--name")) {
+            name_arg = prep_arg_value(argc, argv, &i);
+        } else if (!strcmp(argv[i], "--shards")) {
+            num_shards = prep_arg_int(argc, argv, &i, 1, 99999);
+        } else if (!strcmp(argv[i], "--strict")) {
+            strict = 1;
+        } else {
+            fprintf(stderr, "mrcnn-prep coco: unknown option '%s'\n", argv[i]);
+            coco_usage(stderr);
+            return 2;
+        }
+    }
+    if (!ann_path || !image_dir || !out) {
+        fprintf(stderr, "mrcnn-prep coco: --annotations, --images and --out are required\n");
+        coco_usage(stderr);
+        return 2;
+    }
+    char name[256];
+    if (name_arg) {
+        snprintf(name, sizeof name, "%s", name_arg);
+    } else {
+        const char *b = strrchr(ann_path, '/');
+        snprintf(name, sizeof name, "%s", b ? b + 1 : ann_path);
+        char *dot = strrchr(name, '.');
+        if (dot && dot != name) *dot = 0;
+    }
+    MRCNN_CHECK(name[0] && !strchr(name, '/'), "--name '%s' must be a plain file name prefix", name);
+
+    int provided = 0, rank = 0, size = 1;
+    MRCNN_CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+    MRCNN_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    MRCNN_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    mrcnn_log_set_rank(rank, size);
+    const double t0 = mrcnn_time_now();
+    const int tty = rank == 0 && isatty(2);
+
+    /* 1. Parse (every rank, identically) and resolve. */
+    coco_report rep = {.strict = strict, .print = rank == 0};
+    coco_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    FILE *jf = fopen(ann_path, "rb");
+    MRCNN_CHECK(jf, "cannot open the annotations file %s", ann_path);
+    fseek(jf, 0, SEEK_END);
+    parse_ctx pc = {&(progress){tty, t0, 0, "parse"}, ftell(jf)};
+    fclose(jf);
+    coco_parse(&ds, ann_path, &rep, parse_progress, &pc);
+    progress_show(pc.p, 1, "");
+    coco_resolve(&ds, image_dir, &rep);
+    const double t_parse = mrcnn_time_now() - t0;
+
+    /* 2. Images in JSON order, annotations grouped by image, shards by cumulative bytes. */
+    int64_t *order = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ds.num_images + 1), "image order");
+    int64_t n_ok = 0, total_bytes = 0;
+    for (int64_t i = 0; i < ds.num_images; i++)
+        if (ds.images[i].ok) order[n_ok++] = i, total_bytes += ds.images[i].file_bytes;
+    int64_t *ann_start = MRCNN_CALLOC((size_t)ds.num_images + 1, sizeof(int64_t), "annotation starts");
+    for (int64_t i = 0; i < ds.num_images; i++) ann_start[i + 1] = ann_start[i] + ds.images[i].num_ann;
+    int64_t *ann_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ann_start[ds.num_images] + 1), "annotation lists");
+    int64_t *fill = MRCNN_CALLOC((size_t)ds.num_images + 1, sizeof(int64_t), "annotation fill");
+    for (int64_t a = 0; a < ds.num_anns; a++)
+        if (ds.anns[a].ok) {
+            int64_t im = ds.anns[a].image;
+            ann_list[ann_start[im] + fill[im]++] = a;
+        }
+    free(fill);
+    int64_t *shard_first = MRCNN_CALLOC((size_t)num_shards + 1, sizeof(int64_t), "shard ranges");
+    {
+        /* Shard s takes the images whose byte midpoint falls in [s, s+1) * total / N. */
+        int64_t cum = 0, s = 0;
+        for (int64_t k = 0; k < n_ok; k++) {
+            double mid = (double)cum + 0.5 * (double)ds.images[order[k]].file_bytes;
+            while (s + 1 < num_shards && mid >= (double)(s + 1) * (double)total_bytes / (double)num_shards)
+                shard_first[++s] = k;
+            cum += ds.images[order[k]].file_bytes;
+        }
+        while (s + 1 <= num_shards) shard_first[++s] = n_ok;
+    }
+
+    /* 3. Write this rank's shards. */
+    if (rank == 0) prep_mkdirs(out);
+    MRCNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    coco_report wrep = {.strict = strict, .print = 1};
+    int64_t *cnt = MRCNN_CALLOC((size_t)num_shards * 3, sizeof(int64_t), "shard counts");
+    int64_t my_total = 0, my_done = 0;
+    for (int64_t s = rank; s < num_shards; s += size) my_total += shard_first[s + 1] - shard_first[s];
+    progress wp = {tty, mrcnn_time_now(), 0, "write (rank 0)"};
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    char path[8192], err[512];
+    for (int64_t s = rank; s < num_shards; s += size) {
+        prep_shard_writer *w = prep_shard_begin(out, name, (int)s, (int)num_shards, &ds.cats);
+        for (int64_t k = shard_first[s]; k < shard_first[s + 1]; k++) {
+            const int64_t ii = order[k];
+            const coco_image *im = &ds.images[ii];
+            const char *fname = ds.names + im->name_off;
+            snprintf(path, sizeof path, "%s/%s", image_dir, fname);
+            int h = 0, wd = 0, ok = read_file(path, &buf, &cap, &len);
+            const uint8_t *data = buf;
+            if (!ok) {
+                coco_report_issue(&wrep, ISSUE_IMAGE_MISSING, "image id %lld: cannot read %s", (long long)im->id, path);
+            } else {
+                if (!mrcnn_image_check(data, len, &h, &wd, err, sizeof err)) {
+                    ok = 0;
+                    coco_report_issue(&wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): %s", (long long)im->id, path, err);
+                } else if (h != im->height || wd != im->width) {
+                    ok = 0;
+                    coco_report_issue(&wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): the file is %dx%d but the JSON says %dx%d",
+                                      (long long)im->id, path, h, wd, im->height, im->width);
+                }
+            }
+            my_done++;
+            if (!ok) {
+                wrep.count[ISSUE_ANN_OF_SKIPPED_IMAGE] += im->num_ann;
+                continue;
+            }
+            prep_shard_add_image(w, im->id, im->height, im->width, fname,
+                                 im->num_ann ? 0 : MRCNN_IMAGE_FLAG_NO_ANNOTATIONS, data, len);
+            for (int64_t q = ann_start[ii]; q < ann_start[ii + 1]; q++) {
+                const coco_ann *a = &ds.anns[ann_list[q]];
+                prep_shard_add_annotation(w, a->id, a->bbox, a->category_id, a->class_index, a->iscrowd, a->area,
+                                          ds.rles + a->seg_off);
+            }
+            char d[64];
+            snprintf(d, sizeof d, "(%lld of %lld images)", (long long)my_done, (long long)my_total);
+            progress_show(&wp, (double)my_done / (double)(my_total ? my_total : 1), d);
+        }
+        prep_shard_finish(w, &cnt[s], &cnt[num_shards + s], &cnt[2 * num_shards + s]);
+    }
+    free(buf);
+    if (my_total) progress_show(&wp, 1, "");
+
+    /* 4. Counts from every rank; rank 0 writes the index and the summary. */
+    MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cnt, (int)(3 * num_shards), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    int64_t wcounts[ISSUE_COUNT];
+    MRCNN_CHECK_MPI(MPI_Reduce(wrep.count, wcounts, ISSUE_COUNT, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
+    if (rank == 0) {
+        prep_index_write(out, name, (int)num_shards, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
+        int64_t ni = 0, na = 0, nb = 0;
+        for (int64_t s = 0; s < num_shards; s++) ni += cnt[s], na += cnt[num_shards + s], nb += cnt[2 * num_shards + s];
+        const double secs = mrcnn_time_now() - t0;
+        printf("mrcnn-prep coco: summary (%d rank%s)\n", size, size > 1 ? "s" : "");
+        printf("  images       %lld written of %lld in the JSON (%lld skipped)\n", (long long)ni,
+               (long long)ds.num_images, (long long)(ds.num_images - ni));
+        printf("  annotations  %lld written of %lld in the JSON (%lld skipped)\n", (long long)na,
+               (long long)ds.num_anns, (long long)(ds.num_anns - na));
+        printf("  categories   %d\n", ds.cats.n);
+        printf("  bytes        %.1f MB of images in %lld shard%s\n", nb / 1e6, num_shards, num_shards > 1 ? "s" : "");
+        printf("  seconds      %.2f (parse %.2f): %.1f images/s, %.1f MB/s\n", secs, t_parse, ni / secs, nb / 1e6 / secs);
+        int64_t bad = 0;
+        for (int k = 0; k < ISSUE_COUNT; k++) bad += rep.count[k] + wcounts[k];
+        printf("  bad input    %s\n", bad ? "(count, kind):" : "none");
+        for (int k = 0; k < ISSUE_COUNT; k++)
+            if (rep.count[k] + wcounts[k])
+                printf("    %8lld  %s\n", (long long)(rep.count[k] + wcounts[k]), coco_issue_name((coco_issue)k));
+        printf("  index        %s/%s-index.h5\n", out, name);
+        fflush(stdout);
+    }
+    free(cnt);
+    free(order);
+    free(ann_start);
+    free(ann_list);
+    free(shard_first);
+    coco_free(&ds);
+    MRCNN_CHECK_MPI(MPI_Finalize());
+    return 0;
+}

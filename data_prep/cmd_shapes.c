@@ -1,0 +1,266 @@
+/* `mrcnn-prep shapes`: a synthetic COCO-format dataset (circles, squares, triangles)
+ * for the demo and the tests, with no download.
+ *
+ * Choices, so that the data exercise the converter:
+ * - Masks are the VISIBLE parts: shapes are painted in order and a later shape hides
+ *   what it covers. A placement that would hide more than half of an earlier shape's
+ *   visible pixels is redrawn, so every annotation keeps a meaningful mask.
+ * - An unoccluded square or triangle is written as a polygon; a circle as compressed
+ *   RLE (even image indices) or uncompressed RLE counts (odd); any occluded shape as
+ *   compressed RLE of its visible part. Pixels are painted from the very rasterization
+ *   (pycocotools' polygon semantics) that the annotation describes.
+ * - Category ids 1, 3, 7 (circle, square, triangle): gaps exercise the id mapping.
+ *   Image ids have gaps too, annotation ids exceed 2^32, and the train JSON puts
+ *   "annotations" before "images" and "categories" last.
+ * - Deterministic: every draw is keyed by (seed, split, image index, MRCNN_RNG_SYNTH).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/check.h"
+#include "mrcnn/json.h"
+#include "mrcnn/log.h"
+#include "mrcnn/rle.h"
+#include "mrcnn/rng.h"
+#include "prep.h"
+
+enum { SHAPE_CIRCLE, SHAPE_SQUARE, SHAPE_TRIANGLE, SHAPE_KINDS };
+static const int64_t k_cat_id[SHAPE_KINDS] = {1, 3, 7};
+static const char *k_cat_name[SHAPE_KINDS] = {"circle", "square", "triangle"};
+#define MAX_SHAPES 16
+
+typedef struct {
+    int kind;
+    double xy[8]; // polygon vertices (squares, triangles), rounded to 0.01
+    int k;        // vertex count
+    uint8_t color[3];
+} shape;
+
+typedef struct {
+    mrcnn_rng rng;
+    uint64_t draw;
+} stream;
+
+static double uni(stream *s) { return mrcnn_rng_uniform(&s->rng, s->draw++); }
+static int below(stream *s, int n) { return (int)mrcnn_rng_below(&s->rng, s->draw++, (uint32_t)n); }
+
+static void rasterize(const shape *sh, double cx, double cy, double r, int h, int w, uint8_t *mask) {
+    if (sh->kind == SHAPE_CIRCLE) {
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                double dx = x + 0.5 - cx, dy = y + 0.5 - cy;
+                mask[(size_t)y * w + x] = dx * dx + dy * dy <= r * r;
+            }
+        return;
+    }
+    mrcnn_rle rle;
+    mrcnn_rle_from_polygon(&rle, sh->xy, sh->k, h, w);
+    mrcnn_rle_to_mask(&rle, mask);
+    mrcnn_rle_free(&rle);
+}
+
+static void write_rle_counts(FILE *f, const mrcnn_rle *r) {
+    fprintf(f, "{\"size\": [%lld, %lld], \"counts\": [", (long long)r->h, (long long)r->w);
+    for (int64_t i = 0; i < r->m; i++) fprintf(f, "%s%u", i ? ", " : "", r->cnts[i]);
+    fprintf(f, "]}");
+}
+
+typedef struct {
+    FILE *images, *anns; // JSON fragments (memory streams)
+    int64_t n_images, n_anns;
+    int64_t next_ann_id;
+} split_out;
+
+/* One image: draw, save the JPEG, append its JSON records. */
+static void make_image(uint64_t seed, int split, int64_t index, int h, int w, int quality,
+                       const char *img_dir, split_out *o, uint8_t *rgb, int8_t *owner, uint8_t *mask) {
+    stream s = {mrcnn_rng_make(seed, (uint32_t)split, index, MRCNN_RNG_SYNTH), 0};
+    const int64_t image_id = (split == 0 ? 1 : 500001) + 3 * index;
+    /* Background: a vertical gradient between two random colours. */
+    uint8_t c0[3], c1[3];
+    for (int c = 0; c < 3; c++) c0[c] = (uint8_t)below(&s, 256), c1[c] = (uint8_t)below(&s, 256);
+    for (int y = 0; y < h; y++) {
+        double t = h > 1 ? (double)y / (h - 1) : 0;
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++)
+                rgb[((size_t)y * w + x) * 3 + c] = (uint8_t)lrint(c0[c] * (1 - t) + c1[c] * t);
+    }
+    memset(owner, -1, (size_t)h * w);
+    shape shapes[MAX_SHAPES];
+    int64_t visible[MAX_SHAPES], full[MAX_SHAPES];
+    const int want = 2 + below(&s, 5);
+    int n = 0;
+    const double smin = h < w ? h : w;
+    for (int attempt = 0; attempt < 12 * want && n < want; attempt++) {
+        shape *sh = &shapes[n];
+        sh->kind = below(&s, SHAPE_KINDS);
+        const double r = smin * (0.08 + 0.17 * uni(&s));
+        const double cx = r + (w - 2 * r) * uni(&s), cy = r + (h - 2 * r) * uni(&s);
+        const double theta = 6.283185307179586 * uni(&s);
+        sh->k = sh->kind == SHAPE_SQUARE ? 4 : sh->kind == SHAPE_TRIANGLE ? 3 : 0;
+        for (int v = 0; v < sh->k; v++) {
+            double a = theta + 6.283185307179586 * v / sh->k;
+            sh->xy[2 * v] = round((cx + r * cos(a)) * 100) / 100;
+            sh->xy[2 * v + 1] = round((cy + r * sin(a)) * 100) / 100;
+        }
+        do {
+            for (int c = 0; c < 3; c++) sh->color[c] = (uint8_t)below(&s, 256);
+        } while (abs(sh->color[0] - c0[0]) + abs(sh->color[1] - c0[1]) + abs(sh->color[2] - c0[2]) < 120);
+        rasterize(sh, cx, cy, r, h, w, mask);
+        int64_t lost[MAX_SHAPES] = {0}, area = 0;
+        for (size_t p = 0; p < (size_t)h * w; p++)
+            if (mask[p]) {
+                area++;
+                if (owner[p] >= 0) lost[owner[p]]++;
+            }
+        int ok = area >= 16;
+        for (int j = 0; j < n && ok; j++) ok = 2 * (visible[j] - lost[j]) >= visible[j];
+        if (!ok) continue;
+        for (int j = 0; j < n; j++) visible[j] -= lost[j];
+        visible[n] = full[n] = area;
+        for (size_t p = 0; p < (size_t)h * w; p++)
+            if (mask[p]) {
+                owner[p] = (int8_t)n;
+                memcpy(rgb + 3 * p, sh->color, 3);
+            }
+        n++;
+    }
+    char name[64], path[4096];
+    snprintf(name, sizeof name, "%012lld.jpg", (long long)image_id);
+    snprintf(path, sizeof path, "%s/%s", img_dir, name);
+    MRCNN_CHECK(prep_jpeg_write(path, rgb, h, w, quality), "cannot write %s", path);
+
+    fprintf(o->images, "%s{\"id\": %lld, \"file_name\": ", o->n_images ? ",\n  " : "\n  ", (long long)image_id);
+    mrcnn_json_write_string(o->images, name);
+    fprintf(o->images, ", \"height\": %d, \"width\": %d}", h, w);
+    o->n_images++;
+    for (int j = 0; j < n; j++) {
+        for (size_t p = 0; p < (size_t)h * w; p++) mask[p] = owner[p] == j;
+        mrcnn_rle rle;
+        mrcnn_rle_from_mask(&rle, mask, h, w);
+        double bbox[4];
+        mrcnn_rle_to_bbox(&rle, bbox);
+        fprintf(o->anns, "%s{\"id\": %lld, \"image_id\": %lld, \"category_id\": %lld, \"iscrowd\": 0, ",
+                o->n_anns ? ",\n  " : "\n  ", (long long)o->next_ann_id++, (long long)image_id,
+                (long long)k_cat_id[shapes[j].kind]);
+        fprintf(o->anns, "\"area\": %llu, \"bbox\": [%g, %g, %g, %g], \"segmentation\": ",
+                (unsigned long long)mrcnn_rle_area(&rle), bbox[0], bbox[1], bbox[2], bbox[3]);
+        const int occluded = visible[j] != full[j];
+        if (!occluded && shapes[j].kind != SHAPE_CIRCLE) {
+            fprintf(o->anns, "[[");
+            for (int v = 0; v < 2 * shapes[j].k; v++) fprintf(o->anns, "%s%.2f", v ? ", " : "", shapes[j].xy[v]);
+            fprintf(o->anns, "]]");
+        } else if (!occluded && (index & 1)) {
+            write_rle_counts(o->anns, &rle);
+        } else {
+            char *str = mrcnn_rle_to_string(&rle);
+            fprintf(o->anns, "{\"size\": [%d, %d], \"counts\": ", h, w);
+            mrcnn_json_write_string(o->anns, str);
+            fprintf(o->anns, "}");
+            free(str);
+        }
+        fprintf(o->anns, "}");
+        o->n_anns++;
+        mrcnn_rle_free(&rle);
+    }
+}
+
+static void write_split(const char *out, const char *split_name, int split, int64_t count, int h, int w,
+                        uint64_t seed, int quality) {
+    char img_dir[4096], ann_dir[4096], json_path[4096], tmp_path[4200];
+    snprintf(img_dir, sizeof img_dir, "%s/%s", out, split_name);
+    snprintf(ann_dir, sizeof ann_dir, "%s/annotations", out);
+    prep_mkdirs(img_dir);
+    prep_mkdirs(ann_dir);
+    split_out o = {0};
+    o.next_ann_id = ((int64_t)1 << 32) + (split ? 5000000 : 0) + 11;
+    char *ibuf = NULL, *abuf = NULL;
+    size_t ilen = 0, alen = 0;
+    o.images = open_memstream(&ibuf, &ilen);
+    o.anns = open_memstream(&abuf, &alen);
+    MRCNN_CHECK(o.images && o.anns, "open_memstream failed");
+    uint8_t *rgb = MRCNN_MALLOC((size_t)h * w * 3, "shapes image");
+    int8_t *owner = MRCNN_MALLOC((size_t)h * w, "shapes owner map");
+    uint8_t *mask = MRCNN_MALLOC((size_t)h * w, "shapes mask");
+    for (int64_t i = 0; i < count; i++) make_image(seed, split, i, h, w, quality, img_dir, &o, rgb, owner, mask);
+    fclose(o.images);
+    fclose(o.anns);
+    free(rgb);
+    free(owner);
+    free(mask);
+
+    snprintf(json_path, sizeof json_path, "%s/instances_%s.json", ann_dir, split_name);
+    snprintf(tmp_path, sizeof tmp_path, "%s.tmp", json_path);
+    FILE *f = fopen(tmp_path, "w");
+    MRCNN_CHECK(f, "cannot write %s", tmp_path);
+    fprintf(f, "{\"info\": {\"description\": \"mrcnn synthetic shapes\", \"seed\": %llu},\n", (unsigned long long)seed);
+    char cats[512];
+    int cl = snprintf(cats, sizeof cats, "\"categories\": [");
+    for (int k = 0; k < SHAPE_KINDS; k++)
+        cl += snprintf(cats + cl, sizeof cats - cl, "%s{\"id\": %lld, \"name\": \"%s\", \"supercategory\": \"shape\"}",
+                       k ? ", " : "", (long long)k_cat_id[k], k_cat_name[k]);
+    snprintf(cats + cl, sizeof cats - cl, "]");
+    if (split == 0) /* annotations first: the converter must not assume COCO's usual order */
+        fprintf(f, "\"annotations\": [%.*s],\n\"images\": [%.*s],\n%s}\n", (int)alen, abuf, (int)ilen, ibuf, cats);
+    else
+        fprintf(f, "%s,\n\"images\": [%.*s],\n\"annotations\": [%.*s]}\n", cats, (int)ilen, ibuf, (int)alen, abuf);
+    MRCNN_CHECK(fclose(f) == 0, "cannot write %s", tmp_path);
+    MRCNN_CHECK(rename(tmp_path, json_path) == 0, "cannot rename %s", tmp_path);
+    mrcnn_info("shapes: %s: %lld images, %lld annotations -> %s", split_name, (long long)o.n_images,
+               (long long)o.n_anns, json_path);
+    free(ibuf);
+    free(abuf);
+}
+
+static void shapes_usage(FILE *f) {
+    fprintf(f,
+            "usage: mrcnn-prep shapes --out DIR [--train N] [--val M] [--size HxW] [--seed S] [--quality Q]\n"
+            "Writes a synthetic COCO-format dataset of circles, squares and triangles:\n"
+            "  DIR/train/*.jpg, DIR/val/*.jpg, DIR/annotations/instances_{train,val}.json\n"
+            "  --train N     training images (default 64)\n"
+            "  --val M       validation images (default 16)\n"
+            "  --size HxW    image size (default 240x320)\n"
+            "  --seed S      seed; the same seed gives the same files (default 42)\n"
+            "  --quality Q   JPEG quality (default 90)\n"
+            "Masks are the visible parts of occluded shapes; categories have ids 1, 3, 7.\n");
+}
+
+int prep_cmd_shapes(int argc, char **argv) {
+    const char *out = NULL;
+    long long n_train = 64, n_val = 16, seed = 42, quality = 90;
+    int h = 240, w = 320;
+    for (int i = 1; i < argc; i++) {
+        if (prep_is_help(argv[i])) {
+            shapes_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--out")) {
+            out = prep_arg_value(argc, argv, &i);
+        } else if (!strcmp(argv[i], "--train")) {
+            n_train = prep_arg_int(argc, argv, &i, 0, 100000000);
+        } else if (!strcmp(argv[i], "--val")) {
+            n_val = prep_arg_int(argc, argv, &i, 0, 100000000);
+        } else if (!strcmp(argv[i], "--seed")) {
+            seed = prep_arg_int(argc, argv, &i, 0, (long long)9e18);
+        } else if (!strcmp(argv[i], "--quality")) {
+            quality = prep_arg_int(argc, argv, &i, 1, 100);
+        } else if (!strcmp(argv[i], "--size")) {
+            const char *v = prep_arg_value(argc, argv, &i);
+            MRCNN_CHECK(sscanf(v, "%dx%d", &h, &w) == 2 && h >= 32 && w >= 32 && h <= 8192 && w <= 8192,
+                        "--size: '%s' is not HxW with sides in [32, 8192]", v);
+        } else {
+            fprintf(stderr, "mrcnn-prep shapes: unknown option '%s'\n", argv[i]);
+            shapes_usage(stderr);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "mrcnn-prep shapes: --out is required\n");
+        shapes_usage(stderr);
+        return 2;
+    }
+    write_split(out, "train", 0, n_train, h, w, (uint64_t)seed, (int)quality);
+    write_split(out, "val", 1, n_val, h, w, (uint64_t)seed, (int)quality);
+    return 0;
+}

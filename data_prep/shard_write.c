@@ -1,0 +1,234 @@
+/* The shard writer. Shard format, schema version 1 (MRCNN_SHARD_SCHEMA_VERSION; the
+ * reader is src/data/shard.c, the prose in data_prep/README.md):
+ *
+ * NAME-SSSSS-of-NNNNN.h5
+ *   attributes   schema_version, name, shard, num_shards, num_images, num_annotations
+ *   images/bytes          uint8 (B)     the image files exactly as given (JPEG or PNG), concatenated
+ *   images/offset         int64 (n)     where image i starts in images/bytes
+ *   images/length         int64 (n)
+ *   images/id             int64 (n)     COCO image id
+ *   images/height, width  int32 (n)
+ *   images/ann_start      int64 (n)     image i's annotations are rows [ann_start, ann_start + ann_count)
+ *   images/ann_count      int64 (n)
+ *   images/flags          uint8 (n)     1 = the image had no annotations (kept, flagged)
+ *   images/names          uint8         file names concatenated; images/names_offset int64 (n + 1)
+ *   annotations/id        int64 (m)
+ *   annotations/image     int64 (m)     image index within this shard
+ *   annotations/bbox      float32 (m, 4) x, y, w, h
+ *   annotations/category_id int64 (m)
+ *   annotations/class     int32 (m)     contiguous class index (0-based, categories sorted by id)
+ *   annotations/iscrowd   uint8 (m)
+ *   annotations/area      float64 (m)
+ *   annotations/rle       uint8         COCO compressed RLE strings concatenated (all masks,
+ *                                       polygons included, in pycocotools' compressed form);
+ *                                       annotations/rle_offset int64 (m + 1)
+ *   categories/id         int64 (K), categories/names + names_offset, categories/supercategories
+ *                         + supercategories_offset
+ * A shard is written as NAME-...h5.tmp and renamed once closed: a file with the final
+ * name is always complete.
+ */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/check.h"
+#include "mrcnn/data.h"
+#include "prep.h"
+
+#define CHUNK_BYTES (1 << 20)
+
+typedef struct {
+    void *p;
+    size_t n, cap, elem;
+} vec;
+
+static void vec_push(vec *v, const void *x, size_t count) {
+    if (v->n + count > v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 256;
+        while (cap < v->n + count) cap *= 2;
+        v->p = MRCNN_REALLOC(v->p, cap * v->elem, "shard table");
+        v->cap = cap;
+    }
+    memcpy((char *)v->p + v->n * v->elem, x, count * v->elem);
+    v->n += count;
+}
+
+struct prep_shard_writer {
+    char final_path[4096], tmp_path[4200], name[256];
+    int shard, num_shards;
+    const prep_categories *cats;
+    hid_t file, bytes_ds;
+    int64_t total_bytes;
+    vec offset, length, id, height, width, ann_start, ann_count, flags, names, names_offset;
+    vec a_id, a_image, a_bbox, a_cat, a_class, a_crowd, a_area, rle, rle_offset;
+};
+
+void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, int num_shards) {
+    snprintf(buf, len, "%s-%05d-of-%05d.h5", name, shard, num_shards);
+}
+
+prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard, int num_shards,
+                                    const prep_categories *cats) {
+    prep_shard_writer *w = MRCNN_CALLOC(1, sizeof *w, "shard writer");
+    char fname[512];
+    prep_shard_file_name(fname, sizeof fname, name, shard, num_shards);
+    snprintf(w->final_path, sizeof w->final_path, "%s/%s", dir, fname);
+    snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", w->final_path);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->shard = shard;
+    w->num_shards = num_shards;
+    w->cats = cats;
+    vec *i64s[] = {&w->offset, &w->length, &w->id, &w->ann_start, &w->ann_count, &w->names_offset,
+                   &w->a_id, &w->a_image, &w->a_cat, &w->rle_offset};
+    for (size_t i = 0; i < sizeof i64s / sizeof i64s[0]; i++) i64s[i]->elem = 8;
+    w->height.elem = w->width.elem = w->a_class.elem = 4;
+    w->flags.elem = w->names.elem = w->a_crowd.elem = w->rle.elem = 1;
+    w->a_bbox.elem = 16;
+    w->a_area.elem = 8;
+    int64_t zero = 0;
+    vec_push(&w->names_offset, &zero, 1);
+    vec_push(&w->rle_offset, &zero, 1);
+
+    w->file = MRCNN_CHECK_HDF5(H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), w->tmp_path);
+    /* Image bytes grow as files are validated and appended: a chunked, extendible dataset. */
+    hsize_t dims = 0, maxd = H5S_UNLIMITED, chunk = CHUNK_BYTES;
+    hid_t space = MRCNN_CHECK_HDF5(H5Screate_simple(1, &dims, &maxd), "images/bytes");
+    hid_t dcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "images/bytes");
+    MRCNN_CHECK_HDF5(H5Pset_chunk(dcpl, 1, &chunk), "images/bytes");
+    hid_t lcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "images/bytes");
+    MRCNN_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl, 1), "images/bytes");
+    w->bytes_ds = MRCNN_CHECK_HDF5(H5Dcreate2(w->file, "images/bytes", H5T_NATIVE_UINT8, space, lcpl, dcpl, H5P_DEFAULT),
+                                   "images/bytes");
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    return w;
+}
+
+void prep_shard_add_image(prep_shard_writer *w, int64_t id, int32_t height, int32_t width,
+                          const char *file_name, uint8_t flags, const uint8_t *bytes, size_t len) {
+    hsize_t start = (hsize_t)w->total_bytes, count = len, newsize = start + len;
+    MRCNN_CHECK_HDF5(H5Dset_extent(w->bytes_ds, &newsize), w->tmp_path);
+    hid_t fs = MRCNN_CHECK_HDF5(H5Dget_space(w->bytes_ds), "images/bytes");
+    MRCNN_CHECK_HDF5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL), "images/bytes");
+    hid_t ms = MRCNN_CHECK_HDF5(H5Screate_simple(1, &count, NULL), "images/bytes");
+    if (len) MRCNN_CHECK_HDF5(H5Dwrite(w->bytes_ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, bytes), w->tmp_path);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    int64_t off = w->total_bytes, l = (int64_t)len, ann0 = (int64_t)w->a_id.n, zero = 0;
+    w->total_bytes += l;
+    vec_push(&w->offset, &off, 1);
+    vec_push(&w->length, &l, 1);
+    vec_push(&w->id, &id, 1);
+    vec_push(&w->height, &height, 1);
+    vec_push(&w->width, &width, 1);
+    vec_push(&w->ann_start, &ann0, 1);
+    vec_push(&w->ann_count, &zero, 1);
+    vec_push(&w->flags, &flags, 1);
+    vec_push(&w->names, file_name, strlen(file_name));
+    int64_t end = (int64_t)w->names.n;
+    vec_push(&w->names_offset, &end, 1);
+}
+
+void prep_shard_add_annotation(prep_shard_writer *w, int64_t id, const float bbox[4], int64_t category_id,
+                               int32_t class_index, uint8_t iscrowd, double area, const char *rle) {
+    MRCNN_CHECK(w->id.n > 0, "shard %s: an annotation before any image", w->tmp_path);
+    int64_t image = (int64_t)w->id.n - 1;
+    ((int64_t *)w->ann_count.p)[image]++;
+    vec_push(&w->a_id, &id, 1);
+    vec_push(&w->a_image, &image, 1);
+    vec_push(&w->a_bbox, bbox, 1);
+    vec_push(&w->a_cat, &category_id, 1);
+    vec_push(&w->a_class, &class_index, 1);
+    vec_push(&w->a_crowd, &iscrowd, 1);
+    vec_push(&w->a_area, &area, 1);
+    vec_push(&w->rle, rle, strlen(rle));
+    int64_t end = (int64_t)w->rle.n;
+    vec_push(&w->rle_offset, &end, 1);
+}
+
+static void write_vec(hid_t f, const char *name, hid_t type, const vec *v, uint64_t cols) {
+    uint64_t dims[2] = {v->n, cols};
+    prep_h5_write(f, name, type, cols > 1 ? 2 : 1, dims, v->p);
+}
+
+static void write_categories(hid_t f, const prep_categories *c) {
+    uint64_t k = (uint64_t)c->n;
+    prep_h5_write(f, "categories/id", H5T_NATIVE_INT64, 1, &k, c->ids);
+    prep_h5_write_strings(f, "categories/names", c->n, c->names);
+    prep_h5_write_strings(f, "categories/supercategories", c->n, c->supers);
+}
+
+void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotations, int64_t *bytes) {
+    hid_t f = w->file;
+    MRCNN_CHECK_HDF5(H5Dclose(w->bytes_ds), "images/bytes");
+    prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
+    prep_h5_attr_str(f, "name", w->name);
+    prep_h5_attr_i64(f, "shard", w->shard);
+    prep_h5_attr_i64(f, "num_shards", w->num_shards);
+    prep_h5_attr_i64(f, "num_images", (int64_t)w->id.n);
+    prep_h5_attr_i64(f, "num_annotations", (int64_t)w->a_id.n);
+    write_vec(f, "images/offset", H5T_NATIVE_INT64, &w->offset, 1);
+    write_vec(f, "images/length", H5T_NATIVE_INT64, &w->length, 1);
+    write_vec(f, "images/id", H5T_NATIVE_INT64, &w->id, 1);
+    write_vec(f, "images/height", H5T_NATIVE_INT32, &w->height, 1);
+    write_vec(f, "images/width", H5T_NATIVE_INT32, &w->width, 1);
+    write_vec(f, "images/ann_start", H5T_NATIVE_INT64, &w->ann_start, 1);
+    write_vec(f, "images/ann_count", H5T_NATIVE_INT64, &w->ann_count, 1);
+    write_vec(f, "images/flags", H5T_NATIVE_UINT8, &w->flags, 1);
+    write_vec(f, "images/names", H5T_NATIVE_UINT8, &w->names, 1);
+    write_vec(f, "images/names_offset", H5T_NATIVE_INT64, &w->names_offset, 1);
+    write_vec(f, "annotations/id", H5T_NATIVE_INT64, &w->a_id, 1);
+    write_vec(f, "annotations/image", H5T_NATIVE_INT64, &w->a_image, 1);
+    write_vec(f, "annotations/bbox", H5T_NATIVE_FLOAT, &w->a_bbox, 4);
+    write_vec(f, "annotations/category_id", H5T_NATIVE_INT64, &w->a_cat, 1);
+    write_vec(f, "annotations/class", H5T_NATIVE_INT32, &w->a_class, 1);
+    write_vec(f, "annotations/iscrowd", H5T_NATIVE_UINT8, &w->a_crowd, 1);
+    write_vec(f, "annotations/area", H5T_NATIVE_DOUBLE, &w->a_area, 1);
+    write_vec(f, "annotations/rle", H5T_NATIVE_UINT8, &w->rle, 1);
+    write_vec(f, "annotations/rle_offset", H5T_NATIVE_INT64, &w->rle_offset, 1);
+    write_categories(f, w->cats);
+    MRCNN_CHECK_HDF5(H5Fclose(f), w->tmp_path);
+    MRCNN_CHECK(rename(w->tmp_path, w->final_path) == 0, "cannot rename %s to %s", w->tmp_path, w->final_path);
+    *images = (int64_t)w->id.n;
+    *annotations = (int64_t)w->a_id.n;
+    *bytes = w->total_bytes;
+    vec *all[] = {&w->offset, &w->length, &w->id, &w->height, &w->width, &w->ann_start, &w->ann_count,
+                  &w->flags, &w->names, &w->names_offset, &w->a_id, &w->a_image, &w->a_bbox, &w->a_cat,
+                  &w->a_class, &w->a_crowd, &w->a_area, &w->rle, &w->rle_offset};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
+    free(w);
+}
+
+void prep_index_write(const char *dir, const char *name, int num_shards, const int64_t *images,
+                      const int64_t *annotations, const int64_t *bytes, const prep_categories *cats) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s-index.h5", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    hid_t f = MRCNN_CHECK_HDF5(H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp);
+    int64_t ni = 0, na = 0;
+    char **files = MRCNN_MALLOC(sizeof(char *) * (num_shards + 1), "shard names");
+    for (int s = 0; s < num_shards; s++) {
+        ni += images[s];
+        na += annotations[s];
+        files[s] = MRCNN_MALLOC(512, "shard name");
+        prep_shard_file_name(files[s], 512, name, s, num_shards);
+    }
+    prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
+    prep_h5_attr_str(f, "name", name);
+    prep_h5_attr_i64(f, "num_shards", num_shards);
+    prep_h5_attr_i64(f, "num_images", ni);
+    prep_h5_attr_i64(f, "num_annotations", na);
+    prep_h5_attr_i64(f, "num_classes", cats->n);
+    uint64_t n = (uint64_t)num_shards;
+    prep_h5_write_strings(f, "shards/files", num_shards, files);
+    prep_h5_write(f, "shards/num_images", H5T_NATIVE_INT64, 1, &n, images);
+    prep_h5_write(f, "shards/num_annotations", H5T_NATIVE_INT64, 1, &n, annotations);
+    prep_h5_write(f, "shards/bytes", H5T_NATIVE_INT64, 1, &n, bytes);
+    write_categories(f, cats);
+    MRCNN_CHECK_HDF5(H5Fclose(f), tmp);
+    MRCNN_CHECK(rename(tmp, path) == 0, "cannot rename %s to %s", tmp, path);
+    for (int s = 0; s < num_shards; s++) free(files[s]);
+    free(files);
+}
