@@ -1,0 +1,367 @@
+/* Convolutions through cuDNN: NHWC activations, KRSC filters (cuDNN's NHWC filter
+ * format), fp32 math for every storage dtype. Descriptors and algorithms are made
+ * once per shape and kept in a small hash map; the workspace is bounded.
+ * conv + bias + ReLU uses cudnnConvolutionBiasActivationForward only where it is
+ * faster: that call takes IMPLICIT_PRECOMP_GEMM alone, which often loses to the
+ * best plain algorithm followed by the bias + ReLU kernel, so the first call of a
+ * shape times both. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+typedef struct conv_key {
+    int n, h, w, c, k, r, s, sh, sw, ph, pw, dh, dw, dtype, tf32;
+} conv_key;
+
+struct cu_conv_algo {
+    int used;
+    conv_key key;
+    int p, q; // output extent
+    cudnnTensorDescriptor_t x_desc, y_desc, b_desc;
+    cudnnFilterDescriptor_t w_desc;
+    cudnnConvolutionDescriptor_t conv_desc;
+    cudnnActivationDescriptor_t act_desc;
+    int have_fwd, have_bwd_data, have_bwd_filter;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t fwd_ws, bwd_data_ws, bwd_filter_ws, fused_ws;
+    int fused; // -1 undecided, 0 plain conv then bias + ReLU kernel, 1 fused call
+};
+
+static cudnnDataType_t cudnn_dtype(int dt) {
+    if (dt == MRCNN_DTYPE_F16) return CUDNN_DATA_HALF;
+    if (dt == MRCNN_DTYPE_BF16) return CUDNN_DATA_BFLOAT16;
+    return CUDNN_DATA_FLOAT;
+}
+
+static uint64_t key_hash(const conv_key *k) {
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void entry_init(cu_state *s, cu_conv_algo *e, const conv_key *k) {
+    memset(e, 0, sizeof *e);
+    e->used = 1;
+    e->key = *k;
+    e->fused = -1;
+    cudnnDataType_t dt = cudnn_dtype(k->dtype);
+    MRCNN_CHECK_CUDNN(cudnnCreateTensorDescriptor(&e->x_desc));
+    MRCNN_CHECK_CUDNN(cudnnCreateTensorDescriptor(&e->y_desc));
+    MRCNN_CHECK_CUDNN(cudnnCreateTensorDescriptor(&e->b_desc));
+    MRCNN_CHECK_CUDNN(cudnnCreateFilterDescriptor(&e->w_desc));
+    MRCNN_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&e->conv_desc));
+    MRCNN_CHECK_CUDNN(cudnnCreateActivationDescriptor(&e->act_desc));
+    MRCNN_CHECK_CUDNN(cudnnSetTensor4dDescriptor(e->x_desc, CUDNN_TENSOR_NHWC, dt, k->n, k->c, k->h, k->w));
+    MRCNN_CHECK_CUDNN(cudnnSetFilter4dDescriptor(e->w_desc, dt, CUDNN_TENSOR_NHWC, k->k, k->c, k->r, k->s));
+    MRCNN_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(e->conv_desc, k->ph, k->pw, k->sh, k->sw, k->dh, k->dw,
+                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    /* FMA_MATH keeps fp32 convs off TF32; half types want the tensor cores. */
+    cudnnMathType_t math = (k->dtype == MRCNN_DTYPE_F32 && !k->tf32) ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    MRCNN_CHECK_CUDNN(cudnnSetConvolutionMathType(e->conv_desc, math));
+    int on, oc, oh, ow;
+    MRCNN_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(e->conv_desc, e->x_desc, e->w_desc, &on, &oc, &oh, &ow));
+    MRCNN_CHECK(on == k->n && oc == k->k, "conv2d: cuDNN output dims (%d, %d) disagree with (N, K) = (%d, %d)", on, oc,
+                k->n, k->k);
+    e->p = oh;
+    e->q = ow;
+    MRCNN_CHECK_CUDNN(cudnnSetTensor4dDescriptor(e->y_desc, CUDNN_TENSOR_NHWC, dt, k->n, k->k, oh, ow));
+    MRCNN_CHECK_CUDNN(cudnnSetTensor4dDescriptor(e->b_desc, CUDNN_TENSOR_NHWC, dt, 1, k->k, 1, 1));
+    MRCNN_CHECK_CUDNN(cudnnSetActivationDescriptor(e->act_desc, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    (void)s;
+}
+
+static void entry_free(cu_conv_algo *e) {
+    if (!e->used) return;
+    cudnnDestroyTensorDescriptor(e->x_desc);
+    cudnnDestroyTensorDescriptor(e->y_desc);
+    cudnnDestroyTensorDescriptor(e->b_desc);
+    cudnnDestroyFilterDescriptor(e->w_desc);
+    cudnnDestroyConvolutionDescriptor(e->conv_desc);
+    cudnnDestroyActivationDescriptor(e->act_desc);
+    e->used = 0;
+}
+
+void cu_conv_cache_free(cu_state *s) {
+    for (int i = 0; i < s->cap_algos; i++) entry_free(&s->algos[i]);
+    free(s->algos);
+    s->algos = NULL;
+    s->cap_algos = s->n_algos = 0;
+}
+
+static cu_conv_algo *probe(cu_conv_algo *tab, int cap, const conv_key *k) {
+    uint64_t i = key_hash(k) & (uint64_t)(cap - 1);
+    while (tab[i].used && memcmp(&tab[i].key, k, sizeof *k) != 0) i = (i + 1) & (uint64_t)(cap - 1);
+    return &tab[i];
+}
+
+static cu_conv_algo *conv_lookup(cu_state *s, const conv_key *k) {
+    if (s->cap_algos == 0 || 2 * (s->n_algos + 1) > s->cap_algos) {
+        /* Entries move on growth; nobody holds pointers across calls. */
+        int cap = s->cap_algos ? 2 * s->cap_algos : 64;
+        cu_conv_algo *tab = (cu_conv_algo *)MRCNN_CALLOC((size_t)cap, sizeof *tab, "conv algorithm cache");
+        for (int i = 0; i < s->cap_algos; i++)
+            if (s->algos[i].used) *probe(tab, cap, &s->algos[i].key) = s->algos[i];
+        free(s->algos);
+        s->algos = tab;
+        s->cap_algos = cap;
+    }
+    cu_conv_algo *e = probe(s->algos, s->cap_algos, k);
+    if (!e->used) {
+        entry_init(s, e, k);
+        s->n_algos++;
+    }
+    return e;
+}
+
+/* fp32 without TF32 accepts only FMA-math results; everything else the fastest. */
+static int perf_ok(const cu_state *s, const conv_key *k, cudnnStatus_t st, size_t mem, cudnnMathType_t math) {
+    if (st != CUDNN_STATUS_SUCCESS || mem > s->workspace_limit) return 0;
+    if (k->dtype == MRCNN_DTYPE_F32 && !k->tf32 && math == CUDNN_TENSOR_OP_MATH) return 0;
+    return 1;
+}
+
+#define CU_MAX_ALGOS 16
+
+static void choose_fwd(cu_state *s, cu_conv_algo *e) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CU_MAX_ALGOS];
+    int n = 0;
+    if (s->algo_find)
+        MRCNN_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
+                                                               CU_MAX_ALGOS, &n, perf));
+    else
+        MRCNN_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
+                                                                 CU_MAX_ALGOS, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+            e->fwd = perf[i].algo;
+            e->fwd_ws = perf[i].memory;
+            e->have_fwd = 1;
+            return;
+        }
+    }
+    MRCNN_CHECK(0, "conv2d_forward: cuDNN offers no algorithm within a %zu MB workspace for x (%d, %d, %d, %d), K %d, %dx%d",
+                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s);
+}
+
+static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CU_MAX_ALGOS];
+    int n = 0;
+    if (s->algo_find)
+        MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
+                                                                    e->x_desc, CU_MAX_ALGOS, &n, perf));
+    else
+        MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
+                                                                      e->x_desc, CU_MAX_ALGOS, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+            e->bwd_data = perf[i].algo;
+            e->bwd_data_ws = perf[i].memory;
+            e->have_bwd_data = 1;
+            return;
+        }
+    }
+    MRCNN_CHECK(0, "conv2d_backward: cuDNN offers no data-gradient algorithm within %zu MB for x (%d, %d, %d, %d), K %d",
+                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k);
+}
+
+static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CU_MAX_ALGOS];
+    int n = 0;
+    if (s->algo_find)
+        MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
+                                                                      e->w_desc, CU_MAX_ALGOS, &n, perf));
+    else
+        MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
+                                                                        e->w_desc, CU_MAX_ALGOS, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+            e->bwd_filter = perf[i].algo;
+            e->bwd_filter_ws = perf[i].memory;
+            e->have_bwd_filter = 1;
+            return;
+        }
+    }
+    MRCNN_CHECK(0, "conv2d_backward: cuDNN offers no filter-gradient algorithm within %zu MB for x (%d, %d, %d, %d), K %d",
+                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k);
+}
+
+static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype, const char *op) {
+    MRCNN_CHECK(d != NULL, "%s: NULL descriptor", op);
+    MRCNN_CHECK(d->n > 0 && d->h > 0 && d->w > 0 && d->c > 0 && d->k > 0 && d->r > 0 && d->s > 0,
+                "%s: sizes (N, H, W, C, K, R, S) = (%d, %d, %d, %d, %d, %d, %d) must be positive", op, d->n, d->h, d->w,
+                d->c, d->k, d->r, d->s);
+    MRCNN_CHECK(d->stride_h > 0 && d->stride_w > 0 && d->dil_h > 0 && d->dil_w > 0 && d->pad_h >= 0 && d->pad_w >= 0,
+                "%s: stride (%d, %d), dilation (%d, %d), padding (%d, %d) invalid", op, d->stride_h, d->stride_w,
+                d->dil_h, d->dil_w, d->pad_h, d->pad_w);
+    conv_key k;
+    memset(&k, 0, sizeof k);
+    k.n = d->n; k.h = d->h; k.w = d->w; k.c = d->c; k.k = d->k; k.r = d->r; k.s = d->s;
+    k.sh = d->stride_h; k.sw = d->stride_w; k.ph = d->pad_h; k.pw = d->pad_w; k.dh = d->dil_h; k.dw = d->dil_w;
+    k.dtype = dtype;
+    k.tf32 = dtype == MRCNN_DTYPE_F32 ? s->tf32 : 0;
+    return conv_lookup(s, &k);
+}
+
+static const float k_one = 1.0f, k_zero = 0.0f;
+
+static cudnnStatus_t run_fused(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, void *y) {
+    void *ws = cu_workspace(s, e->fused_ws);
+    /* z = y with alpha2 = 0: the call requires a z tensor; its value does not enter. */
+    return cudnnConvolutionBiasActivationForward(s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc,
+                                                 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, e->fused_ws,
+                                                 &k_zero, e->y_desc, y, e->b_desc, b, e->act_desc, e->y_desc, y);
+}
+
+static void run_plain(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, int relu, void *y) {
+    void *ws = cu_workspace(s, e->fwd_ws);
+    MRCNN_CHECK_CUDNN(cudnnConvolutionForward(s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc, e->fwd, ws,
+                                              e->fwd_ws, &k_zero, e->y_desc, y));
+    cu_bias_act(s, y, (mrcnn_dtype)e->key.dtype, (int64_t)e->key.n * e->p * e->q, e->key.k, b,
+                (mrcnn_dtype)e->key.dtype, relu);
+}
+
+static float time_ms(cu_state *s, cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    MRCNN_CHECK_CUDA(cudaEventSynchronize(b));
+    MRCNN_CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    (void)s;
+    return ms;
+}
+
+/* Decides once per shape whether the fused call is used (see the file comment). */
+static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, void *y) {
+    if (s->fused_mode == 0) {
+        e->fused = 0;
+        return;
+    }
+    cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                               &e->fused_ws);
+    if (st != CUDNN_STATUS_SUCCESS || e->fused_ws > s->workspace_limit) {
+        e->fused = 0;
+        return;
+    }
+    st = run_fused(s, e, x, w, b, y);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        MRCNN_CHECK(s->fused_mode != 1, "conv2d_forward: MRCNN_CONV_FUSED=1 but the fused call failed: %s",
+                    cudnnGetErrorString(st));
+        e->fused = 0;
+        return;
+    }
+    if (s->fused_mode == 1) {
+        e->fused = 1;
+        return;
+    }
+    cudaEvent_t t0, t1, t2;
+    MRCNN_CHECK_CUDA(cudaEventCreate(&t0));
+    MRCNN_CHECK_CUDA(cudaEventCreate(&t1));
+    MRCNN_CHECK_CUDA(cudaEventCreate(&t2));
+    const int reps = 3;
+    run_plain(s, e, x, w, b, 1, y); // warm-up of the plain path
+    MRCNN_CHECK_CUDA(cudaEventRecord(t0, s->stream));
+    for (int i = 0; i < reps; i++) MRCNN_CHECK_CUDNN(run_fused(s, e, x, w, b, y));
+    MRCNN_CHECK_CUDA(cudaEventRecord(t1, s->stream));
+    for (int i = 0; i < reps; i++) run_plain(s, e, x, w, b, 1, y);
+    MRCNN_CHECK_CUDA(cudaEventRecord(t2, s->stream));
+    float fused_ms = time_ms(s, t0, t1), plain_ms = time_ms(s, t1, t2);
+    e->fused = fused_ms < plain_ms;
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    cudaEventDestroy(t2);
+    if (getenv("MRCNN_CONV_VERBOSE"))
+        fprintf(stderr, "conv x (%d, %d, %d, %d) K %d %dx%d s%d: fused %.3f ms, plain %.3f ms -> %s\n", e->key.n, e->key.h,
+                e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, e->key.sh, fused_ms / reps, plain_ms / reps,
+                e->fused ? "fused" : "plain");
+}
+
+static void check_conv_tensors(const mrcnn_conv2d_desc *d, const cu_conv_algo *e, const mrcnn_tensor *x,
+                               const mrcnn_tensor *w, const mrcnn_tensor *y, const char *op) {
+    cu_check_float(x, op);
+    cu_check_float(w, op);
+    cu_check_numel(x, (int64_t)d->n * d->h * d->w * d->c, "conv2d x (N, H, W, C)");
+    cu_check_numel(w, (int64_t)d->k * d->r * d->s * d->c, "conv2d w (K, R, S, C)");
+    if (y) {
+        cu_check_float(y, op);
+        cu_check_numel(y, (int64_t)d->n * e->p * e->q * d->k, "conv2d y (N, P, Q, K)");
+        MRCNN_CHECK(y->dtype == x->dtype, "%s: y dtype %d differs from x dtype %d", op, (int)y->dtype, (int)x->dtype);
+    }
+}
+
+static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                              const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    cu_state *s = cu_st(be);
+    cu_check_float(x, "conv2d_forward x");
+    cu_conv_algo *e = conv_entry(s, d, x->dtype, "conv2d_forward");
+    check_conv_tensors(d, e, x, w, y, "conv2d_forward");
+    const mrcnn_dtype dt = x->dtype;
+    const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+    const void *bp = NULL;
+    if (b) {
+        cu_check_float(b, "conv2d_forward b");
+        cu_check_numel(b, d->k, "conv2d_forward b (K)");
+        bp = cu_as_dtype(s, b, dt, CU_SCRATCH_B);
+    }
+    if (!e->have_fwd) choose_fwd(s, e);
+    const int relu = act == MRCNN_ACT_RELU;
+    if (relu && bp && e->fused < 0) choose_fused(s, e, x->data, wp, bp, y->data);
+    if (relu && bp && e->fused == 1) {
+        MRCNN_CHECK_CUDNN(run_fused(s, e, x->data, wp, bp, y->data));
+        return;
+    }
+    run_plain(s, e, x->data, wp, bp, relu, y->data);
+}
+
+static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                               const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                               mrcnn_tensor *db) {
+    cu_state *s = cu_st(be);
+    cu_check_float(dy, "conv2d_backward dy");
+    const mrcnn_dtype dt = dy->dtype;
+    cu_conv_algo *e = conv_entry(s, d, dt, "conv2d_backward");
+    cu_check_numel(dy, (int64_t)d->n * e->p * e->q * d->k, "conv2d_backward dy (N, P, Q, K)");
+    if (dx) {
+        cu_check_float(w, "conv2d_backward w");
+        cu_check_numel(w, (int64_t)d->k * d->r * d->s * d->c, "conv2d_backward w (K, R, S, C)");
+        cu_check_float(dx, "conv2d_backward dx");
+        cu_check_numel(dx, (int64_t)d->n * d->h * d->w * d->c, "conv2d_backward dx (N, H, W, C)");
+        MRCNN_CHECK(dx->dtype == dt, "conv2d_backward: dx dtype %d differs from dy dtype %d", (int)dx->dtype, (int)dt);
+        const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+        if (!e->have_bwd_data) choose_bwd_data(s, e);
+        void *ws = cu_workspace(s, e->bwd_data_ws);
+        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardData(s->cudnn, &k_one, e->w_desc, wp, e->y_desc, dy->data,
+                                                       e->conv_desc, e->bwd_data, ws, e->bwd_data_ws, &k_one,
+                                                       e->x_desc, dx->data));
+    }
+    if (dw) {
+        cu_check_float(x, "conv2d_backward x");
+        cu_check_numel(x, (int64_t)d->n * d->h * d->w * d->c, "conv2d_backward x (N, H, W, C)");
+        MRCNN_CHECK(x->dtype == dt, "conv2d_backward: x dtype %d differs from dy dtype %d", (int)x->dtype, (int)dt);
+        cu_check_float(dw, "conv2d_backward dw");
+        const int64_t nw = (int64_t)d->k * d->r * d->s * d->c;
+        cu_check_numel(dw, nw, "conv2d_backward dw (K, R, S, C)");
+        if (!e->have_bwd_filter) choose_bwd_filter(s, e);
+        /* cuDNN writes dw in the data dtype; an fp32 master gradient gets it added. */
+        const int direct = dw->dtype == dt;
+        void *target = direct ? dw->data : cu_scratch(s, CU_SCRATCH_GRAD, (size_t)nw * cu_dtype_size(dt));
+        void *ws = cu_workspace(s, e->bwd_filter_ws);
+        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardFilter(s->cudnn, &k_one, e->x_desc, x->data, e->y_desc, dy->data,
+                                                         e->conv_desc, e->bwd_filter, ws, e->bwd_filter_ws,
+                                                         direct ? &k_one : &k_zero, e->w_desc, target));
+        if (!direct) cu_accumulate(s, target, dt, dw->data, dw->dtype, nw);
+    }
+    if (db) {
+        cu_check_float(db, "conv2d_backward db");
+        cu_check_numel(db, d->k, "conv2d_backward db (K)");
+        cu_bias_grad(s, dy->data, dt, (int64_t)d->n * e->p * e->q, d->k, db->data, db->dtype);
+    }
+}
+
+void cu_fill_conv_ops(mrcnn_backend *be) {
+    be->conv2d_forward = cu_conv2d_forward;
+    be->conv2d_backward = cu_conv2d_backward;
+}

@@ -1,0 +1,392 @@
+/* Elementwise and pooling kernels: casts, accumulation, bias + ReLU, bias gradient,
+ * relu, add, max-pool and the FPN upsample + add. Backward kernels gather (each
+ * output element summed by one thread in a fixed order), so results are
+ * deterministic and need no atomics. */
+#include <math.h>
+
+#include "cuda_dtype.cuh"
+#include "cuda_internal.h"
+
+#define CU_THREADS 256
+
+/* ---- casts and accumulation -------------------------------------------------------- */
+
+__global__ void k_cast(const void *x, int xt, void *y, int yt, int64_t n) {
+    CU_GRID_STRIDE(i, n) cu_store(y, i, yt, cu_load(x, i, xt));
+}
+
+__global__ void k_accumulate(const void *x, int xt, void *y, int yt, int64_t n) {
+    CU_GRID_STRIDE(i, n) cu_store(y, i, yt, cu_load(y, i, yt) + cu_load(x, i, xt));
+}
+
+void cu_cast(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dtype yt, int64_t n) {
+    if (n <= 0) return;
+    k_cast<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(x, xt, y, yt, n);
+    MRCNN_CHECK_LAUNCH("cast");
+}
+
+void cu_accumulate(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dtype yt, int64_t n) {
+    if (n <= 0) return;
+    k_accumulate<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(x, xt, y, yt, n);
+    MRCNN_CHECK_LAUNCH("accumulate");
+}
+
+/* ---- bias + activation, bias gradient --------------------------------------------------- */
+
+__global__ void k_bias_act(void *y, int yt, int64_t m, int k, const void *b, int bt, int relu) {
+    const int64_t n = m * k;
+    CU_GRID_STRIDE(i, n) {
+        float v = cu_load(y, i, yt);
+        if (b) v += cu_load(b, i % k, bt);
+        if (relu) v = v > 0.0f ? v : 0.0f;
+        cu_store(y, i, yt, v);
+    }
+}
+
+void cu_bias_act(cu_state *s, void *y, mrcnn_dtype yt, int64_t m, int k, const void *b, mrcnn_dtype bt,
+                 int relu) {
+    if (m * k <= 0 || (!b && !relu)) return;
+    k_bias_act<<<cu_blocks(m * k, CU_THREADS), CU_THREADS, 0, s->stream>>>(y, yt, m, k, b, bt, relu);
+    MRCNN_CHECK_LAUNCH("bias_act");
+}
+
+/* Pass 1: block (bx, by) sums column tile bx over its row chunk by into
+ * part[by * k + col], in a fixed order. Block shape (32 columns, 8 row lanes). */
+#define BG_COLS 32
+#define BG_LANES 8
+#define BG_MAX_CHUNKS 256
+__global__ void k_bias_grad_partial(const void *dy, int dyt, int64_t m, int k, int64_t rows_per_chunk,
+                                    double *part) {
+    __shared__ double acc[BG_LANES][BG_COLS];
+    const int col = blockIdx.x * BG_COLS + threadIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
+    int64_t r1 = r0 + rows_per_chunk;
+    if (r1 > m) r1 = m;
+    double a = 0;
+    if (col < k)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BG_LANES) a += cu_load(dy, r * k + col, dyt);
+    acc[threadIdx.y][threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < k) {
+        double t = 0;
+        for (int l = 0; l < BG_LANES; l++) t += acc[l][threadIdx.x];
+        part[(int64_t)blockIdx.y * k + col] = t;
+    }
+}
+
+__global__ void k_bias_grad_final(const double *part, int chunks, int k, void *db, int dbt) {
+    CU_GRID_STRIDE(col, (int64_t)k) {
+        double t = 0;
+        for (int c = 0; c < chunks; c++) t += part[(int64_t)c * k + col];
+        cu_store(db, col, dbt, (float)(cu_load(db, col, dbt) + t));
+    }
+}
+
+void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k, void *db, mrcnn_dtype dbt) {
+    if (m <= 0 || k <= 0) return;
+    int64_t chunks = (m + 1023) / 1024; // about 1024 rows per block
+    if (chunks > BG_MAX_CHUNKS) chunks = BG_MAX_CHUNKS;
+    int64_t rows_per_chunk = (m + chunks - 1) / chunks;
+    chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
+    double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, (size_t)chunks * k * sizeof(double));
+    dim3 grid((unsigned)((k + BG_COLS - 1) / BG_COLS), (unsigned)chunks);
+    dim3 block(BG_COLS, BG_LANES);
+    k_bias_grad_partial<<<grid, block, 0, s->stream>>>(dy, dyt, m, k, rows_per_chunk, part);
+    MRCNN_CHECK_LAUNCH("bias_grad_partial");
+    k_bias_grad_final<<<cu_blocks(k, CU_THREADS), CU_THREADS, 0, s->stream>>>(part, (int)chunks, k, db, dbt);
+    MRCNN_CHECK_LAUNCH("bias_grad_final");
+}
+
+/* ---- relu, add -------------------------------------------------------------------------- */
+
+__global__ void k_relu_fwd(const void *x, int xt, void *y, int yt, int64_t n) {
+    CU_GRID_STRIDE(i, n) {
+        float v = cu_load(x, i, xt);
+        cu_store(y, i, yt, v > 0.0f ? v : 0.0f);
+    }
+}
+
+__global__ void k_relu_bwd(const void *y, int yt, const void *dy, int dyt, void *dx, int dxt, int64_t n) {
+    CU_GRID_STRIDE(i, n) {
+        if (cu_load(y, i, yt) > 0.0f) cu_store(dx, i, dxt, cu_load(dx, i, dxt) + cu_load(dy, i, dyt));
+    }
+}
+
+__global__ void k_add_fwd(const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n) {
+    CU_GRID_STRIDE(i, n) cu_store(y, i, yt, cu_load(a, i, at) + cu_load(b, i, bt));
+}
+
+static void cu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    cu_check_float(x, "relu_forward x");
+    cu_check_float(y, "relu_forward y");
+    int64_t n = cu_numel(x);
+    cu_check_numel(y, n, "relu_forward y");
+    if (n == 0) return;
+    k_relu_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(x->data, x->dtype, y->data, y->dtype, n);
+    MRCNN_CHECK_LAUNCH("relu_forward");
+}
+
+static void cu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy,
+                             mrcnn_tensor *dx) {
+    cu_check_float(y, "relu_backward y");
+    cu_check_float(dy, "relu_backward dy");
+    cu_check_float(dx, "relu_backward dx");
+    int64_t n = cu_numel(y);
+    cu_check_numel(dy, n, "relu_backward dy");
+    cu_check_numel(dx, n, "relu_backward dx");
+    if (n == 0) return;
+    k_relu_bwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(y->data, y->dtype, dy->data, dy->dtype,
+                                                                                  dx->data, dx->dtype, n);
+    MRCNN_CHECK_LAUNCH("relu_backward");
+}
+
+static void cu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *y) {
+    cu_check_float(a, "add_forward a");
+    cu_check_float(b, "add_forward b");
+    cu_check_float(y, "add_forward y");
+    int64_t n = cu_numel(a);
+    cu_check_numel(b, n, "add_forward b");
+    cu_check_numel(y, n, "add_forward y");
+    if (n == 0) return;
+    k_add_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(a->data, a->dtype, b->data, b->dtype,
+                                                                                 y->data, y->dtype, n);
+    MRCNN_CHECK_LAUNCH("add_forward");
+}
+
+static void cu_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
+    cu_check_float(dy, "add_backward dy");
+    int64_t n = cu_numel(dy);
+    if (da) {
+        cu_check_float(da, "add_backward da");
+        cu_check_numel(da, n, "add_backward da");
+        cu_accumulate(cu_st(be), dy->data, dy->dtype, da->data, da->dtype, n);
+    }
+    if (db) {
+        cu_check_float(db, "add_backward db");
+        cu_check_numel(db, n, "add_backward db");
+        cu_accumulate(cu_st(be), dy->data, dy->dtype, db->data, db->dtype, n);
+    }
+}
+
+/* ---- max-pool ---------------------------------------------------------------------------- */
+
+typedef struct {
+    int n, h, w, c, k, stride, pad, p, q;
+} pool_geom;
+
+/* PyTorch's rule: a larger value or a NaN takes the window. */
+static __device__ __forceinline__ int pool_beats(float v, float best) { return v > best || v != v; }
+
+__global__ void k_maxpool_fwd(pool_geom g, const void *x, int xt, void *y, int yt) {
+    const int64_t total = (int64_t)g.n * g.p * g.q * g.c;
+    CU_GRID_STRIDE(i, total) {
+        int c = (int)(i % g.c);
+        int64_t t = i / g.c;
+        int q = (int)(t % g.q);
+        t /= g.q;
+        int p = (int)(t % g.p);
+        int n = (int)(t / g.p);
+        float best = -INFINITY;
+        for (int r = 0; r < g.k; r++) {
+            int h = p * g.stride - g.pad + r;
+            if (h < 0 || h >= g.h) continue;
+            for (int s = 0; s < g.k; s++) {
+                int w = q * g.stride - g.pad + s;
+                if (w < 0 || w >= g.w) continue;
+                float v = cu_load(x, (((int64_t)n * g.h + h) * g.w + w) * g.c + c, xt);
+                if (pool_beats(v, best)) best = v;
+            }
+        }
+        cu_store(y, i, yt, best);
+    }
+}
+
+/* One thread per input element: it sums dy over the windows whose first maximum
+ * (scan order r, s; the first NaN stays) is this element. */
+__global__ void k_maxpool_bwd(pool_geom g, const void *x, int xt, const void *dy, int dyt, void *dx, int dxt) {
+    const int64_t total = (int64_t)g.n * g.h * g.w * g.c;
+    CU_GRID_STRIDE(i, total) {
+        int c = (int)(i % g.c);
+        int64_t t = i / g.c;
+        int wi = (int)(t % g.w);
+        t /= g.w;
+        int hi = (int)(t % g.h);
+        int n = (int)(t / g.h);
+        /* Windows p with p*stride - pad <= hi <= p*stride - pad + k - 1. */
+        int lo_h = hi + g.pad - g.k + 1, lo_w = wi + g.pad - g.k + 1;
+        int p0 = lo_h <= 0 ? 0 : (lo_h + g.stride - 1) / g.stride;
+        int q0 = lo_w <= 0 ? 0 : (lo_w + g.stride - 1) / g.stride;
+        int p1 = (hi + g.pad) / g.stride, q1 = (wi + g.pad) / g.stride;
+        if (p1 > g.p - 1) p1 = g.p - 1;
+        if (q1 > g.q - 1) q1 = g.q - 1;
+        const int64_t img = (int64_t)n * g.h * g.w * g.c;
+        float acc = 0.0f;
+        int hit = 0;
+        for (int p = p0; p <= p1; p++) {
+            for (int q = q0; q <= q1; q++) {
+                float best = -INFINITY;
+                int arg_h = -1, arg_w = -1;
+                for (int r = 0; r < g.k; r++) {
+                    int h = p * g.stride - g.pad + r;
+                    if (h < 0 || h >= g.h) continue;
+                    for (int s = 0; s < g.k; s++) {
+                        int w = q * g.stride - g.pad + s;
+                        if (w < 0 || w >= g.w) continue;
+                        float v = cu_load(x, img + ((int64_t)h * g.w + w) * g.c + c, xt);
+                        if (arg_h < 0 || (best == best && pool_beats(v, best))) {
+                            best = v;
+                            arg_h = h;
+                            arg_w = w;
+                        }
+                    }
+                }
+                if (arg_h == hi && arg_w == wi) {
+                    acc += cu_load(dy, (((int64_t)n * g.p + p) * g.q + q) * g.c + c, dyt);
+                    hit = 1;
+                }
+            }
+        }
+        if (hit) cu_store(dx, i, dxt, cu_load(dx, i, dxt) + acc);
+    }
+}
+
+static pool_geom pool_geom_make(const mrcnn_pool2d_desc *d, const char *op) {
+    MRCNN_CHECK(d != NULL, "%s: NULL descriptor", op);
+    MRCNN_CHECK(d->n > 0 && d->h > 0 && d->w > 0 && d->c > 0, "%s: input (N, H, W, C) = (%d, %d, %d, %d) must be positive",
+                op, d->n, d->h, d->w, d->c);
+    MRCNN_CHECK(d->kernel > 0 && d->stride > 0 && d->pad >= 0 && 2 * d->pad <= d->kernel,
+                "%s: kernel %d, stride %d, pad %d invalid", op, d->kernel, d->stride, d->pad);
+    MRCNN_CHECK(d->h + 2 * d->pad >= d->kernel && d->w + 2 * d->pad >= d->kernel,
+                "%s: padded input smaller than the window", op);
+    pool_geom g = {d->n, d->h, d->w, d->c, d->kernel, d->stride, d->pad, 0, 0};
+    g.p = (d->h + 2 * d->pad - d->kernel) / d->stride + 1;
+    g.q = (d->w + 2 * d->pad - d->kernel) / d->stride + 1;
+    return g;
+}
+
+static void cu_maxpool2d_forward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
+                                 mrcnn_tensor *y) {
+    pool_geom g = pool_geom_make(d, "maxpool2d_forward");
+    cu_check_float(x, "maxpool2d_forward x");
+    cu_check_float(y, "maxpool2d_forward y");
+    cu_check_numel(x, (int64_t)g.n * g.h * g.w * g.c, "maxpool2d_forward x");
+    int64_t n = (int64_t)g.n * g.p * g.q * g.c;
+    cu_check_numel(y, n, "maxpool2d_forward y");
+    k_maxpool_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(g, x->data, x->dtype, y->data, y->dtype);
+    MRCNN_CHECK_LAUNCH("maxpool2d_forward");
+}
+
+static void cu_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
+                                  const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    pool_geom g = pool_geom_make(d, "maxpool2d_backward");
+    cu_check_float(x, "maxpool2d_backward x");
+    cu_check_float(dy, "maxpool2d_backward dy");
+    cu_check_float(dx, "maxpool2d_backward dx");
+    int64_t n = (int64_t)g.n * g.h * g.w * g.c;
+    cu_check_numel(x, n, "maxpool2d_backward x");
+    cu_check_numel(dx, n, "maxpool2d_backward dx");
+    cu_check_numel(dy, (int64_t)g.n * g.p * g.q * g.c, "maxpool2d_backward dy");
+    k_maxpool_bwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(g, x->data, x->dtype, dy->data,
+                                                                                     dy->dtype, dx->data, dx->dtype);
+    MRCNN_CHECK_LAUNCH("maxpool2d_backward");
+}
+
+/* ---- upsample (nearest) + add ---------------------------------------------------------------- */
+
+/* top (N, h, w, C), lateral and y (N, H, W, C): source index floor(dst * in / out). */
+__global__ void k_upsample_add_fwd(int n, int h, int w, int H, int W, int c, const void *top, int tt,
+                                   const void *lat, int lt, void *y, int yt) {
+    const int64_t total = (int64_t)n * H * W * c;
+    CU_GRID_STRIDE(i, total) {
+        int ch = (int)(i % c);
+        int64_t t = i / c;
+        int j = (int)(t % W);
+        t /= W;
+        int r = (int)(t % H);
+        int ni = (int)(t / H);
+        int sr = (int)((int64_t)r * h / H), sc = (int)((int64_t)j * w / W);
+        float v = cu_load(lat, i, lt) + cu_load(top, (((int64_t)ni * h + sr) * w + sc) * c + ch, tt);
+        cu_store(y, i, yt, v);
+    }
+}
+
+/* One thread per top element: destination rows [ceil(a H / h), ceil((a+1) H / h)). */
+__global__ void k_upsample_add_bwd_top(int n, int h, int w, int H, int W, int c, const void *dy, int dyt,
+                                       void *dtop, int tt) {
+    const int64_t total = (int64_t)n * h * w * c;
+    CU_GRID_STRIDE(i, total) {
+        int ch = (int)(i % c);
+        int64_t t = i / c;
+        int b = (int)(t % w);
+        t /= w;
+        int a = (int)(t % h);
+        int ni = (int)(t / h);
+        int64_t r0 = ((int64_t)a * H + h - 1) / h, r1 = ((int64_t)(a + 1) * H + h - 1) / h;
+        int64_t c0 = ((int64_t)b * W + w - 1) / w, c1 = ((int64_t)(b + 1) * W + w - 1) / w;
+        if (r1 > H) r1 = H;
+        if (c1 > W) c1 = W;
+        float acc = 0.0f;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = c0; j < c1; j++) acc += cu_load(dy, (((int64_t)ni * H + r) * W + j) * c + ch, dyt);
+        cu_store(dtop, i, tt, cu_load(dtop, i, tt) + acc);
+    }
+}
+
+static void upsample_shapes(const mrcnn_tensor *top, const mrcnn_tensor *big, const char *op, int *n, int *h, int *w,
+                            int *H, int *W, int *c) {
+    MRCNN_CHECK(top->ndim == 4 && big->ndim == 4, "%s: tensors must be (N, H, W, C)", op);
+    MRCNN_CHECK(top->shape[0] == big->shape[0] && top->shape[3] == big->shape[3],
+                "%s: top (N, h, w, C) and lateral (N, H, W, C) disagree on N or C", op);
+    *n = (int)top->shape[0];
+    *h = (int)top->shape[1];
+    *w = (int)top->shape[2];
+    *c = (int)top->shape[3];
+    *H = (int)big->shape[1];
+    *W = (int)big->shape[2];
+    MRCNN_CHECK(*h > 0 && *w > 0 && *H > 0 && *W > 0, "%s: empty spatial extent", op);
+}
+
+static void cu_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
+                                    mrcnn_tensor *y) {
+    cu_check_float(top, "upsample_add_forward top");
+    cu_check_float(lateral, "upsample_add_forward lateral");
+    cu_check_float(y, "upsample_add_forward y");
+    int n, h, w, H, W, c;
+    upsample_shapes(top, lateral, "upsample_add_forward", &n, &h, &w, &H, &W, &c);
+    int64_t total = (int64_t)n * H * W * c;
+    cu_check_numel(y, total, "upsample_add_forward y");
+    k_upsample_add_fwd<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
+        n, h, w, H, W, c, top->data, top->dtype, lateral->data, lateral->dtype, y->data, y->dtype);
+    MRCNN_CHECK_LAUNCH("upsample_add_forward");
+}
+
+static void cu_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
+                                     mrcnn_tensor *dlateral) {
+    cu_check_float(dy, "upsample_add_backward dy");
+    int64_t total = cu_numel(dy);
+    if (dlateral) {
+        cu_check_float(dlateral, "upsample_add_backward dlateral");
+        cu_check_numel(dlateral, total, "upsample_add_backward dlateral");
+        cu_accumulate(cu_st(be), dy->data, dy->dtype, dlateral->data, dlateral->dtype, total);
+    }
+    if (dtop) {
+        cu_check_float(dtop, "upsample_add_backward dtop");
+        int n, h, w, H, W, c;
+        upsample_shapes(dtop, dy, "upsample_add_backward", &n, &h, &w, &H, &W, &c);
+        int64_t nt = (int64_t)n * h * w * c;
+        k_upsample_add_bwd_top<<<cu_blocks(nt, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
+            n, h, w, H, W, c, dy->data, dy->dtype, dtop->data, dtop->dtype);
+        MRCNN_CHECK_LAUNCH("upsample_add_backward");
+    }
+}
+
+void cu_fill_elementwise_ops(mrcnn_backend *be) {
+    be->relu_forward = cu_relu_forward;
+    be->relu_backward = cu_relu_backward;
+    be->add_forward = cu_add_forward;
+    be->add_backward = cu_add_backward;
+    be->maxpool2d_forward = cu_maxpool2d_forward;
+    be->maxpool2d_backward = cu_maxpool2d_backward;
+    be->upsample_add_forward = cu_upsample_add_forward;
+    be->upsample_add_backward = cu_upsample_add_backward;
+}

@@ -1,0 +1,272 @@
+/* Linear layers and the 2x2 stride-2 deconvolution through cuBLAS (cublasGemmEx,
+ * fp32 compute for every storage dtype).
+ *
+ * Row-major to cuBLAS's column-major: a row-major (R, C) matrix is a column-major
+ * (C, R) one, so y = x w^T becomes y^T = w x^T with no copies.
+ *
+ * The deconvolution is a GEMM because its 2x2 windows do not overlap at stride 2:
+ * Z (M, 4K) = x (M, C) w^T with w viewed as (4K, C), then Z is scattered to
+ * y[n, 2i+r, 2j+s, k] with bias and ReLU. (cuDNN's backward-data would need the
+ * filter transposed to (C, 2, 2, K) and gives no fused bias either.) Rows are
+ * processed in chunks so that the Z scratch stays bounded. */
+#include "cuda_dtype.cuh"
+#include "cuda_internal.h"
+
+#define CU_THREADS 256
+#define DECONV_SCRATCH_ELEMS (32LL << 20) // Z block: at most 32 M elements per chunk
+
+static cudaDataType_t cublas_dtype(mrcnn_dtype dt) {
+    if (dt == MRCNN_DTYPE_F16) return CUDA_R_16F;
+    if (dt == MRCNN_DTYPE_BF16) return CUDA_R_16BF;
+    return CUDA_R_32F;
+}
+
+static cublasComputeType_t compute_type(const cu_state *s, mrcnn_dtype dt) {
+    return (dt == MRCNN_DTYPE_F32 && s->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+static void check_gemm_out(mrcnn_dtype in, mrcnn_dtype out, const char *what) {
+    MRCNN_CHECK(out == in || out == MRCNN_DTYPE_F32, "%s: output dtype %d must be the input dtype %d or fp32", what,
+                (int)out, (int)in);
+}
+
+/* y (n, out) = x (n, in) w^T (w (out, in)) + beta y. */
+static void lin_fwd(cu_state *s, int n, int in, int out, const void *x, const void *w, mrcnn_dtype dt, void *y,
+                    mrcnn_dtype yt, float beta) {
+    if (n == 0 || out == 0) return;
+    const float one = 1.0f;
+    MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, cublas_dtype(dt), in, x,
+                                    cublas_dtype(dt), in, &beta, y, cublas_dtype(yt), out, compute_type(s, dt),
+                                    CUBLAS_GEMM_DEFAULT));
+}
+
+/* dx (n, in) += dy (n, out) w (out, in). */
+static void lin_bwd_data(cu_state *s, int n, int in, int out, const void *dy, const void *w, mrcnn_dtype dt, void *dx,
+                         mrcnn_dtype dxt) {
+    if (n == 0 || in == 0 || out == 0) return;
+    const float one = 1.0f;
+    MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, cublas_dtype(dt), in, dy,
+                                    cublas_dtype(dt), out, &one, dx, cublas_dtype(dxt), in, compute_type(s, dt),
+                                    CUBLAS_GEMM_DEFAULT));
+}
+
+/* dw (out, in) += dy^T (out, n) x (n, in). */
+static void lin_bwd_filter(cu_state *s, int n, int in, int out, const void *x, const void *dy, mrcnn_dtype dt, void *dw,
+                           mrcnn_dtype dwt) {
+    if (n == 0 || in == 0 || out == 0) return;
+    const float one = 1.0f;
+    MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, cublas_dtype(dt), in, dy,
+                                    cublas_dtype(dt), out, &one, dw, cublas_dtype(dwt), in, compute_type(s, dt),
+                                    CUBLAS_GEMM_DEFAULT));
+}
+
+static int as_int(int64_t v, const char *what) {
+    MRCNN_CHECK(v >= 0 && v <= 2147483647LL, "%s: extent %lld does not fit cuBLAS's int", what, (long long)v);
+    return (int)v;
+}
+
+/* ---- linear ----------------------------------------------------------------------------- */
+
+static void linear_shapes(const mrcnn_tensor *x, const mrcnn_tensor *w, const char *op, int *n, int *in, int *out) {
+    cu_check_float(x, op);
+    cu_check_float(w, op);
+    MRCNN_CHECK(w->ndim == 2, "%s: w must be (out, in), has %d dims", op, w->ndim);
+    *out = as_int(w->shape[0], op);
+    *in = as_int(w->shape[1], op);
+    MRCNN_CHECK(*in > 0, "%s: w (out, in) has in = 0", op);
+    int64_t nx = cu_numel(x);
+    MRCNN_CHECK(nx % *in == 0, "%s: x has %lld elements, not a multiple of in = %d", op, (long long)nx, *in);
+    *n = as_int(nx / *in, op);
+}
+
+static void cu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                              const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    cu_state *s = cu_st(be);
+    int n, in, out;
+    linear_shapes(x, w, "linear_forward", &n, &in, &out);
+    cu_check_float(y, "linear_forward y");
+    cu_check_numel(y, (int64_t)n * out, "linear_forward y (N, out)");
+    const mrcnn_dtype dt = x->dtype;
+    check_gemm_out(dt, y->dtype, "linear_forward y");
+    const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+    lin_fwd(s, n, in, out, x->data, wp, dt, y->data, y->dtype, 0.0f);
+    const void *bp = NULL;
+    if (b) {
+        cu_check_float(b, "linear_forward b");
+        cu_check_numel(b, out, "linear_forward b (out)");
+        bp = b->data;
+    }
+    cu_bias_act(s, y->data, y->dtype, n, out, bp, b ? b->dtype : MRCNN_DTYPE_F32, act == MRCNN_ACT_RELU);
+}
+
+static void cu_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    cu_state *s = cu_st(be);
+    int n, in, out;
+    linear_shapes(x, w, "linear_backward", &n, &in, &out);
+    cu_check_float(dy, "linear_backward dy");
+    cu_check_numel(dy, (int64_t)n * out, "linear_backward dy (N, out)");
+    const mrcnn_dtype dt = dy->dtype;
+    if (dx) {
+        cu_check_float(dx, "linear_backward dx");
+        cu_check_numel(dx, (int64_t)n * in, "linear_backward dx (N, in)");
+        check_gemm_out(dt, dx->dtype, "linear_backward dx");
+        const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+        lin_bwd_data(s, n, in, out, dy->data, wp, dt, dx->data, dx->dtype);
+    }
+    if (dw) {
+        cu_check_float(dw, "linear_backward dw");
+        cu_check_numel(dw, (int64_t)out * in, "linear_backward dw (out, in)");
+        check_gemm_out(dt, dw->dtype, "linear_backward dw");
+        const void *xp = cu_as_dtype(s, x, dt, CU_SCRATCH_GEMM);
+        lin_bwd_filter(s, n, in, out, xp, dy->data, dt, dw->data, dw->dtype);
+    }
+    if (db) {
+        cu_check_float(db, "linear_backward db");
+        cu_check_numel(db, out, "linear_backward db (out)");
+        cu_bias_grad(s, dy->data, dt, n, out, db->data, db->dtype);
+    }
+}
+
+/* ---- deconv 2x2 stride 2 ---------------------------------------------------------------- */
+
+/* Rows [m0, m0 + rows) of Z (fp32, (rows, 4K), column k*4 + r*2 + s) to y (N, 2H, 2W, K),
+ * plus bias and ReLU. Threads run over (row, r*2+s, k), k fastest, so writes coalesce. */
+__global__ void k_deconv_scatter(const float *z, int64_t m0, int64_t rows, int h, int w, int k, const void *b, int bt,
+                                 int relu, void *y, int yt) {
+    const int64_t total = rows * 4 * k;
+    CU_GRID_STRIDE(t, total) {
+        int kk = (int)(t % k);
+        int rs = (int)(t / k % 4);
+        int64_t row = t / ((int64_t)4 * k);
+        int64_t m = m0 + row;
+        int j = (int)(m % w);
+        int64_t ni = m / w; // n * H + i
+        int i = (int)(ni % h);
+        int64_t n = ni / h;
+        int r = rs >> 1, s = rs & 1;
+        float v = z[row * 4 * k + kk * 4 + rs];
+        if (b) v += cu_load(b, kk, bt);
+        if (relu) v = v > 0.0f ? v : 0.0f;
+        int64_t oh = 2 * i + r, ow = 2 * j + s;
+        cu_store(y, ((n * 2 * h + oh) * 2 * w + ow) * k + kk, yt, v);
+    }
+}
+
+/* dZ rows [m0, m0 + rows) (dtype of dy) gathered from dy (N, 2H, 2W, K). */
+__global__ void k_deconv_gather(const void *dy, int dyt, int64_t m0, int64_t rows, int h, int w, int k, void *dz) {
+    const int64_t total = rows * 4 * k;
+    CU_GRID_STRIDE(t, total) {
+        int kk = (int)(t % k);
+        int rs = (int)(t / k % 4);
+        int64_t row = t / ((int64_t)4 * k);
+        int64_t m = m0 + row;
+        int j = (int)(m % w);
+        int64_t ni = m / w;
+        int i = (int)(ni % h);
+        int64_t n = ni / h;
+        int r = rs >> 1, s = rs & 1;
+        int64_t oh = 2 * i + r, ow = 2 * j + s;
+        cu_store(dz, row * 4 * k + kk * 4 + rs, dyt, cu_load(dy, ((n * 2 * h + oh) * 2 * w + ow) * k + kk, dyt));
+    }
+}
+
+static void deconv_shapes(const mrcnn_tensor *x, const mrcnn_tensor *w, const char *op, int *n, int *h, int *wd,
+                          int *c, int *k) {
+    cu_check_float(x, op);
+    cu_check_float(w, op);
+    MRCNN_CHECK(x->ndim == 4, "%s: x must be (N, H, W, C)", op);
+    MRCNN_CHECK(w->ndim == 4 && w->shape[1] == 2 && w->shape[2] == 2 && w->shape[3] == x->shape[3],
+                "%s: w must be (K, 2, 2, C) with C = %lld", op, (long long)x->shape[3]);
+    *n = as_int(x->shape[0], op);
+    *h = as_int(x->shape[1], op);
+    *wd = as_int(x->shape[2], op);
+    *c = as_int(x->shape[3], op);
+    *k = as_int(w->shape[0], op);
+    MRCNN_CHECK(*c > 0 && *k > 0, "%s: C and K must be positive", op);
+}
+
+static int64_t deconv_chunk_rows(int k) {
+    int64_t rows = DECONV_SCRATCH_ELEMS / (4LL * k);
+    return rows < 1 ? 1 : rows;
+}
+
+static void cu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                 const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    cu_state *s = cu_st(be);
+    int n, h, wd, c, k;
+    deconv_shapes(x, w, "deconv2x2_forward", &n, &h, &wd, &c, &k);
+    cu_check_float(y, "deconv2x2_forward y");
+    cu_check_numel(y, (int64_t)n * 4 * h * wd * k, "deconv2x2_forward y (N, 2H, 2W, K)");
+    if (b) {
+        cu_check_float(b, "deconv2x2_forward b");
+        cu_check_numel(b, k, "deconv2x2_forward b (K)");
+    }
+    const mrcnn_dtype dt = x->dtype;
+    const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+    const int64_t m = (int64_t)n * h * wd, chunk = deconv_chunk_rows(k);
+    float *z = (float *)cu_scratch(s, CU_SCRATCH_GEMM, (size_t)(m < chunk ? m : chunk) * 4 * k * sizeof(float));
+    const size_t xs = cu_dtype_size(dt);
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        int64_t rows = m - m0 < chunk ? m - m0 : chunk;
+        lin_fwd(s, as_int(rows, "deconv rows"), c, 4 * k, (const char *)x->data + m0 * c * xs, wp, dt, z,
+                MRCNN_DTYPE_F32, 0.0f);
+        int64_t total = rows * 4 * k;
+        k_deconv_scatter<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(
+            z, m0, rows, h, wd, k, b ? b->data : NULL, b ? b->dtype : MRCNN_DTYPE_F32, act == MRCNN_ACT_RELU, y->data,
+            y->dtype);
+        MRCNN_CHECK_LAUNCH("deconv2x2 scatter");
+    }
+}
+
+static void cu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                  const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    cu_state *s = cu_st(be);
+    int n, h, wd, c, k;
+    deconv_shapes(x, w, "deconv2x2_backward", &n, &h, &wd, &c, &k);
+    cu_check_float(dy, "deconv2x2_backward dy");
+    cu_check_numel(dy, (int64_t)n * 4 * h * wd * k, "deconv2x2_backward dy (N, 2H, 2W, K)");
+    const mrcnn_dtype dt = dy->dtype;
+    const int64_t m = (int64_t)n * h * wd, chunk = deconv_chunk_rows(k);
+    if (dx || dw) {
+        const void *wp = NULL, *xp = NULL;
+        if (dx) {
+            cu_check_float(dx, "deconv2x2_backward dx");
+            cu_check_numel(dx, m * c, "deconv2x2_backward dx (N, H, W, C)");
+            check_gemm_out(dt, dx->dtype, "deconv2x2_backward dx");
+            wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
+        }
+        if (dw) {
+            cu_check_float(dw, "deconv2x2_backward dw");
+            cu_check_numel(dw, (int64_t)k * 4 * c, "deconv2x2_backward dw (K, 2, 2, C)");
+            check_gemm_out(dt, dw->dtype, "deconv2x2_backward dw");
+            xp = cu_as_dtype(s, x, dt, CU_SCRATCH_B);
+        }
+        const size_t es = cu_dtype_size(dt);
+        void *dz = cu_scratch(s, CU_SCRATCH_GEMM, (size_t)(m < chunk ? m : chunk) * 4 * k * es);
+        for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+            int64_t rows = m - m0 < chunk ? m - m0 : chunk;
+            int64_t total = rows * 4 * k;
+            k_deconv_gather<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(dy->data, dt, m0, rows, h, wd, k,
+                                                                                        dz);
+            MRCNN_CHECK_LAUNCH("deconv2x2 gather");
+            const int ir = as_int(rows, "deconv rows");
+            if (dx)
+                lin_bwd_data(s, ir, c, 4 * k, dz, wp, dt, (char *)dx->data + m0 * c * cu_dtype_size(dx->dtype),
+                             dx->dtype);
+            if (dw) lin_bwd_filter(s, ir, c, 4 * k, (const char *)xp + m0 * c * es, dz, dt, dw->data, dw->dtype);
+        }
+    }
+    if (db) {
+        cu_check_float(db, "deconv2x2_backward db");
+        cu_check_numel(db, k, "deconv2x2_backward db (K)");
+        cu_bias_grad(s, dy->data, dt, m * 4, k, db->data, db->dtype);
+    }
+}
+
+void cu_fill_gemm_ops(mrcnn_backend *be) {
+    be->linear_forward = cu_linear_forward;
+    be->linear_backward = cu_linear_backward;
+    be->deconv2x2_forward = cu_deconv2x2_forward;
+    be->deconv2x2_backward = cu_deconv2x2_backward;
+}
