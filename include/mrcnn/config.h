@@ -94,6 +94,8 @@ typedef struct mrcnn_config {
     float solver_clip_value;            // SOLVER.CLIP_GRADIENTS.CLIP_VALUE (global L2 norm)
     char solver_precision[8];           // SOLVER.PRECISION: fp32 | tf32 | fp16 | bf16
     int solver_max_nonfinite;           // SOLVER.MAX_NONFINITE: stop after this many (fp32/bf16)
+    float solver_loss_scale_init;       // SOLVER.LOSS_SCALE.INIT: fp16 dynamic loss scale at start
+    int solver_loss_scale_growth_interval; // SOLVER.LOSS_SCALE.GROWTH_INTERVAL: clean steps before x2
     /* TEST / top level */
     int test_eval_period;               // TEST.EVAL_PERIOD (0: never)
     int log_period;                     // LOG_PERIOD: steps between log lines

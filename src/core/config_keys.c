@@ -78,6 +78,8 @@ const mrcnn_config_key mrcnn_config_keys[] = {
     {"SOLVER.CLIP_GRADIENTS.CLIP_VALUE", CFG_FLOAT, F(solver_clip_value), 0, "1.0"},
     {"SOLVER.PRECISION", CFG_STR, F(solver_precision), S(solver_precision), "fp32"},
     {"SOLVER.MAX_NONFINITE", CFG_INT, F(solver_max_nonfinite), 0, "10"},
+    {"SOLVER.LOSS_SCALE.INIT", CFG_FLOAT, F(solver_loss_scale_init), 0, "65536.0"},
+    {"SOLVER.LOSS_SCALE.GROWTH_INTERVAL", CFG_INT, F(solver_loss_scale_growth_interval), 0, "2000"},
     {"TEST.EVAL_PERIOD", CFG_INT, F(test_eval_period), 0, "0"},
     {"LOG_PERIOD", CFG_INT, F(log_period), 0, "20"},
     {"OUTPUT_DIR", CFG_STR, F(output_dir), S(output_dir), "./output"},

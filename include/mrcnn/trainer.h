@@ -1,0 +1,105 @@
+/* The training loop and its HDF5 checkpoints, over any model that exposes its
+ * parameters as a flat fp32 arena and a forward+backward callback (the Mask R-CNN
+ * binding is src/cli/cmd_train.c; tests bind small stand-ins).
+ *
+ * One optimizer step = ACCUM_STEPS micro-batches of IMS_PER_BATCH / (ranks x
+ * ACCUM_STEPS) images per rank; gradients are summed over micro-batches (the model
+ * scales each micro-batch's loss by 1/ACCUM_STEPS) and averaged over ranks in
+ * buckets during the last micro-batch's backward.
+ *
+ * Checkpoints: OUTPUT_DIR/model_<step, 7 digits>.h5 written by rank 0 as a
+ * temporary file (.model_*.h5.tmp), fsynced and renamed, so a file with the final
+ * name is always complete; the newest SOLVER.CHECKPOINT_KEEP are kept. Layout:
+ *   /model/<param name>              fp32 master weights (the model's schema, v1)
+ *   /optimizer/momentum/<param name> fp32 SGD momentum
+ *   /config                          the config used (YAML, mrcnn_config_dump)
+ *   attributes on /: schema_version, step, epoch, loader_step, images_seen,
+ *     nonfinite, loss_scale, loss_scale_clean_steps, loss_scale_skipped,
+ *     lr, base_lr, world_size, global_batch, seed, complete (= 1, written last)
+ * All randomness is keyed by (SEED, epoch, global image index), so SEED plus the
+ * loader cursor (epoch, loader_step) is the whole RNG state.
+ *
+ * Resuming with a different number of ranks (N -> M): the global batch
+ * (SOLVER.IMS_PER_BATCH) is what the checkpoint's step counts in, so it must stay
+ * the same; M ranks split it as IMS_PER_BATCH / (M x ACCUM_STEPS) per rank (raise
+ * ACCUM_STEPS when it no longer fits). The loader cursor counts global steps, so
+ * the data order continues exactly. If the resolved global batch differs from the
+ * checkpoint's (e.g. REFERENCE_WORLD_SIZE rescaled it for M ranks), training
+ * continues from the same step with the rescaled LR and a warning. */
+#ifndef MRCNN_TRAINER_H
+#define MRCNN_TRAINER_H
+
+#include <stdint.h>
+
+#include "mrcnn/config.h"
+#include "mrcnn/dist.h"
+#include "mrcnn/metrics.h"
+#include "mrcnn/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mrcnn_trainable {
+    void *ctx;
+    mrcnn_arena *params; // fp32 master weights, on the backend's device
+    mrcnn_arena *grads;  // same layout
+    const bool *trainable; // (params->n_entries) or NULL: all
+    int n_losses;
+    const char *const *loss_names; // (n_losses)
+    /* One micro-batch of this rank: loads it (the loader's next batch), runs forward
+     * and backward, and ADDS the gradients of loss_mult x (sum of the loss terms)
+     * into grads. losses (n_losses) get the unscaled terms. When bk is not NULL
+     * (the last micro-batch) it calls mrcnn_buckets_mark_ready for each parameter
+     * whose gradient is final. Returns the seconds it waited for data. */
+    double (*forward_backward)(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
+                               mrcnn_buckets *bk);
+    /* The loader position of the next micro-batch, for checkpoints, and a way to set
+     * it at resume (both may be NULL when the model has no loader). */
+    void (*get_cursor)(void *ctx, int64_t *epoch, int64_t *loader_step);
+    void (*set_cursor)(void *ctx, int64_t epoch, int64_t loader_step);
+} mrcnn_trainable;
+
+/* The state a checkpoint carries beside the weights. */
+typedef struct mrcnn_train_state {
+    int64_t step;         // optimizer steps done
+    int64_t epoch, loader_step; // loader cursor
+    int64_t nonfinite;    // non-finite steps seen (fp32/bf16)
+    mrcnn_loss_scaler scaler;
+    double lr, base_lr;
+    int world_size, global_batch;
+    int64_t seed;
+} mrcnn_train_state;
+
+/* HDF5 calls from the training thread while a loader thread also uses HDF5 must be
+ * serialized by the loader's lock (data.h): pass it here (NULL: none). */
+void mrcnn_checkpoint_set_lock(void (*lock)(void), void (*unlock)(void));
+/* Writes dir/model_<step>.h5 atomically (the caller is rank 0); then deletes all but
+ * the newest keep. Returns through path (>= 1024 bytes) the file written. */
+void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
+                           const mrcnn_arena *momentum, const mrcnn_train_state *st,
+                           const mrcnn_config *cfg, int keep, char *path);
+/* The newest complete dir/model_*.h5; 0 when there is none. */
+int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len);
+/* Loads weights by name (every parameter must be present with its shape), the
+ * momentum when momentum != NULL, and the state when st != NULL. */
+void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
+                           mrcnn_arena *momentum, mrcnn_train_state *st);
+
+typedef struct mrcnn_trainer_opts {
+    int resume;          // --resume: continue from the newest checkpoint in OUTPUT_DIR
+    int64_t max_steps;   // stop after this many optimizer steps in total (0: SOLVER.MAX_ITER)
+    size_t bucket_bytes; // 0: MRCNN_BUCKET_BYTES_DEFAULT
+    int quiet;           // no log lines (metrics.json and events are still written)
+} mrcnn_trainer_opts;
+
+/* Runs training to the end, a preemption signal or too many non-finite steps.
+ * cfg must be resolved (workers scaled); the model's params hold the initial
+ * weights on rank 0. Returns the process exit code (train.h). */
+int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, mrcnn_dist *dist,
+                      mrcnn_backend *be, mrcnn_trainable *model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

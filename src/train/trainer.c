@@ -1,0 +1,248 @@
+/* The training loop: accumulate micro-batches, all-reduce gradients in buckets,
+ * check for Inf/NaN (loss scaler), clip, SGD; log, checkpoint, honour preemption
+ * signals. Every decision that must be the same on all ranks (skip a step, stop,
+ * checkpoint on a signal) is made from all-reduced values. */
+#include "mrcnn/trainer.h"
+#include "mrcnn/check.h"
+#include "mrcnn/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const mrcnn_config *cfg;
+    mrcnn_dist *dist;
+    mrcnn_backend *be;
+    mrcnn_trainable *m;
+    mrcnn_sgd sgd;
+    mrcnn_train_state st;
+} trainer;
+
+static void save(trainer *t) {
+    if (t->m->get_cursor) t->m->get_cursor(t->m->ctx, &t->st.epoch, &t->st.loader_step);
+    if (t->dist->rank == 0) {
+        char path[1024];
+        double t0 = mrcnn_time_now();
+        mrcnn_checkpoint_save(t->cfg->output_dir, t->be, t->m->params, &t->sgd.momentum, &t->st, t->cfg,
+                              t->cfg->solver_checkpoint_keep, path);
+        mrcnn_info("checkpoint %s (step %lld, %.2f s)", path, (long long)t->st.step, mrcnn_time_now() - t0);
+    }
+    /* Nobody runs ahead of a checkpoint that a preemption might need. */
+    mrcnn_dist_barrier(t->dist, "barrier after checkpoint");
+}
+
+static void resume(trainer *t) {
+    char path[1024] = "";
+    int found = 0;
+    if (t->dist->rank == 0) found = mrcnn_checkpoint_find_latest(t->cfg->output_dir, path, sizeof path);
+    mrcnn_dist_bcast_bytes(t->dist, &found, sizeof found, "resume: checkpoint choice");
+    if (!found) {
+        mrcnn_info("--resume: no complete checkpoint in %s; starting from scratch", t->cfg->output_dir);
+        mrcnn_dist_broadcast_arena(t->dist, t->be, t->m->params);
+        return;
+    }
+    mrcnn_dist_bcast_bytes(t->dist, path, sizeof path, "resume: checkpoint path");
+    mrcnn_train_state st;
+    mrcnn_checkpoint_load(path, t->be, t->m->params, &t->sgd.momentum, &st);
+    int gb = t->cfg->solver_ims_per_batch;
+    if (st.global_batch != gb)
+        mrcnn_warn("resume: checkpoint %s was trained with global batch %d on %d ranks; continuing at step %lld "
+                   "with global batch %d on %d ranks and BASE_LR %g (the data order shifts)",
+                   path, st.global_batch, st.world_size, (long long)st.step, gb, t->dist->world_size,
+                   t->cfg->solver_base_lr);
+    else if (st.world_size != t->dist->world_size)
+        mrcnn_info("resume: %d ranks -> %d ranks, same global batch %d (per-rank batch %d x ACCUM_STEPS %d)",
+                   st.world_size, t->dist->world_size, gb, mrcnn_per_rank_batch(t->cfg, t->dist->world_size),
+                   t->cfg->solver_accum_steps);
+    if (st.seed != t->cfg->seed)
+        mrcnn_warn("resume: checkpoint SEED %lld differs from the config's %lld; using the config's",
+                   (long long)st.seed, (long long)t->cfg->seed);
+    t->st.step = st.step;
+    t->st.epoch = st.epoch;
+    t->st.loader_step = st.loader_step;
+    t->st.nonfinite = st.nonfinite;
+    if (t->st.scaler.enabled && st.scaler.enabled) {
+        t->st.scaler.scale = st.scaler.scale;
+        t->st.scaler.clean_steps = st.scaler.clean_steps;
+        t->st.scaler.skipped = st.scaler.skipped;
+    }
+    if (t->m->set_cursor) t->m->set_cursor(t->m->ctx, st.epoch, st.loader_step);
+    mrcnn_info("resumed from %s at step %lld (loss scale %g)", path, (long long)st.step, t->st.scaler.scale);
+}
+
+static int any_nonfinite(const double *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(v[i])) return 1;
+    return 0;
+}
+
+int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, mrcnn_dist *dist, mrcnn_backend *be,
+                      mrcnn_trainable *m) {
+    MRCNN_CHECK(m->n_losses >= 1 && m->n_losses <= MRCNN_MAX_LOSS_TERMS, "trainer: %d loss terms (1..%d)",
+                m->n_losses, MRCNN_MAX_LOSS_TERMS);
+    trainer t = {.cfg = cfg, .dist = dist, .be = be, .m = m};
+    const int W = dist->world_size, accum = cfg->solver_accum_steps;
+    const int per_rank = mrcnn_per_rank_batch(cfg, W);
+    int prec = mrcnn_dtype_parse(cfg->solver_precision);
+    MRCNN_CHECK(prec == MRCNN_DTYPE_F32 || prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16 ||
+                    !strcmp(cfg->solver_precision, "tf32"),
+                "SOLVER.PRECISION '%s' is unknown (fp32, tf32, fp16, bf16)", cfg->solver_precision);
+    mrcnn_loss_scaler_init(&t.st.scaler, prec == MRCNN_DTYPE_F16, cfg->solver_loss_scale_init,
+                           cfg->solver_loss_scale_growth_interval);
+    t.st.world_size = W;
+    t.st.global_batch = cfg->solver_ims_per_batch;
+    t.st.seed = cfg->seed;
+    t.st.base_lr = cfg->solver_base_lr;
+    mrcnn_lr_schedule sched;
+    mrcnn_lr_schedule_init(&sched, cfg);
+    mrcnn_sgd_init(&t.sgd, be, m->params, m->trainable, cfg);
+    mrcnn_signals_install();
+
+    if (opts->resume) resume(&t);
+    else mrcnn_dist_broadcast_arena(dist, be, m->params);
+
+    mrcnn_buckets bk;
+    mrcnn_buckets_init(&bk, dist, be, m->grads, opts->bucket_bytes ? opts->bucket_bytes : MRCNN_BUCKET_BYTES_DEFAULT);
+    mrcnn_metrics metrics;
+    mrcnn_metrics_open(&metrics, cfg->output_dir, dist->rank == 0);
+    int64_t max_steps = opts->max_steps > 0 ? opts->max_steps : cfg->solver_max_iter;
+    if (max_steps > cfg->solver_max_iter) max_steps = cfg->solver_max_iter;
+    mrcnn_info("world size %d, per-rank batch %d x %d accumulation, global batch %d, base LR %g (scaled for "
+               "the global batch), precision %s, %d gradient buckets, steps %lld -> %lld",
+               W, per_rank, accum, cfg->solver_ims_per_batch, cfg->solver_base_lr, cfg->solver_precision,
+               bk.n_buckets, (long long)t.st.step, (long long)max_steps);
+
+    mrcnn_tensor gflat = mrcnn_arena_flat(m->grads);
+    const int nl = m->n_losses;
+    double *losses = MRCNN_CALLOC((size_t)nl + 4, sizeof(double), "loss terms");
+    double *micro = MRCNN_CALLOC((size_t)nl, sizeof(double), "micro-batch loss terms");
+    double win_loss[MRCNN_MAX_LOSS_TERMS] = {0}, win_data = 0, win_t0 = mrcnn_time_now(), run_t0 = win_t0;
+    int64_t win_steps = 0, run_steps = 0, last_saved = -1;
+    int rc = 0;
+    const int log_period = cfg->log_period > 0 ? cfg->log_period : 20;
+
+    while (t.st.step < max_steps) {
+        const float lr = mrcnn_lr_at(&sched, t.st.step);
+        be->zero(be, &gflat);
+        mrcnn_buckets_reset(&bk);
+        memset(losses, 0, sizeof(double) * ((size_t)nl + 4));
+        double data_s = 0;
+        const float scale = t.st.scaler.scale;
+        for (int k = 0; k < accum; k++) {
+            memset(micro, 0, sizeof(double) * nl);
+            data_s += m->forward_backward(m->ctx, t.st.step, k, scale / (float)accum, micro,
+                                          k == accum - 1 ? &bk : NULL);
+            for (int i = 0; i < nl; i++) losses[i] += micro[i] / accum;
+        }
+        mrcnn_buckets_wait(&bk);
+        /* Averaged gradients are the same on every rank; the losses are not. */
+        losses[nl] = be->nonfinite(be, &gflat) || any_nonfinite(losses, nl);
+        losses[nl + 1] = mrcnn_signals_pending() ? 1 : 0;
+        losses[nl + 2] = data_s;
+        mrcnn_dist_allreduce_sum_f64(dist, losses, nl + 3, "loss and flag all-reduce");
+        for (int i = 0; i < nl; i++) losses[i] /= W;
+        const int nonfinite = losses[nl] > 0, stop_signal = losses[nl + 1] > 0;
+        float grad_scale = 1.0f / scale;
+        if (!nonfinite && cfg->solver_clip_enabled) {
+            double norm = mrcnn_grad_norm(be, m->grads, grad_scale);
+            if (norm > cfg->solver_clip_value) grad_scale *= (float)(cfg->solver_clip_value / (norm + 1e-6));
+        }
+        int apply = mrcnn_loss_scaler_update(&t.st.scaler, nonfinite);
+        if (apply) mrcnn_sgd_step(&t.sgd, m->params, m->grads, lr, grad_scale);
+        t.st.step++;
+        t.st.lr = lr;
+        run_steps++;
+        if (nonfinite) {
+            int term = -1;
+            for (int i = 0; i < nl && term < 0; i++)
+                if (!isfinite(losses[i])) term = i;
+            char what[256];
+            if (term >= 0)
+                snprintf(what, sizeof what, "loss term '%s' is %g", m->loss_names[term], losses[term]);
+            else {
+                int p = mrcnn_first_nonfinite_param(be, m->grads);
+                snprintf(what, sizeof what, "the gradient of '%s' holds Inf/NaN (losses finite)",
+                         p >= 0 ? m->grads->entries[p].name : "?");
+            }
+            if (t.st.scaler.enabled) {
+                mrcnn_info("step %lld: %s; step skipped, loss scale -> %g", (long long)t.st.step - 1, what,
+                           t.st.scaler.scale);
+            } else {
+                t.st.nonfinite++;
+                mrcnn_warn("step %lld: %s; step skipped (%lld of SOLVER.MAX_NONFINITE %d)", (long long)t.st.step - 1,
+                           what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite);
+                if (t.st.nonfinite >= cfg->solver_max_nonfinite) {
+                    if (dist->rank == 0)
+                        fprintf(stderr,
+                                "mrcnn error: stopping at step %lld: %s; %lld non-finite steps reached "
+                                "SOLVER.MAX_NONFINITE %d (lower SOLVER.BASE_LR, enable "
+                                "SOLVER.CLIP_GRADIENTS, or check the data)\n",
+                                (long long)t.st.step - 1, what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite);
+                    rc = MRCNN_EXIT_NONFINITE;
+                    break;
+                }
+            }
+        } else {
+            for (int i = 0; i < nl; i++) win_loss[i] += losses[i];
+            win_steps++;
+        }
+        win_data += losses[nl + 2] / W;
+        if (t.st.step % log_period == 0 || t.st.step == max_steps) {
+            double now = mrcnn_time_now(), dt = now - win_t0;
+            int64_t steps_in = t.st.step % log_period == 0 ? log_period : t.st.step % log_period;
+            if (steps_in > run_steps) steps_in = run_steps;
+            mrcnn_step_metrics s = {0};
+            s.step = t.st.step;
+            s.max_step = max_steps;
+            s.n_losses = nl;
+            s.loss_names = m->loss_names;
+            for (int i = 0; i < nl; i++) {
+                s.losses[i] = win_steps ? win_loss[i] / win_steps : NAN;
+                s.total_loss += s.losses[i];
+            }
+            s.lr = lr;
+            s.img_per_s = dt > 0 ? (double)steps_in * cfg->solver_ims_per_batch / dt : 0;
+            s.data_ms = steps_in ? 1e3 * win_data / steps_in : 0;
+            s.step_ms = steps_in ? 1e3 * dt / steps_in : 0;
+            s.mem_mb = mrcnn_rss_mb();
+            s.eta_s = (now - run_t0) / run_steps * (double)(max_steps - t.st.step);
+            s.loss_scale = t.st.scaler.scale;
+            s.skipped = t.st.scaler.skipped + t.st.nonfinite;
+            if (!opts->quiet || dist->rank != 0) mrcnn_metrics_log(&metrics, &s);
+            else {
+                mrcnn_log_set_level(MRCNN_LOG_WARN);
+                mrcnn_metrics_log(&metrics, &s);
+                mrcnn_log_set_level(MRCNN_LOG_INFO);
+            }
+            memset(win_loss, 0, sizeof win_loss);
+            win_steps = 0;
+            win_data = 0;
+            win_t0 = now;
+        }
+        int period = cfg->solver_checkpoint_period;
+        if ((period > 0 && t.st.step % period == 0) || stop_signal) {
+            save(&t);
+            last_saved = t.st.step;
+        }
+        if (stop_signal) {
+            mrcnn_info("preemption signal: checkpoint at step %lld written; exiting with %d (requeue)",
+                       (long long)t.st.step, MRCNN_EXIT_REQUEUE);
+            rc = MRCNN_EXIT_REQUEUE;
+            break;
+        }
+    }
+    if (rc == 0 && last_saved != t.st.step) save(&t);
+    if (rc == 0 && dist->rank == 0) {
+        char png[1100];
+        snprintf(png, sizeof png, "%s/loss.png", cfg->output_dir);
+        if (mrcnn_plot_metrics_json(metrics.json_path, png) > 0) mrcnn_info("loss curve: %s", png);
+    }
+    mrcnn_metrics_close(&metrics);
+    free(losses);
+    free(micro);
+    mrcnn_buckets_free(&bk);
+    mrcnn_sgd_free(&t.sgd);
+    return rc;
+}

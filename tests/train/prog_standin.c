@@ -1,0 +1,215 @@
+/* The trainer (src/train/trainer.c) driven by a small stand-in model, so the loop,
+ * buckets, checkpoints, loss scaler, signals and multi-rank equivalence are tested
+ * without the Mask R-CNN model:
+ *   y = W x + b over "images" keyed by their global index (each image has 1..3
+ *   rows; x and the targets are Philox draws), two loss terms (squared error of the
+ *   first and the second half of the outputs), normalized by the number of rows of
+ *   the whole global batch: each rank all-reduces its row count and divides by
+ *   (global rows / ranks), so that the average over ranks of the gradients equals
+ *   the single-rank gradient (the rule the Mask R-CNN losses need too).
+ * fp16/bf16 emulate rounded storage: outputs and the scaled output gradients are
+ * rounded to the storage dtype, so a loss scale too large overflows to Inf.
+ *
+ * usage: prog_standin OUTDIR [--set K=V]... [--resume] [--max-steps N]
+ *          [--inject-inf STEP[:COUNT]] [--big N] [--dump FILE] [--sleep-ms MS]
+ *          [--comm-timeout S]
+ * --dump writes the final weights (rank 0, raw fp32) for comparisons.
+ * The backend here is a host one (memory, sgd_update, nonfinite) with the
+ * semantics of backend.h, so this program does not depend on the CPU ops. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mrcnn/check.h"
+#include "mrcnn/half.h"
+#include "mrcnn/log.h"
+#include "mrcnn/rng.h"
+#include "mrcnn/trainer.h"
+
+enum { D_IN = 8, D_OUT = 4, N_IMAGES = 64 };
+
+/* ---- host backend: only what the trainer calls ---- */
+static void *h_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
+    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    MRCNN_CHECK(p != NULL, "out of memory for %s", what);
+    return p;
+}
+static void h_free(const mrcnn_backend *be, void *p) { free(p); }
+static void h_zero(const mrcnn_backend *be, mrcnn_tensor *t) { memset(t->data, 0, mrcnn_tensor_nbytes(t)); }
+static void h_write(const mrcnn_backend *be, mrcnn_tensor *t, const void *src) { memcpy(t->data, src, mrcnn_tensor_nbytes(t)); }
+static void h_read(const mrcnn_backend *be, const mrcnn_tensor *t, void *dst) { memcpy(dst, t->data, mrcnn_tensor_nbytes(t)); }
+static void h_sync(const mrcnn_backend *be) {}
+static void h_set_precision(mrcnn_backend *be, mrcnn_dtype s) { be->storage = s; }
+static void h_sgd(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads, mrcnn_tensor *mom,
+                  const mrcnn_tensor *mask, float lr, float mc, float wd, float gs) {
+    float *p = params->data, *v = mom->data;
+    const float *g = grads->data, *m = mask->data;
+    int64_t n = mrcnn_tensor_numel(params);
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] * gs + wd * m[i] * p[i];
+        v[i] = mc * v[i] + d;
+        p[i] -= lr * v[i];
+    }
+}
+static int h_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
+    const float *x = t->data;
+    for (int64_t i = 0; i < mrcnn_tensor_numel(t); i++)
+        if (!isfinite(x[i])) return 1;
+    return 0;
+}
+
+/* ---- the stand-in model ---- */
+typedef struct {
+    mrcnn_config *cfg;
+    mrcnn_dist *dist;
+    mrcnn_backend *be;
+    mrcnn_arena params, grads;
+    int iw, ib;
+    int per_rank;
+    int64_t next_micro; // the "loader cursor": global micro-batches consumed
+    long inject_at, inject_count;
+    int sleep_ms;
+} standin;
+
+static float draw(int64_t image, int k) {
+    mrcnn_rng r = mrcnn_rng_make(1234, 0, image, MRCNN_RNG_TEST);
+    return 2.0f * mrcnn_rng_uniform(&r, (uint64_t)k) - 1.0f;
+}
+
+static double fb(void *vctx, int64_t step, int micro, float loss_mult, double *losses, mrcnn_buckets *bk) {
+    standin *s = vctx;
+    const mrcnn_dtype st = s->be->storage;
+    if (s->sleep_ms) usleep((useconds_t)s->sleep_ms * 1000);
+    const int W = s->dist->world_size, R = s->dist->rank;
+    int64_t first = s->next_micro * (int64_t)s->per_rank * W + (int64_t)R * s->per_rank;
+    s->next_micro++;
+    float *w = mrcnn_arena_get(&s->params, s->iw)->data, *b = mrcnn_arena_get(&s->params, s->ib)->data;
+    float *gw = mrcnn_arena_get(&s->grads, s->iw)->data, *gb = mrcnn_arena_get(&s->grads, s->ib)->data;
+    /* Rows of this rank's images, and the normalizer over the global batch. */
+    double rows = 0;
+    for (int i = 0; i < s->per_rank; i++) rows += 1 + (first + i) % 3;
+    double global_rows = rows;
+    mrcnn_dist_allreduce_sum_f64(s->dist, &global_rows, 1, "stand-in row count");
+    const double norm = global_rows / W;
+    double la = 0, lb = 0;
+    for (int i = 0; i < s->per_rank; i++) {
+        int64_t img = (first + i) % N_IMAGES;
+        int nrows = 1 + (int)((first + i) % 3);
+        for (int r = 0; r < nrows; r++) {
+            float x[D_IN], y[D_OUT];
+            for (int k = 0; k < D_IN; k++) x[k] = mrcnn_round_to(draw(img, r * 32 + k), st);
+            for (int o = 0; o < D_OUT; o++) {
+                float acc = b[o];
+                for (int k = 0; k < D_IN; k++) acc += w[o * D_IN + k] * x[k];
+                y[o] = mrcnn_round_to(acc, st);
+                float target = 0.5f * x[o] - 0.25f * x[(o + 3) % D_IN] + 0.1f * (float)o + 0.05f * draw(img, r * 32 + 16 + o);
+                float e = y[o] - target;
+                if (o < D_OUT / 2) la += (double)e * e / norm;
+                else lb += (double)e * e / norm;
+                float dy = mrcnn_round_to((float)(2.0 * e / norm) * loss_mult, st);
+                gb[o] += dy;
+                for (int k = 0; k < D_IN; k++) gw[o * D_IN + k] += dy * x[k];
+            }
+        }
+    }
+    long k = step - s->inject_at;
+    if (s->inject_at >= 0 && k >= 0 && k < s->inject_count && R == 0) {
+        la = INFINITY;
+        gb[0] = INFINITY;
+    }
+    losses[0] = la;
+    losses[1] = lb;
+    if (bk)
+        for (int p = s->params.n_entries - 1; p >= 0; p--) mrcnn_buckets_mark_ready(bk, p);
+    return 0.0;
+}
+
+static void get_cursor(void *vctx, int64_t *epoch, int64_t *ls) {
+    standin *s = vctx;
+    *epoch = s->next_micro / (N_IMAGES / (s->per_rank * s->dist->world_size));
+    *ls = s->next_micro;
+}
+static void set_cursor(void *vctx, int64_t epoch, int64_t ls) { ((standin *)vctx)->next_micro = ls; }
+
+int main(int argc, char **argv) {
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    mrcnn_config_set(&cfg, "SOLVER.IMS_PER_BATCH=2", "standin");
+    mrcnn_config_set(&cfg, "SOLVER.BASE_LR=0.05", "standin");
+    mrcnn_config_set(&cfg, "SOLVER.WARMUP_ITERS=5", "standin");
+    mrcnn_config_set(&cfg, "SOLVER.MAX_ITER=40", "standin");
+    mrcnn_config_set(&cfg, "SOLVER.STEPS=[30]", "standin");
+    mrcnn_config_set(&cfg, "SOLVER.CHECKPOINT_PERIOD=10", "standin");
+    mrcnn_config_set(&cfg, "LOG_PERIOD=1", "standin");
+    mrcnn_trainer_opts opts = {0};
+    const char *dump = NULL;
+    long inject_at = -1, inject_count = 1, big = 0;
+    int sleep_ms = 0;
+    double timeout = 60;
+    if (argc < 2) {
+        fprintf(stderr, "usage: prog_standin OUTDIR [options]\n");
+        return 2;
+    }
+    snprintf(cfg.output_dir, sizeof cfg.output_dir, "%s", argv[1]);
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--set") && i + 1 < argc) mrcnn_config_set(&cfg, argv[++i], "--set");
+        else if (!strcmp(argv[i], "--resume")) opts.resume = 1;
+        else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) opts.max_steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--inject-inf") && i + 1 < argc) {
+            char *colon;
+            inject_at = strtol(argv[++i], &colon, 10);
+            if (*colon == ':') inject_count = atol(colon + 1);
+        } else if (!strcmp(argv[i], "--big") && i + 1 < argc) big = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
+        else if (!strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--comm-timeout") && i + 1 < argc) timeout = atof(argv[++i]);
+        else {
+            fprintf(stderr, "prog_standin: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    mrcnn_dist dist;
+    mrcnn_dist_init(&dist, &argc, &argv, MPI_THREAD_MULTIPLE, 0, timeout);
+    mrcnn_config_scale_workers(&cfg, dist.world_size);
+    mrcnn_backend be = {.name = "host-standin", .device = MRCNN_DEVICE_CPU, .storage = MRCNN_DTYPE_F32,
+                        .alloc = h_alloc, .free = h_free, .zero = h_zero, .write = h_write, .read = h_read,
+                        .sync = h_sync, .set_precision = h_set_precision, .sgd_update = h_sgd,
+                        .nonfinite = h_nonfinite};
+    int prec = mrcnn_dtype_parse(cfg.solver_precision);
+    if (prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16) be.set_precision(&be, (mrcnn_dtype)prec);
+
+    standin s = {.cfg = &cfg, .dist = &dist, .be = &be, .inject_at = inject_at, .inject_count = inject_count,
+                 .sleep_ms = sleep_ms};
+    s.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
+    mrcnn_arena_init(&s.params, "params", MRCNN_DEVICE_CPU);
+    s.iw = mrcnn_arena_add(&s.params, "fc.weight", MRCNN_DTYPE_F32, 2, (int64_t[]){D_OUT, D_IN});
+    s.ib = mrcnn_arena_add(&s.params, "fc.bias", MRCNN_DTYPE_F32, 1, (int64_t[]){D_OUT});
+    if (big > 0) mrcnn_arena_add(&s.params, "big.weight", MRCNN_DTYPE_F32, 1, (int64_t[]){big});
+    mrcnn_arena_commit(&s.params, NULL, NULL);
+    mrcnn_arena_init_like(&s.grads, "grads", &s.params, MRCNN_DTYPE_F32);
+    mrcnn_arena_commit(&s.grads, NULL, NULL);
+    /* Rank 0's initial weights differ from the others': the broadcast must fix that. */
+    float *w = s.params.entries[s.iw].tensor.data;
+    for (int i = 0; i < D_OUT * D_IN; i++) w[i] = dist.rank == 0 ? 0.1f * draw(999, i) : 7.0f;
+    if (big > 0) {
+        float *g = s.params.entries[2].tensor.data;
+        for (long i = 0; i < big; i++) g[i] = (float)(i % 1000) * 1e-3f;
+    }
+    static const char *const names[] = {"loss_a", "loss_b"};
+    mrcnn_trainable m = {.ctx = &s, .params = &s.params, .grads = &s.grads, .n_losses = 2, .loss_names = names,
+                         .forward_backward = fb, .get_cursor = get_cursor, .set_cursor = set_cursor};
+    opts.bucket_bytes = 256; // several buckets even for this small model
+    int rc = mrcnn_trainer_run(&cfg, &opts, &dist, &be, &m);
+    if (dump && dist.rank == 0) {
+        FILE *f = fopen(dump, "wb");
+        MRCNN_CHECK(f != NULL, "cannot write %s", dump);
+        fwrite(s.params.base, 1, s.params.entries[s.ib].offset + D_OUT * sizeof(float), f);
+        fclose(f);
+    }
+    mrcnn_arena_free(&s.params);
+    mrcnn_arena_free(&s.grads);
+    mrcnn_dist_finalize(&dist);
+    return rc;
+}
