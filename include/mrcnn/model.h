@@ -1,0 +1,322 @@
+/* Mask R-CNN (ResNet-FPN) on one backend: parameters, forward, losses, backward,
+ * inference. The model code reaches the device only through the backend's
+ * function pointers, so the same network runs on the CPU and the GPU.
+ *
+ * Parameters are named views in ONE params arena (with a grads arena of the same
+ * layout). Names are torchvision's (new style: inner_blocks.0.0, mask_head.0.0,
+ * rpn.head.conv.0.0), with two differences documented in data_prep/weights.py:
+ *  - frozen batch-norm is folded into the conv before it at load, so a backbone
+ *    conv "X.weight" gets a bias "X.bias" and the BN entries disappear;
+ *  - tensors are in the project's layout: conv filters (K, R, S, C), deconv
+ *    (K out, 2, 2, C in), fc6 input in NHWC-flatten order (7, 7, C). */
+#ifndef MRCNN_MODEL_H
+#define MRCNN_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "mrcnn/arena.h"
+#include "mrcnn/backend.h"
+#include "mrcnn/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MRCNN_FROZEN_BN_EPS 1e-5f /* torchvision's FrozenBatchNorm2d default */
+#define MRCNN_FPN_LEVELS 5        /* P2..P6 */
+
+/* ---- parameter registry ---------------------------------------------------- */
+typedef struct mrcnn_params {
+    mrcnn_arena values; // fp32 master weights
+    mrcnn_arena grads;  // same names, shapes and offsets
+    bool *trainable;    // (n_entries): frozen entries get no gradient
+    char (*bn)[MRCNN_ARENA_NAME_LEN]; // (n_entries): BN prefix folded into this conv weight, or ""
+    int n_cap;
+    const mrcnn_backend *be; // owner of both blocks once committed
+} mrcnn_params;
+
+void mrcnn_params_init(mrcnn_params *p);
+/* Registers a parameter; bn names the frozen BN folded into it at load ("" none). */
+int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t *shape,
+                     bool trainable, const char *bn);
+/* Allocates both arenas on the backend's device. */
+void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be);
+int mrcnn_params_count(const mrcnn_params *p);
+int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only);
+void mrcnn_params_free(mrcnn_params *p);
+
+/* ---- layers ------------------------------------------------------------------- */
+typedef struct mrcnn_conv_layer {
+    int w, b;            // param indices: w (K, R, S, C), b (K)
+    int cin, cout, ks, stride, pad;
+    bool frozen;
+} mrcnn_conv_layer;
+
+typedef struct mrcnn_bottleneck {
+    mrcnn_conv_layer conv1, conv2, conv3, down;
+    bool has_down;
+} mrcnn_bottleneck;
+
+typedef struct mrcnn_resnet {
+    mrcnn_conv_layer stem;      // 7x7 s2 + folded BN + ReLU, then max-pool 3x3 s2
+    int n_blocks[4];            // res2..res5
+    mrcnn_bottleneck *blocks[4];
+    int out_channels[4];        // C2..C5
+    int freeze_at;              // 0 none, 1 stem, 2 stem + res2, ...
+} mrcnn_resnet;
+
+typedef struct mrcnn_fpn {
+    mrcnn_conv_layer inner[4], layer[4]; // lateral 1x1 and output 3x3, C2..C5
+    int out_channels;
+} mrcnn_fpn;
+
+typedef struct mrcnn_rpn_head {
+    mrcnn_conv_layer conv, cls, bbox; // 3x3 + ReLU; 1x1 -> A; 1x1 -> 4A
+    int num_anchors;                  // A per location
+} mrcnn_rpn_head;
+
+typedef struct mrcnn_box_head {
+    int fc6_w, fc6_b, fc7_w, fc7_b, cls_w, cls_b, bbox_w, bbox_b;
+    int in_dim, fc_dim, num_classes; // num_classes includes background
+} mrcnn_box_head;
+
+typedef struct mrcnn_mask_head {
+    int n_conv;
+    mrcnn_conv_layer conv[8];
+    int deconv_w, deconv_b; // (D, 2, 2, D)
+    mrcnn_conv_layer logits; // 1x1 -> num_classes
+    int dim;
+} mrcnn_mask_head;
+
+/* ---- the model ---------------------------------------------------------------- */
+typedef struct mrcnn_model {
+    mrcnn_config cfg;
+    mrcnn_backend *be; // not owned
+    mrcnn_params params;
+    mrcnn_resnet resnet;
+    mrcnn_fpn fpn;
+    mrcnn_rpn_head rpn;
+    mrcnn_box_head box;
+    mrcnn_mask_head mask;
+    int num_classes; // with background
+    /* Sums v[0..n) over ranks in place (NULL: one rank). The batch-wide loss
+     * normalizers go through it, so 2 ranks x 1 image equal 1 rank x 2 images. */
+    void (*norm_sum)(double *v, int n, void *ctx);
+    void *norm_ctx;
+    /* When set, training uses these proposals (N, cap, 4) with counts (N) instead of
+     * the RPN's: finite-difference tests hold them fixed, as the backward does. */
+    const float *pinned_proposals;
+    const int64_t *pinned_counts;
+    int pinned_cap;
+} mrcnn_model;
+
+/* Builds the network the config describes and registers its parameters (zeros). */
+void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be);
+void mrcnn_model_free(mrcnn_model *m);
+/* Deterministic random weights (tests, training from scratch): Kaiming-uniform
+ * convs, normal(0, 0.01) box/cls predictors, as torchvision initializes them. */
+void mrcnn_model_init_random(mrcnn_model *m, uint64_t seed);
+void mrcnn_model_zero_grads(mrcnn_model *m);
+
+/* ---- activations --------------------------------------------------------------
+ * Step-scoped device buffers: every tensor the forward keeps for the backward is
+ * allocated here and released together by mrcnn_ws_reset. */
+typedef struct mrcnn_ws {
+    const mrcnn_backend *be;
+    void **ptrs;
+    int n, cap;
+    size_t bytes, peak_bytes;
+} mrcnn_ws;
+void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
+/* A zeroed contiguous tensor of the backend's device. */
+mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
+mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
+void mrcnn_ws_reset(mrcnn_ws *ws);
+void mrcnn_ws_free(mrcnn_ws *ws);
+
+/* Registers a conv layer "<name>.weight" (K, R, S, C) and "<name>.bias" (K); bn is
+ * the frozen BN folded into it ("" for none). */
+mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin, int cout, int ks,
+                                      int stride, int pad, bool frozen, const char *bn);
+/* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
+ * unless the layer is frozen, into its parameter gradients. */
+mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                                      const mrcnn_tensor *x, mrcnn_activation act);
+void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                               const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx);
+
+/* ---- backbone + FPN ------------------------------------------------------------ */
+typedef struct mrcnn_backbone_out {
+    mrcnn_tensor stem;           // (N, H/4, W/4, C0) after max-pool
+    mrcnn_tensor stem_conv;      // (N, H/2, W/2, C0) before max-pool
+    mrcnn_tensor *block_out[4];  // per stage, per block: (N, h, w, C)
+    mrcnn_tensor *block_a1[4], *block_a2[4], *block_sc[4];
+    mrcnn_tensor c[4];           // C2..C5 (aliases of the last block outputs)
+    mrcnn_tensor inner[4];       // FPN top-down sums (N, h, w, F)
+    mrcnn_tensor p[MRCNN_FPN_LEVELS]; // P2..P6 (N, h, w, F)
+} mrcnn_backbone_out;
+
+void mrcnn_resnet_build(mrcnn_model *m);
+void mrcnn_fpn_build(mrcnn_model *m);
+/* images (N, H, W, 3), H and W divisible by 32. */
+void mrcnn_backbone_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
+                            mrcnn_backbone_out *out);
+/* dp[l] (N, h, w, F) for each P level (a NULL data pointer: no gradient there). */
+void mrcnn_backbone_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
+                             mrcnn_backbone_out *out, mrcnn_tensor *dp);
+void mrcnn_backbone_out_free(mrcnn_backbone_out *out);
+/* The two halves: ResNet fills stem..c; dc[s] (N, h, w, C) are the gradients of
+ * C2..C5 (NULL data: none). FPN fills inner and p from c and returns dc. */
+void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
+                          mrcnn_backbone_out *out);
+void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
+                           mrcnn_backbone_out *out, mrcnn_tensor *dc);
+void mrcnn_fpn_forward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *out);
+/* Gradients of C_s are wanted only where a ResNet stage at or before s trains. */
+void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *out, mrcnn_tensor *dp,
+                        mrcnn_tensor *dc);
+/* True when some parameter before ResNet unit u (0 stem, 1..4 res2..res5) trains,
+ * so the gradient of that unit's input is needed. */
+bool mrcnn_resnet_needs_input_grad(const mrcnn_model *m, int unit);
+
+/* ---- RPN head ------------------------------------------------------------------ */
+typedef struct mrcnn_rpn_out {
+    mrcnn_tensor t[MRCNN_FPN_LEVELS];      // (N, h, w, F) after the 3x3 conv + ReLU
+    mrcnn_tensor logits[MRCNN_FPN_LEVELS]; // (N, h, w, A): anchor order (h, w, a)
+    mrcnn_tensor deltas[MRCNN_FPN_LEVELS]; // (N, h, w, 4A): (h, w, a, 4)
+} mrcnn_rpn_out;
+void mrcnn_rpn_head_build(mrcnn_model *m);
+void mrcnn_rpn_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_out *bb,
+                            mrcnn_rpn_out *out);
+/* dlogits/ddeltas like the outputs; dp gets += gradients of the P levels. */
+void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_out *bb,
+                             const mrcnn_rpn_out *out, const mrcnn_tensor *dlogits,
+                             const mrcnn_tensor *ddeltas, mrcnn_tensor *dp);
+
+/* ---- box and mask heads -------------------------------------------------------- */
+void mrcnn_box_head_build(mrcnn_model *m);
+void mrcnn_mask_head_build(mrcnn_model *m);
+
+typedef struct mrcnn_box_head_out {
+    mrcnn_tensor x;      // (R, 7*7*F) pooled features
+    mrcnn_tensor h6, h7; // (R, fc_dim) after ReLU
+    mrcnn_tensor logits; // (R, num_classes)
+    mrcnn_tensor deltas; // (R, 4 * num_classes)
+} mrcnn_box_head_out;
+void mrcnn_box_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
+                            mrcnn_box_head_out *out);
+/* dx may be NULL (no gradient to the pooled features). */
+void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_out *out,
+                             const mrcnn_tensor *dlogits, const mrcnn_tensor *ddeltas,
+                             mrcnn_tensor *dx);
+
+typedef struct mrcnn_mask_head_out {
+    mrcnn_tensor x;         // (R, 14, 14, F) pooled features
+    mrcnn_tensor conv[8];   // (R, 14, 14, D) after ReLU
+    mrcnn_tensor up;        // (R, 28, 28, D) after deconv + ReLU
+    mrcnn_tensor logits;    // (R, 28, 28, num_classes)
+} mrcnn_mask_head_out;
+void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
+                             mrcnn_mask_head_out *out);
+void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
+                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx);
+
+/* ---- assembly: training step and inference ------------------------------------ */
+typedef struct mrcnn_image_gt {
+    int n;                 // instances
+    const float *boxes;    // (n, 4) host, (x1, y1, x2, y2) input-image pixels
+    const int32_t *labels; // (n) in 1..num_classes-1
+    const uint8_t *masks;  // (n, img_h, img_w) host, nonzero inside; img_h/w from image_hw
+} mrcnn_image_gt;
+
+typedef struct mrcnn_batch {
+    mrcnn_tensor images;        // (N, H, W, 3) on the device: normalized and padded
+    const int *image_hw;        // (N, 2) host: each image's size before padding
+    const mrcnn_image_gt *gt;   // (N) training targets (NULL for inference)
+    const int64_t *image_index; // (N) global image indices keying the RNG (NULL: 0..N-1)
+    uint32_t epoch;
+} mrcnn_batch;
+
+/* torchvision's five loss terms (dict keys loss_objectness, loss_rpn_box_reg,
+ * loss_classifier, loss_box_reg, loss_mask). */
+typedef struct mrcnn_losses {
+    double rpn_objectness, rpn_box_reg, classifier, box_reg, mask, total;
+} mrcnn_losses;
+
+/* Everything one step computed: kept for the backward and readable by tests. Host
+ * arrays are owned here (freed by mrcnn_step_free); device tensors live in the ws.
+ * ROIs are compacted: the heads run on the valid rows only (sum of the counts). */
+typedef struct mrcnn_step {
+    int n_images, img_h, img_w;
+    mrcnn_backbone_out bb;
+    mrcnn_rpn_out rpn;
+    int64_t level_counts[MRCNN_FPN_LEVELS];
+    int64_t n_anchors;          // per image, all levels
+    float *anchors;             // (n_anchors, 4)
+    int prop_cap;               // P
+    float *proposals;           // (N, P, 4)
+    float *proposal_scores;     // (N, P)
+    int64_t *proposal_counts;   // (N)
+    double rpn_sampled;         // anchors sampled over the batch (all ranks)
+    /* ROI heads (training: sampled ROIs; inference: all proposals) */
+    int n_rois;                 // R
+    float *rois;                // (R, 5) host: (image, x1, y1, x2, y2)
+    int32_t *roi_labels;        // (R) 0 background (training)
+    float *roi_reg_targets;     // (R, 4) (training)
+    int *roi_image_start;       // (N + 1) first row of each image
+    mrcnn_tensor rois_dev;      // (R, 5)
+    mrcnn_tensor box_x;         // (R, 7, 7, F)
+    mrcnn_box_head_out box;
+    int n_fg;                   // Rf (training: positives; inference: detections)
+    float *fg_rois;             // (Rf, 5) host
+    int32_t *fg_labels;         // (Rf)
+    int32_t *fg_gt;             // (Rf) matched gt index within its image (training)
+    mrcnn_tensor fg_rois_dev;   // (Rf, 5)
+    mrcnn_tensor mask_x;        // (Rf, 14, 14, F)
+    mrcnn_mask_head_out mask;
+    /* gradients of the head outputs (training with backward) */
+    mrcnn_tensor dlogits_rpn[MRCNN_FPN_LEVELS], ddeltas_rpn[MRCNN_FPN_LEVELS];
+    mrcnn_tensor dcls, ddeltas, dmask_logits;
+    mrcnn_losses losses;
+} mrcnn_step;
+
+/* Forward, the five losses and (when backward) the gradients, which are ADDED into
+ * m->params.grads (zero them first; accumulation steps add up). */
+void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward,
+                            mrcnn_step *st);
+/* The stages of the training step, for tests that compare them one by one. */
+void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st);
+void mrcnn_model_proposals(mrcnn_model *m, const mrcnn_batch *b, bool training, mrcnn_step *st);
+
+typedef struct mrcnn_detections {
+    int n_images, cap, mask_size;  // N, D, M (28)
+    float *boxes;      // (N, D, 4) in the padded input's pixels
+    float *scores;     // (N, D)
+    int32_t *labels;   // (N, D)
+    int *counts;       // (N)
+    float *mask_probs; // (N, D, M, M) sigmoid of the label's mask logits
+} mrcnn_detections;
+void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+                        mrcnn_detections *det);
+void mrcnn_detections_free(mrcnn_detections *det);
+void mrcnn_step_free(mrcnn_step *st);
+
+/* ---- checkpoint schema v1 -------------------------------------------------------
+ * HDF5: attribute /schema_version = 1; dataset /model/<param name> per parameter in
+ * the project layout. Loading also accepts unfolded backbone convs with their BN
+ * tensors (/model/<bn>.weight, .bias, .running_mean, .running_var), as written by
+ * data_prep/weights.py, and folds them. */
+#define MRCNN_CHECKPOINT_SCHEMA_VERSION 1
+/* Writes path atomically (temp file, fsync, rename). Host copy of the weights. */
+void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path);
+void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path);
+/* The group helpers, for the training checkpoint that adds optimizer state beside
+ * /model in the same file (hid_t passed as int64_t to keep HDF5 out of this header). */
+void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id);
+void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

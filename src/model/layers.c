@@ -1,0 +1,92 @@
+/* Step-scoped activation buffers and the conv-layer forward/backward used by every
+ * module of the network. */
+#include "mrcnn/check.h"
+#include "mrcnn/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be) {
+    memset(ws, 0, sizeof *ws);
+    ws->be = be;
+}
+
+mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape) {
+    mrcnn_tensor t = mrcnn_tensor_view(NULL, dtype, ws->be->device, ndim, shape);
+    size_t bytes = mrcnn_tensor_nbytes(&t);
+    if (ws->n == ws->cap) {
+        ws->cap = ws->cap ? 2 * ws->cap : 256;
+        ws->ptrs = MRCNN_REALLOC(ws->ptrs, (size_t)ws->cap * sizeof *ws->ptrs, "workspace list");
+    }
+    t.data = ws->be->alloc(ws->be, bytes ? bytes : 16, "activation");
+    ws->ptrs[ws->n++] = t.data;
+    ws->bytes += bytes;
+    if (ws->bytes > ws->peak_bytes) ws->peak_bytes = ws->bytes;
+    if (bytes) ws->be->zero(ws->be, &t);
+    return t;
+}
+
+mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t) {
+    return mrcnn_ws_tensor(ws, t->dtype, t->ndim, t->shape);
+}
+
+void mrcnn_ws_reset(mrcnn_ws *ws) {
+    for (int i = 0; i < ws->n; i++) ws->be->free(ws->be, ws->ptrs[i]);
+    ws->n = 0;
+    ws->bytes = 0;
+}
+
+void mrcnn_ws_free(mrcnn_ws *ws) {
+    mrcnn_ws_reset(ws);
+    free(ws->ptrs);
+    memset(ws, 0, sizeof *ws);
+}
+
+mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin, int cout, int ks,
+                                      int stride, int pad, bool frozen, const char *bn) {
+    mrcnn_conv_layer l = {.cin = cin, .cout = cout, .ks = ks, .stride = stride, .pad = pad,
+                          .frozen = frozen};
+    char buf[MRCNN_ARENA_NAME_LEN];
+    snprintf(buf, sizeof buf, "%s.weight", name);
+    l.w = mrcnn_params_add(&m->params, buf, 4, (int64_t[]){cout, ks, ks, cin}, !frozen, bn);
+    snprintf(buf, sizeof buf, "%s.bias", name);
+    l.b = mrcnn_params_add(&m->params, buf, 1, (int64_t[]){cout}, !frozen, "");
+    return l;
+}
+
+static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tensor *x) {
+    MRCNN_CHECK(x->ndim == 4 && x->shape[3] == l->cin,
+                "conv layer: input has %lld channels (rank %d) but the layer takes %d",
+                (long long)x->shape[x->ndim - 1], x->ndim, l->cin);
+    return mrcnn_conv2d_desc_make((int)x->shape[0], (int)x->shape[1], (int)x->shape[2], l->cin,
+                                  l->cout, l->ks, l->stride, l->pad);
+}
+
+mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                                      const mrcnn_tensor *x, mrcnn_activation act) {
+    mrcnn_conv2d_desc d = layer_desc(l, x);
+    mrcnn_tensor y = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+                                     (int64_t[]){d.n, mrcnn_conv2d_out_h(&d),
+                                                 mrcnn_conv2d_out_w(&d), l->cout});
+    m->be->conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),
+                          mrcnn_arena_get(&m->params.values, l->b), act, &y);
+    return y;
+}
+
+void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                               const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    if (l->frozen && !dx) return;
+    mrcnn_conv2d_desc d = layer_desc(l, x);
+    const mrcnn_tensor *g = dy;
+    mrcnn_tensor dpre;
+    if (act == MRCNN_ACT_RELU) {
+        dpre = mrcnn_ws_like(ws, dy);
+        m->be->relu_backward(m->be, y, dy, &dpre);
+        g = &dpre;
+    }
+    mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
+    mrcnn_tensor *db = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
+    m->be->conv2d_backward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w), g, dx, dw, db);
+}

@@ -1,0 +1,76 @@
+/* Mask head (torchvision's MaskRCNNHeads + MaskRCNNPredictor): NUM_CONV x (3x3 conv
+ * + ReLU) on the 14x14 pooled features, a 2x2 stride-2 deconv + ReLU, and a 1x1
+ * conv to one 28x28 logit map per class. */
+#include "mrcnn/check.h"
+#include "mrcnn/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void mrcnn_mask_head_build(mrcnn_model *m) {
+    mrcnn_mask_head *h = &m->mask;
+    h->n_conv = m->cfg.mask_head_num_conv;
+    h->dim = m->cfg.mask_head_conv_dim;
+    MRCNN_CHECK(h->n_conv >= 1 && h->n_conv <= 8, "MODEL.ROI_MASK_HEAD.NUM_CONV = %d outside [1, 8]",
+                h->n_conv);
+    char name[MRCNN_ARENA_NAME_LEN];
+    int cin = m->fpn.out_channels;
+    for (int i = 0; i < h->n_conv; i++) {
+        snprintf(name, sizeof name, "roi_heads.mask_head.%d.0", i);
+        h->conv[i] = mrcnn_conv_layer_add(m, name, cin, h->dim, 3, 1, 1, false, "");
+        cin = h->dim;
+    }
+    h->deconv_w = mrcnn_params_add(&m->params, "roi_heads.mask_predictor.conv5_mask.weight", 4,
+                                   (int64_t[]){h->dim, 2, 2, h->dim}, true, "");
+    h->deconv_b = mrcnn_params_add(&m->params, "roi_heads.mask_predictor.conv5_mask.bias", 1,
+                                   (int64_t[]){h->dim}, true, "");
+    h->logits = mrcnn_conv_layer_add(m, "roi_heads.mask_predictor.mask_fcn_logits", h->dim,
+                                     m->num_classes, 1, 1, 0, false, "");
+}
+
+void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
+                             mrcnn_mask_head_out *out) {
+    mrcnn_mask_head *h = &m->mask;
+    out->x = *x;
+    int64_t R = x->shape[0], S = x->shape[1];
+    const mrcnn_tensor *cur = x;
+    for (int i = 0; i < h->n_conv; i++) {
+        if (R > 0) out->conv[i] = mrcnn_conv_layer_forward(m, ws, &h->conv[i], cur, MRCNN_ACT_RELU);
+        else out->conv[i] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){0, S, S, h->dim});
+        cur = &out->conv[i];
+    }
+    out->up = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
+    if (R > 0) {
+        m->be->deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
+                                 mrcnn_arena_get(&m->params.values, h->deconv_b), MRCNN_ACT_RELU,
+                                 &out->up);
+        out->logits = mrcnn_conv_layer_forward(m, ws, &h->logits, &out->up, MRCNN_ACT_NONE);
+    } else {
+        out->logits = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+                                      (int64_t[]){0, 2 * S, 2 * S, m->num_classes});
+    }
+}
+
+void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
+                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx) {
+    mrcnn_mask_head *h = &m->mask;
+    if (out->x.shape[0] == 0) return;
+    const mrcnn_backend *be = m->be;
+    mrcnn_tensor dup = mrcnn_ws_like(ws, &out->up);
+    mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
+    mrcnn_tensor dpre = mrcnn_ws_like(ws, &out->up);
+    be->relu_backward(be, &out->up, &dup, &dpre);
+    const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
+    mrcnn_tensor dcur = mrcnn_ws_like(ws, last);
+    be->deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
+                           mrcnn_arena_get(&m->params.grads, h->deconv_w),
+                           mrcnn_arena_get(&m->params.grads, h->deconv_b));
+    for (int i = h->n_conv - 1; i >= 0; i--) {
+        const mrcnn_tensor *xin = i > 0 ? &out->conv[i - 1] : &out->x;
+        mrcnn_tensor dprev = {0};
+        if (i > 0) dprev = mrcnn_ws_like(ws, xin);
+        mrcnn_conv_layer_backward(m, ws, &h->conv[i], xin, &out->conv[i], MRCNN_ACT_RELU, &dcur,
+                                  i > 0 ? &dprev : dx);
+        dcur = dprev;
+    }
+}

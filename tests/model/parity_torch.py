@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Parity of the C Mask R-CNN against torchvision (v0.14, CPU).
+
+    parity_torch.py r50     R50-FPN, random weights (two draws), two images: features,
+                            RPN outputs, proposals, the five losses, sampled gradients
+    parity_torch.py roundtrip   .pth -> h5 -> .pth bit-identical, both key styles
+
+Env: BUILD (build dir), ROOT. Feeds already-normalized images whose size is a
+multiple of 32, and bypasses GeneralizedRCNNTransform's resize (mean 0, std 1), so
+both sides see the same tensors. Sampling takes every candidate (batch sizes above
+the candidate counts), so neither side draws random numbers."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+
+ROOT = os.environ.get("ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD = os.environ.get("BUILD", "build/release")
+sys.path.insert(0, os.path.join(ROOT, "data_prep"))
+import weights  # noqa: E402
+
+from torchvision.models import resnet50  # noqa: E402
+from torchvision.models.detection import MaskRCNN  # noqa: E402
+from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor  # noqa: E402
+from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
+
+FAILURES = []
+
+
+def check(what, ok, detail):
+    print(f"  {'ok  ' if ok else 'FAIL'} {what}: {detail}")
+    if not ok:
+        FAILURES.append(what)
+
+
+def rel_err(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    mb = np.abs(b).max() if b.size else 0.0
+    if mb == 0:
+        return float(np.abs(a).max()) if a.size else 0.0
+    return float(np.abs(a - b).max() / mb)
+
+
+# ---- model and data --------------------------------------------------------------
+
+R50_SETTINGS = dict(num_classes=5, rpn_pre_nms_top_n_train=1000, rpn_post_nms_top_n_train=60,
+                    rpn_pre_nms_top_n_test=1000, rpn_post_nms_top_n_test=60,
+                    rpn_batch_size_per_image=100000, box_batch_size_per_image=100000)
+
+
+def c_sets(s):
+    return [
+        "MODEL.BACKBONE.NAME=resnet50", "MODEL.BACKBONE.FREEZE_AT=2", "MODEL.RESNETS.STRIDE_IN_1X1=false",
+        f"MODEL.ROI_HEADS.NUM_CLASSES={s['num_classes'] - 1}",
+        f"MODEL.RPN.PRE_NMS_TOPK_TRAIN={s['rpn_pre_nms_top_n_train']}",
+        f"MODEL.RPN.POST_NMS_TOPK_TRAIN={s['rpn_post_nms_top_n_train']}",
+        f"MODEL.RPN.PRE_NMS_TOPK_TEST={s['rpn_pre_nms_top_n_test']}",
+        f"MODEL.RPN.POST_NMS_TOPK_TEST={s['rpn_post_nms_top_n_test']}",
+        f"MODEL.RPN.BATCH_SIZE_PER_IMAGE={s['rpn_batch_size_per_image']}",
+        f"MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE={s['box_batch_size_per_image']}",
+        "MODEL.ROI_MASK_HEAD.MAX_FG_PER_IMAGE=2000",
+    ]
+
+
+def build_r50(seed, h, w):
+    torch.manual_seed(seed)
+    body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
+    backbone = _resnet_fpn_extractor(body, 3)
+    s = R50_SETTINGS
+    model = MaskRCNN(backbone, num_classes=s["num_classes"], min_size=h, max_size=w,
+                     image_mean=[0.0, 0.0, 0.0], image_std=[1.0, 1.0, 1.0],
+                     rpn_pre_nms_top_n_train=s["rpn_pre_nms_top_n_train"],
+                     rpn_post_nms_top_n_train=s["rpn_post_nms_top_n_train"],
+                     rpn_pre_nms_top_n_test=s["rpn_pre_nms_top_n_test"],
+                     rpn_post_nms_top_n_test=s["rpn_post_nms_top_n_test"],
+                     rpn_batch_size_per_image=s["rpn_batch_size_per_image"],
+                     box_batch_size_per_image=s["box_batch_size_per_image"])
+    randomize(model, seed)
+    model.transform.resize = lambda image, target=None: (image, target)
+    return model
+
+
+def randomize(model, seed):
+    """Random frozen-BN statistics (so the folding is exercised) and RPN/predictor
+    weights large enough that scores are well separated and deltas move the boxes."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, FrozenBatchNorm2d):
+                k = mod.weight.numel()
+                damp = 0.3 if name.endswith(("bn3", "downsample.1")) else 1.0
+                mod.weight.copy_(damp * (0.5 + torch.rand(k, generator=g)))
+                mod.bias.copy_(0.1 * torch.randn(k, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(k, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(k, generator=g))
+        model.rpn.head.cls_logits.weight.normal_(0, 0.3, generator=g)
+        model.rpn.head.bbox_pred.weight.normal_(0, 0.05, generator=g)
+        model.roi_heads.box_predictor.cls_score.weight.normal_(0, 0.05, generator=g)
+        model.roi_heads.box_predictor.bbox_pred.weight.normal_(0, 0.02, generator=g)
+
+
+def make_inputs(seed, n, h, w, num_classes):
+    rng = np.random.default_rng(seed)
+    imgs = rng.standard_normal((n, 3, h, w)).astype(np.float32)
+    targets = []
+    for i in range(n):
+        boxes, labels, masks = [], [], []
+        for _ in range(2):
+            bw, bh = rng.uniform(24, 80), rng.uniform(24, 80)
+            x1, y1 = rng.uniform(0, w - bw), rng.uniform(0, h - bh)
+            boxes.append([x1, y1, x1 + bw, y1 + bh])
+            labels.append(int(rng.integers(1, num_classes)))
+            yy, xx = np.mgrid[0:h, 0:w]
+            cx, cy = x1 + bw / 2, y1 + bh / 2
+            masks.append((((xx + 0.5 - cx) / (bw / 2)) ** 2 + ((yy + 0.5 - cy) / (bh / 2)) ** 2 <= 1)
+                         .astype(np.uint8))
+        targets.append(dict(boxes=np.array(boxes, np.float32), labels=np.array(labels, np.int32),
+                            masks=np.stack(masks)))
+    return imgs, targets
+
+
+def write_inputs(path, imgs, targets):
+    n, _, h, w = imgs.shape
+    with h5py.File(path, "w") as f:
+        f["images"] = np.ascontiguousarray(imgs.transpose(0, 2, 3, 1))
+        f["image_hw"] = np.array([[h, w]] * n, np.int32)
+        for i, t in enumerate(targets):
+            f[f"gt/{i}/boxes"] = t["boxes"]
+            f[f"gt/{i}/labels"] = t["labels"]
+            f[f"gt/{i}/masks"] = t["masks"]
+
+
+def run_c(tmp, model, imgs, targets, sets, grads, mode="train"):
+    pth = os.path.join(tmp, "w.pth")
+    h5w = os.path.join(tmp, "w.h5")
+    inp = os.path.join(tmp, "in.h5")
+    out = os.path.join(tmp, "out.h5")
+    torch.save(model.state_dict(), pth)
+    weights.import_state_dict(weights.load_state_dict(pth), h5w)
+    write_inputs(inp, imgs, targets)
+    cfg = os.path.join(tmp, "empty.yaml")
+    open(cfg, "w").write("SEED: 1\n")
+    cmd = [os.path.join(BUILD, "tests/model/prog_net_run"), cfg, h5w, inp, out, "--mode", mode]
+    for s in sets:
+        cmd += ["--set", s]
+    for g in grads:
+        cmd += ["--grad", g]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        sys.exit(f"prog_net_run failed with {r.returncode}")
+    print("  C:", r.stdout.strip())
+    return h5py.File(out, "r")
+
+
+def torch_train(model, imgs, targets):
+    model.train()
+    tl = [dict(boxes=torch.from_numpy(t["boxes"]), labels=torch.from_numpy(t["labels"]).long(),
+               masks=torch.from_numpy(t["masks"])) for t in targets]
+    images, tl = model.transform([torch.from_numpy(x) for x in imgs], tl)
+    features = model.backbone(images.tensors)
+    fl = list(features.values())
+    with torch.no_grad():
+        obj, dl = model.rpn.head(fl)
+    proposals, rpn_losses = model.rpn(images, features, tl)
+    _, det_losses = model.roi_heads(features, proposals, images.image_sizes, tl)
+    losses = {**rpn_losses, **det_losses}
+    model.zero_grad()
+    sum(losses.values()).backward()
+    return dict(features=[f.detach() for f in fl], obj=obj, deltas=dl,
+                proposals=[p.detach() for p in proposals], losses=losses)
+
+
+def box_iou(a, b):
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    wh = np.clip(rb - lt, 0, None)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+def folded_grad(model, name, g):
+    """d loss / d (folded conv weight) = d loss / d weight / BN scale (per out channel)."""
+    conv = name[: -len(".weight")]
+    bn = weights.bn_of_folded_bias(conv + ".bias")
+    if bn is None:
+        return g
+    mod = model.get_submodule(bn)
+    scale = mod.weight * (mod.running_var + mod.eps).rsqrt()
+    return g / scale.reshape(-1, 1, 1, 1)
+
+
+def parity_r50():
+    h, w, n = 128, 160, 2
+    grad_names = ["roi_heads.box_head.fc6.weight", "rpn.head.conv.0.0.weight",
+                  "roi_heads.mask_predictor.mask_fcn_logits.weight",
+                  "roi_heads.mask_predictor.conv5_mask.weight", "backbone.fpn.layer_blocks.0.0.weight",
+                  "backbone.body.layer4.2.conv3.weight", "backbone.body.layer2.0.conv1.weight"]
+    for draw, seed in enumerate([11, 23]):
+        print(f"R50-FPN, weight draw {draw} (seed {seed}), {n} images {h}x{w}")
+        model = build_r50(seed, h, w)
+        imgs, targets = make_inputs(seed, n, h, w, R50_SETTINGS["num_classes"])
+        ref = torch_train(model, imgs, targets)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run_c(tmp, model, imgs, targets, c_sets(R50_SETTINGS), grad_names)
+            names = ["P2", "P3", "P4", "P5", "P6"]
+            for l in range(5):
+                a = np.array(out[f"p/{l}"])
+                b = ref["features"][l].permute(0, 2, 3, 1).numpy()
+                e = rel_err(a, b)
+                check(f"feature {names[l]} {b.shape}", a.shape == b.shape and e < 1e-4, f"max rel err {e:.2e}")
+            for l in range(5):
+                a = np.array(out[f"rpn/logits/{l}"])
+                b = ref["obj"][l].permute(0, 2, 3, 1).numpy()
+                e1 = rel_err(a, b)
+                o = ref["deltas"][l]
+                N, A4, hh, ww = o.shape
+                b2 = o.view(N, A4 // 4, 4, hh, ww).permute(0, 3, 4, 1, 2).reshape(N, hh, ww, A4).numpy()
+                a2 = np.array(out[f"rpn/deltas/{l}"])
+                e2 = rel_err(a2, b2)
+                check(f"RPN {names[l]} objectness/deltas", e1 < 1e-4 and e2 < 1e-4, f"{e1:.2e} / {e2:.2e}")
+            props = np.array(out["proposals"])
+            counts = np.array(out["proposal_counts"]).astype(int)
+            for i in range(n):
+                b = ref["proposals"][i].numpy()
+                a = props[i, : counts[i]]
+                ok = a.shape == b.shape
+                worst = 0.0
+                if ok and len(a):
+                    iou = box_iou(a, b)
+                    worst = float(min(iou.max(1).min(), iou.max(0).min()))
+                    ok = worst > 0.999
+                check(f"proposals image {i}", ok, f"C {len(a)} torch {len(b)}, worst best-IoU {worst:.6f}")
+            lc = np.array(out["losses"])
+            keys = ["loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"]
+            for k, v in zip(keys, lc):
+                t = float(ref["losses"][k])
+                e = abs(v - t) / max(abs(t), 1e-12)
+                check(f"{k}", e < 1e-4, f"C {v:.7g} torch {t:.7g} rel {e:.2e}")
+            sd = dict(model.named_parameters())
+            for g in grad_names:
+                tg = folded_grad(model, g, sd[g].grad)
+                b = weights.to_project(g, tg)
+                a = np.array(out[f"grads/{g}"])
+                e = rel_err(a, b)
+                check(f"grad {g}", a.shape == b.shape and e < 1e-3, f"max rel err {e:.2e}")
+            out.close()
+
+
+def roundtrip():
+    print("weights: .pth -> h5 -> .pth, new and old torchvision key styles, ImageNet ResNet")
+    model = build_r50(5, 128, 160)
+    sd = model.state_dict()
+    old = {}
+    for k, v in sd.items():
+        k2 = k
+        for blk in ("inner_blocks", "layer_blocks"):
+            k2 = k2.replace(f"backbone.fpn.{blk}.", f"backbone.fpn.{blk}_OLD.")
+        if "_OLD." in k2:
+            pre, rest = k2.split("_OLD.")
+            idx, _, typ = rest.split(".")
+            k2 = f"{pre}.{idx}.{typ}"
+        if k2.startswith("rpn.head.conv.0.0."):
+            k2 = "rpn.head.conv." + k2.split(".")[-1]
+        if k2.startswith("roi_heads.mask_head.") and k2.split(".")[2].isdigit():
+            i = int(k2.split(".")[2])
+            k2 = f"roi_heads.mask_head.mask_fcn{i + 1}.{k2.split('.')[-1]}"
+        old[k2] = v
+    imagenet = resnet50(weights=None).state_dict()
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, d in (("new keys", sd), ("old keys", old), ("imagenet resnet50", imagenet)):
+            p = os.path.join(tmp, "a.pth")
+            torch.save(d, p)
+            h = os.path.join(tmp, "a.h5")
+            subprocess.run([sys.executable, os.path.join(ROOT, "data_prep/weights.py"), "import", p, h], check=True)
+            q = os.path.join(tmp, "b.pth")
+            subprocess.run([sys.executable, os.path.join(ROOT, "data_prep/weights.py"), "export", h, q], check=True)
+            back = torch.load(q)
+            same = list(back.keys()) == list(d.keys()) and all(
+                back[k].dtype == d[k].dtype and back[k].shape == d[k].shape and torch.equal(back[k], d[k])
+                for k in d)
+            check(f"round trip ({label})", same, f"{len(d)} tensors")
+        # the old-style import must land on the same project tensors as the new one
+        hn, ho = os.path.join(tmp, "n.h5"), os.path.join(tmp, "o.h5")
+        weights.import_state_dict(sd, hn)
+        weights.import_state_dict(old, ho)
+        with h5py.File(hn) as fn, h5py.File(ho) as fo:
+            same = sorted(fn["model"].keys()) == sorted(fo["model"].keys()) and all(
+                np.array_equal(fn["model"][k], fo["model"][k]) for k in fn["model"])
+        check("old and new key styles import alike", same, f"{len(sd)} keys")
+        # fc6 permutation: (C, 7, 7) flatten -> (7, 7, C) flatten
+        wt = sd["roi_heads.box_head.fc6.weight"]
+        p = weights.to_project("roi_heads.box_head.fc6.weight", wt)
+        c = wt.shape[1] // 49
+        ok = p[3, (2 * 7 + 5) * c + 17] == wt[3, 17 * 49 + 2 * 7 + 5].item()
+        check("fc6 permuted to (7, 7, C)", bool(ok), "element (o=3, y=2, x=5, c=17)")
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "r50"
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    {"r50": parity_r50, "roundtrip": roundtrip}[what]()
+    if FAILURES:
+        print(f"FAILED: {len(FAILURES)} checks: {', '.join(FAILURES)}")
+        sys.exit(1)
+    print("all checks passed")

@@ -1,0 +1,173 @@
+/* Runs the model on the CPU backend for the parity scripts.
+ *   prog_net_run CONFIG WEIGHTS.h5 INPUT.h5 OUTPUT.h5 [--mode train|detect]
+ *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5]
+ * INPUT.h5: /images (N, H, W, 3) f32, /image_hw (N, 2) i32 and for training
+ * /gt/<i>/boxes (n, 4) f32, /gt/<i>/labels (n) i32, /gt/<i>/masks (n, h, w) u8.
+ * OUTPUT.h5: /p/<l>, /rpn/logits/<l>, /rpn/deltas/<l> (NHWC), /proposals (N, P, 4),
+ * /proposal_counts (N), /losses (5), /grads/<name> (project layout), or /det/... */
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/config.h"
+#include "mrcnn/model.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *read_all(hid_t f, const char *name, hid_t type, size_t elem, int *ndim, hsize_t *dims) {
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    MRCNN_CHECK(ds >= 0, "input: no dataset %s", name);
+    hid_t sp = H5Dget_space(ds);
+    *ndim = H5Sget_simple_extent_ndims(sp);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    size_t n = 1;
+    for (int d = 0; d < *ndim; d++) n *= dims[d];
+    void *p = MRCNN_CALLOC(n ? n : 1, elem, name);
+    if (n) MRCNN_CHECK_HDF5(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p), name);
+    H5Sclose(sp);
+    H5Dclose(ds);
+    return p;
+}
+
+static void write_f32(hid_t f, const char *name, int ndim, const int64_t *shape, const float *data) {
+    hsize_t dims[8];
+    for (int d = 0; d < ndim; d++) dims[d] = (hsize_t)shape[d];
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t sp = H5Screate_simple(ndim, dims, NULL);
+    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT), name);
+    MRCNN_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
+    H5Dclose(ds);
+    H5Sclose(sp);
+    H5Pclose(lcpl);
+}
+
+static void write_tensor(hid_t f, const char *name, const mrcnn_backend *be, const mrcnn_tensor *t) {
+    int64_t n = mrcnn_tensor_numel(t);
+    float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
+    if (n) be->read(be, t, h);
+    write_f32(f, name, t->ndim, t->shape, h);
+    free(h);
+}
+
+int main(int argc, char **argv) {
+    MRCNN_CHECK(argc >= 5, "usage: %s CONFIG WEIGHTS INPUT OUTPUT [--mode train|detect] [--set K=V] "
+                "[--grad NAME] [--save CKPT]", argv[0]);
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    mrcnn_config_load(&cfg, argv[1]);
+    const char *mode = "train", *save = NULL;
+    const char *grads[64];
+    int n_grads = 0;
+    for (int i = 5; i < argc; i++) {
+        if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) mode = argv[++i];
+        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) mrcnn_config_set(&cfg, argv[++i], "--set");
+        else if (strcmp(argv[i], "--grad") == 0 && i + 1 < argc && n_grads < 64) grads[n_grads++] = argv[++i];
+        else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
+        else MRCNN_CHECK(0, "unknown argument '%s'", argv[i]);
+    }
+    mrcnn_backend *be = mrcnn_backend_cpu_create();
+    mrcnn_model m;
+    mrcnn_model_init(&m, &cfg, be);
+    mrcnn_checkpoint_load_model(&m, argv[2]);
+    if (save) mrcnn_checkpoint_save_model(&m, save);
+
+    hid_t in = H5Fopen(argv[3], H5F_ACC_RDONLY, H5P_DEFAULT);
+    MRCNN_CHECK(in >= 0, "cannot open %s", argv[3]);
+    int nd;
+    hsize_t dims[8];
+    float *img = read_all(in, "images", H5T_NATIVE_FLOAT, sizeof(float), &nd, dims);
+    MRCNN_CHECK(nd == 4 && dims[3] == 3, "/images must be (N, H, W, 3)");
+    int N = (int)dims[0];
+    int64_t ishape[4] = {(int64_t)dims[0], (int64_t)dims[1], (int64_t)dims[2], 3};
+    int *hw = read_all(in, "image_hw", H5T_NATIVE_INT, sizeof(int), &nd, dims);
+    mrcnn_image_gt *gt = MRCNN_CALLOC((size_t)N, sizeof *gt, "gt");
+    bool train = strcmp(mode, "train") == 0;
+    for (int i = 0; train && i < N; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "gt/%d/boxes", i);
+        gt[i].boxes = read_all(in, name, H5T_NATIVE_FLOAT, sizeof(float), &nd, dims);
+        gt[i].n = (int)dims[0];
+        snprintf(name, sizeof name, "gt/%d/labels", i);
+        gt[i].labels = read_all(in, name, H5T_NATIVE_INT32, sizeof(int32_t), &nd, dims);
+        snprintf(name, sizeof name, "gt/%d/masks", i);
+        gt[i].masks = read_all(in, name, H5T_NATIVE_UINT8, 1, &nd, dims);
+    }
+    H5Fclose(in);
+
+    mrcnn_ws ws;
+    mrcnn_ws_init(&ws, be);
+    mrcnn_batch b = {.image_hw = hw, .gt = train ? gt : NULL};
+    b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, ishape);
+    be->write(be, &b.images, img);
+    mrcnn_step st;
+    mrcnn_detections det;
+    memset(&det, 0, sizeof det);
+    if (train) {
+        mrcnn_model_zero_grads(&m);
+        mrcnn_model_train_step(&m, &ws, &b, true, &st);
+    } else {
+        mrcnn_model_detect(&m, &ws, &b, &st, &det);
+    }
+    hid_t out = H5Fcreate(argv[4], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    MRCNN_CHECK(out >= 0, "cannot create %s", argv[4]);
+    char name[160];
+    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
+        snprintf(name, sizeof name, "p/%d", l);
+        write_tensor(out, name, be, &st.bb.p[l]);
+        snprintf(name, sizeof name, "rpn/logits/%d", l);
+        write_tensor(out, name, be, &st.rpn.logits[l]);
+        snprintf(name, sizeof name, "rpn/deltas/%d", l);
+        write_tensor(out, name, be, &st.rpn.deltas[l]);
+    }
+    write_f32(out, "proposals", 3, (int64_t[]){N, st.prop_cap, 4}, st.proposals);
+    float *cnt = MRCNN_MALLOC((size_t)N * sizeof(float), "counts");
+    for (int i = 0; i < N; i++) cnt[i] = (float)st.proposal_counts[i];
+    write_f32(out, "proposal_counts", 1, (int64_t[]){N}, cnt);
+    free(cnt);
+    if (train) {
+        float l[5] = {(float)st.losses.rpn_objectness, (float)st.losses.rpn_box_reg,
+                      (float)st.losses.classifier, (float)st.losses.box_reg, (float)st.losses.mask};
+        write_f32(out, "losses", 1, (int64_t[]){5}, l);
+        float counts[3] = {(float)st.rpn_sampled, (float)st.n_rois, (float)st.n_fg};
+        write_f32(out, "sample_counts", 1, (int64_t[]){3}, counts);
+        for (int g = 0; g < n_grads; g++) {
+            int idx = mrcnn_arena_index(&m.params.grads, grads[g]);
+            MRCNN_CHECK(idx >= 0, "--grad %s: no such parameter", grads[g]);
+            snprintf(name, sizeof name, "grads/%s", grads[g]);
+            write_tensor(out, name, be, mrcnn_arena_get(&m.params.grads, idx));
+            snprintf(name, sizeof name, "values/%s", grads[g]);
+            write_tensor(out, name, be, mrcnn_arena_get(&m.params.values, idx));
+        }
+        printf("losses: objectness %.6g rpn_box %.6g classifier %.6g box_reg %.6g mask %.6g "
+               "(rpn sampled %.0f, rois %d, fg %d)\n", l[0], l[1], l[2], l[3], l[4], st.rpn_sampled,
+               st.n_rois, st.n_fg);
+    } else {
+        int D = det.cap, M = det.mask_size;
+        write_f32(out, "det/boxes", 3, (int64_t[]){N, D, 4}, det.boxes);
+        write_f32(out, "det/scores", 2, (int64_t[]){N, D}, det.scores);
+        float *lab = MRCNN_MALLOC((size_t)N * D * sizeof(float), "labels");
+        for (int i = 0; i < N * D; i++) lab[i] = (float)det.labels[i];
+        write_f32(out, "det/labels", 2, (int64_t[]){N, D}, lab);
+        for (int i = 0; i < N; i++) lab[i] = (float)det.counts[i];
+        write_f32(out, "det/counts", 1, (int64_t[]){N}, lab);
+        free(lab);
+        write_f32(out, "det/mask_probs", 4, (int64_t[]){N, D, M, M}, det.mask_probs);
+        mrcnn_detections_free(&det);
+    }
+    H5Fclose(out);
+    mrcnn_step_free(&st);
+    mrcnn_ws_free(&ws);
+    for (int i = 0; train && i < N; i++) {
+        free((void *)gt[i].boxes);
+        free((void *)gt[i].labels);
+        free((void *)gt[i].masks);
+    }
+    free(gt);
+    free(img);
+    free(hw);
+    mrcnn_model_free(&m);
+    mrcnn_backend_destroy(be);
+    return 0;
+}

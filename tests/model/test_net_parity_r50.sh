@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# R50-FPN against torchvision with the same random weights (two draws, two images):
+# features, RPN outputs, proposals, the five losses and sampled gradients.
+set -u
+cd "$ROOT"
+"$PY_TORCH" -c "import torch, torchvision, h5py" 2>/dev/null || { echo "skip: $PY_TORCH lacks torch/torchvision/h5py"; exit 77; }
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+exec "$PY_TORCH" tests/model/parity_torch.py r50

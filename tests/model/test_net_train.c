@@ -1,0 +1,300 @@
+/* The whole model on the tiny config, CPU backend: finite differences of the total
+ * training loss against the backward in every module, an overfit run, frozen
+ * stages, and the schema-v1 checkpoint round trip. */
+#include "test_util.h"
+
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/config.h"
+#include "mrcnn/model.h"
+#include "mrcnn/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NI 2
+#define HH 128
+#define WW 128
+#define NG 3
+
+typedef struct {
+    float images[NI * HH * WW * 3];
+    int hw[NI * 2];
+    float boxes[NI][NG * 4];
+    int32_t labels[NI][NG];
+    uint8_t masks[NI][NG * HH * WW];
+    mrcnn_image_gt gt[NI];
+} synth_batch;
+
+/* Rectangles and ellipses on a noisy background; each class has its own colour so
+ * the task is learnable by a tiny network. */
+static void make_batch(synth_batch *s, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    mrcnn_rng r = mrcnn_rng_make(seed, 0, 0, MRCNN_RNG_TEST);
+    uint64_t k = 0;
+    for (int i = 0; i < NI * HH * WW * 3; i++) s->images[i] = 0.2f * (mrcnn_rng_uniform(&r, k++) - 0.5f);
+    for (int i = 0; i < NI; i++) {
+        s->hw[2 * i] = HH;
+        s->hw[2 * i + 1] = WW;
+        for (int g = 0; g < NG; g++) {
+            float bw = 24 + 40 * mrcnn_rng_uniform(&r, k++), bh = 24 + 40 * mrcnn_rng_uniform(&r, k++);
+            float x1 = (WW - bw) * mrcnn_rng_uniform(&r, k++), y1 = (HH - bh) * mrcnn_rng_uniform(&r, k++);
+            int cls = 1 + g % 3;
+            bool ellipse = g % 2 == 1;
+            float *b = s->boxes[i] + g * 4;
+            b[0] = floorf(x1);
+            b[1] = floorf(y1);
+            b[2] = floorf(x1 + bw);
+            b[3] = floorf(y1 + bh);
+            s->labels[i][g] = cls;
+            float cx = 0.5f * (b[0] + b[2]), cy = 0.5f * (b[1] + b[3]);
+            float rx = 0.5f * (b[2] - b[0]), ry = 0.5f * (b[3] - b[1]);
+            for (int y = (int)b[1]; y < (int)b[3]; y++)
+                for (int x = (int)b[0]; x < (int)b[2]; x++) {
+                    float dx = (x + 0.5f - cx) / rx, dy = (y + 0.5f - cy) / ry;
+                    if (ellipse && dx * dx + dy * dy > 1) continue;
+                    s->masks[i][(size_t)g * HH * WW + y * WW + x] = 1;
+                    float *px = s->images + (((size_t)i * HH + y) * WW + x) * 3;
+                    px[0] = cls == 1 ? 1.0f : -0.5f;
+                    px[1] = cls == 2 ? 1.0f : -0.5f;
+                    px[2] = cls == 3 ? 1.0f : -0.5f;
+                }
+        }
+        s->gt[i] = (mrcnn_image_gt){NG, s->boxes[i], s->labels[i], s->masks[i]};
+    }
+}
+
+static void tiny_config(mrcnn_config *cfg) {
+    mrcnn_config_defaults(cfg);
+    char path[512];
+    snprintf(path, sizeof path, "%s/configs/tiny.yaml", getenv("ROOT") ? getenv("ROOT") : ".");
+    mrcnn_config_load(cfg, path);
+}
+
+typedef struct {
+    mrcnn_backend *be;
+    mrcnn_model m;
+    mrcnn_ws ws;
+    synth_batch s;
+    mrcnn_batch b;
+} fixture;
+
+static void fixture_init(fixture *f, const mrcnn_config *cfg, uint64_t seed) {
+    f->be = mrcnn_backend_cpu_create();
+    mrcnn_model_init(&f->m, cfg, f->be);
+    mrcnn_model_init_random(&f->m, seed);
+    mrcnn_ws_init(&f->ws, f->be);
+    make_batch(&f->s, seed);
+    f->b = (mrcnn_batch){.image_hw = f->s.hw, .gt = f->s.gt};
+}
+
+static void fixture_free(fixture *f) {
+    mrcnn_ws_free(&f->ws);
+    mrcnn_model_free(&f->m);
+    mrcnn_backend_destroy(f->be);
+}
+
+/* One forward (+ backward) on the fixture's batch; returns the total loss. */
+static double run_step(fixture *f, bool backward, mrcnn_step *keep) {
+    mrcnn_ws_reset(&f->ws);
+    f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
+    f->be->write(f->be, &f->b.images, f->s.images);
+    mrcnn_step st;
+    mrcnn_model_train_step(&f->m, &f->ws, &f->b, backward, &st);
+    double total = st.losses.total;
+    if (keep) *keep = st;
+    else mrcnn_step_free(&st);
+    return total;
+}
+
+static double dot(const float *a, const float *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* Directional finite differences in float: L(w + e v) - L(w - e v) over 2e against
+ * g.v for one parameter tensor per module, with the proposals pinned (the backward
+ * treats them as constants, as torchvision does). v is a random unit direction
+ * scaled to the tensor's RMS; e = 1e-2 of it keeps the float rounding of the loss
+ * (~1e-7 relative, i.e. ~1e-5 after dividing by 2e) and the curvature term (O(e^2))
+ * both near 1e-4 of a typical directional derivative; ReLU kinks crossed by the step
+ * add noise of the same order. Tolerance: 2% relative + 1e-4 absolute. */
+static void test_finite_differences(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 7);
+    mrcnn_step st;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    printf("losses: obj %.4f rpn_box %.4f cls %.4f box %.4f mask %.4f; rois %d fg %d\n",
+           st.losses.rpn_objectness, st.losses.rpn_box_reg, st.losses.classifier, st.losses.box_reg,
+           st.losses.mask, st.n_rois, st.n_fg);
+    assert_true(st.n_fg > 0);
+    f->m.pinned_proposals = st.proposals;
+    f->m.pinned_counts = st.proposal_counts;
+    f->m.pinned_cap = st.prop_cap;
+    const char *names[] = {
+        "backbone.body.conv1.weight",          "backbone.body.layer1.0.conv2.weight",
+        "backbone.body.layer3.0.downsample.0.weight", "backbone.body.layer4.0.conv3.bias",
+        "backbone.fpn.inner_blocks.1.0.weight", "backbone.fpn.layer_blocks.0.0.weight",
+        "rpn.head.conv.0.0.weight",            "rpn.head.cls_logits.weight",
+        "rpn.head.bbox_pred.bias",             "roi_heads.box_head.fc6.weight",
+        "roi_heads.box_predictor.cls_score.weight", "roi_heads.box_predictor.bbox_pred.weight",
+        "roi_heads.mask_head.0.0.weight",      "roi_heads.mask_predictor.conv5_mask.weight",
+        "roi_heads.mask_predictor.mask_fcn_logits.weight",
+    };
+    int bad = 0;
+    for (size_t p = 0; p < sizeof names / sizeof names[0]; p++) {
+        int idx = mrcnn_arena_index(&f->m.params.values, names[p]);
+        assert_true(idx >= 0);
+        mrcnn_tensor *w = mrcnn_arena_get(&f->m.params.values, idx);
+        mrcnn_tensor *g = mrcnn_arena_get(&f->m.params.grads, idx);
+        int64_t n = mrcnn_tensor_numel(w);
+        float *w0 = malloc(n * sizeof(float)), *gv = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+        float *wp = malloc(n * sizeof(float));
+        f->be->read(f->be, w, w0);
+        f->be->read(f->be, g, gv);
+        mrcnn_rng r = mrcnn_rng_make(99, 0, idx, MRCNN_RNG_TEST);
+        double rms = sqrt(dot(w0, w0, n) / n), vn = 0;
+        if (rms == 0) rms = 0.05;
+        for (int64_t i = 0; i < n; i++) {
+            v[i] = mrcnn_rng_normal(&r, i);
+            vn += (double)v[i] * v[i];
+        }
+        double eps = 1e-2 * rms * sqrt((double)n / vn);
+        double lp, lm;
+        for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] + eps * v[i]);
+        f->be->write(f->be, w, wp);
+        lp = run_step(f, false, NULL);
+        for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] - eps * v[i]);
+        f->be->write(f->be, w, wp);
+        lm = run_step(f, false, NULL);
+        f->be->write(f->be, w, w0);
+        double fd = (lp - lm) / (2 * eps), an = dot(gv, v, n);
+        double err = fabs(fd - an), tol = 2e-2 * fabs(an) + 1e-4;
+        printf("  %-50s fd % .6e  backward % .6e  |diff| %.2e %s\n", names[p], fd, an, err,
+               err <= tol ? "ok" : "FAIL");
+        if (err > tol || an == 0) bad++;
+        free(w0);
+        free(gv);
+        free(v);
+        free(wp);
+    }
+    f->m.pinned_proposals = NULL;
+    mrcnn_step_free(&st);
+    fixture_free(f);
+    free(f);
+    assert_int_equal(bad, 0);
+}
+
+/* Plain SGD with momentum over the flat arenas, as the trainer would do it. */
+static void test_overfit(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 3);
+    int64_t n = (int64_t)(f->m.params.values.size / sizeof(float));
+    float *w = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *mom = calloc(n, sizeof(float));
+    mrcnn_tensor all_w = mrcnn_tensor_view(f->m.params.values.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
+    mrcnn_tensor all_g = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
+    double first = 0, last = 0, best = 1e30;
+    const float lr = 0.02f, mu = 0.9f;
+    for (int it = 0; it < 200; it++) {
+        mrcnn_model_zero_grads(&f->m);
+        double l = run_step(f, true, NULL);
+        assert_true(isfinite(l));
+        if (it == 0) first = l;
+        last = l;
+        if (l < best) best = l;
+        if (it % 20 == 0 || it == 199) printf("  step %3d loss %.5f\n", it, l);
+        f->be->read(f->be, &all_w, w);
+        f->be->read(f->be, &all_g, g);
+        float scale = it < 20 ? (it + 1) / 20.0f : 1.0f; // warmup: the heads start far off
+        for (int64_t i = 0; i < n; i++) {
+            mom[i] = mu * mom[i] + g[i];
+            w[i] -= scale * lr * mom[i];
+        }
+        f->be->write(f->be, &all_w, w);
+    }
+    printf("overfit: first %.4f last %.4f best %.4f (ratio %.1fx)\n", first, last, best, first / last);
+    free(w);
+    free(g);
+    free(mom);
+    fixture_free(f);
+    free(f);
+    assert_true(first / last > 10.0);
+}
+
+/* FREEZE_AT 2: stem and res2 get exactly zero gradient, res3 does not. */
+static void test_frozen(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    cfg.backbone_freeze_at = 2;
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 5);
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, NULL);
+    mrcnn_arena *ga = &f->m.params.grads;
+    int frozen_nonzero = 0, trained_zero = 0;
+    for (int i = 0; i < ga->n_entries; i++) {
+        mrcnn_tensor *t = &ga->entries[i].tensor;
+        int64_t n = mrcnn_tensor_numel(t);
+        float *h = malloc(n * sizeof(float));
+        f->be->read(f->be, t, h);
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) s += fabs(h[j]);
+        free(h);
+        bool frozen = strstr(ga->entries[i].name, "body.conv1") || strstr(ga->entries[i].name, "body.layer1.");
+        assert_int_equal(f->m.params.trainable[i], !frozen);
+        if (frozen && s != 0) frozen_nonzero++;
+        if (!frozen && strstr(ga->entries[i].name, ".weight") && s == 0) {
+            printf("  zero gradient: %s\n", ga->entries[i].name);
+            trained_zero++;
+        }
+    }
+    fixture_free(f);
+    free(f);
+    assert_int_equal(frozen_nonzero, 0);
+    assert_int_equal(trained_zero, 0);
+}
+
+/* Save, load into a fresh model, same bytes; a wrong shape is refused by name. */
+static void test_checkpoint(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    mrcnn_backend *be = mrcnn_backend_cpu_create();
+    mrcnn_model a, b;
+    mrcnn_model_init(&a, &cfg, be);
+    mrcnn_model_init_random(&a, 11);
+    mrcnn_model_init(&b, &cfg, be);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/mrcnn_net_ckpt_%d.h5", (int)getpid());
+    mrcnn_checkpoint_save_model(&a, path);
+    mrcnn_checkpoint_load_model(&b, path);
+    assert_int_equal(a.params.values.size, b.params.values.size);
+    assert_memory_equal(a.params.values.base, b.params.values.base, a.params.values.size);
+    mrcnn_model c;
+    cfg.fpn_out_channels = 16;
+    mrcnn_model_init(&c, &cfg, be);
+    EXPECT_FAIL(mrcnn_checkpoint_load_model(&c, path), "backbone.fpn.inner_blocks.0.0.weight has shape");
+    unlink(path);
+    mrcnn_model_free(&a);
+    mrcnn_model_free(&b);
+    mrcnn_model_free(&c);
+    mrcnn_backend_destroy(be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_frozen),
+        cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_overfit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

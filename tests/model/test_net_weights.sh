@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# data_prep/weights.py: .pth -> h5 -> .pth bit-identical (new and old torchvision key
+# styles, ImageNet ResNet), old and new styles import alike, fc6 permutation.
+set -u
+cd "$ROOT"
+"$PY_TORCH" -c "import torch, torchvision, h5py" 2>/dev/null || { echo "skip: $PY_TORCH lacks torch/torchvision/h5py"; exit 77; }
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+exec "$PY_TORCH" tests/model/parity_torch.py roundtrip
