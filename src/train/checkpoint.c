@@ -222,6 +222,17 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
         if (unlink(old) != 0) mrcnn_warn("checkpoint: could not delete old %s: %s", old, strerror(errno));
     }
     free(steps);
+    /* Temporary files of writes that were killed (the kill -9 case) go too. */
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, ".model_", 7) || n < 8 || strcmp(e->d_name + n - 7, ".h5.tmp")) continue;
+        char old[1100];
+        snprintf(old, sizeof old, "%s/%s", dir, e->d_name);
+        unlink(old);
+    }
+    if (d) closedir(d);
 }
 
 int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {

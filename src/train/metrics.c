@@ -4,6 +4,7 @@
 #include "mrcnn/metrics.h"
 #include "mrcnn/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,13 @@ double mrcnn_rss_mb(void) {
     int ok = fscanf(f, "%ld %ld", &pages, &rss) == 2;
     fclose(f);
     return ok ? (double)rss * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0) : 0;
+}
+
+/* JSON has no NaN/Inf: a window of only skipped steps logs null. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+    fprintf(f, ", \"%s\": ", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
 }
 
 void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled) {
@@ -51,13 +59,17 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     FILE *f = fopen(m->json_path, "a");
     if (f) {
-        fprintf(f, "{\"step\": %lld, \"total_loss\": %.9g", (long long)s->step, s->total_loss);
-        for (int i = 0; i < s->n_losses; i++) fprintf(f, ", \"%s\": %.9g", s->loss_names[i], s->losses[i]);
-        fprintf(f,
-                ", \"lr\": %.9g, \"img_per_s\": %.6g, \"data_ms\": %.4g, \"step_ms\": %.4g, \"mem_mb\": %.1f, "
-                "\"eta_s\": %.1f, \"loss_scale\": %.9g, \"skipped\": %lld, \"time\": %.3f}\n",
-                s->lr, s->img_per_s, s->data_ms, s->step_ms, s->mem_mb, s->eta_s, s->loss_scale,
-                (long long)s->skipped, wall);
+        fprintf(f, "{\"step\": %lld", (long long)s->step);
+        json_num(f, "total_loss", s->total_loss, "%.17g");
+        for (int i = 0; i < s->n_losses; i++) json_num(f, s->loss_names[i], s->losses[i], "%.17g");
+        json_num(f, "lr", s->lr, "%.9g");
+        json_num(f, "img_per_s", s->img_per_s, "%.6g");
+        json_num(f, "data_ms", s->data_ms, "%.4g");
+        json_num(f, "step_ms", s->step_ms, "%.4g");
+        json_num(f, "mem_mb", s->mem_mb, "%.1f");
+        json_num(f, "eta_s", s->eta_s, "%.1f");
+        json_num(f, "loss_scale", s->loss_scale, "%.9g");
+        fprintf(f, ", \"skipped\": %lld, \"time\": %.3f}\n", (long long)s->skipped, wall);
         fclose(f);
     } else {
         mrcnn_warn("cannot append to %s", m->json_path);
