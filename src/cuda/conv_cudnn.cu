@@ -118,11 +118,29 @@ static cu_conv_algo *conv_lookup(cu_state *s, const conv_key *k) {
     return e;
 }
 
-/* fp32 without TF32 accepts only FMA-math results; everything else the fastest. */
-static int perf_ok(const cu_state *s, const conv_key *k, cudnnStatus_t st, size_t mem, cudnnMathType_t math) {
+/* fp32 without TF32 is the reference precision: it accepts FMA-math results only and
+ * leaves out the FFT and Winograd transforms, whose rounding errors exceed plain
+ * fp32 summation's. Every other mode takes the fastest algorithm. */
+static int perf_ok(const cu_state *s, const conv_key *k, cudnnStatus_t st, size_t mem, cudnnMathType_t math,
+                   int transform) {
     if (st != CUDNN_STATUS_SUCCESS || mem > s->workspace_limit) return 0;
-    if (k->dtype == MRCNN_DTYPE_F32 && !k->tf32 && math == CUDNN_TENSOR_OP_MATH) return 0;
+    if (k->dtype == MRCNN_DTYPE_F32 && !k->tf32 && (math == CUDNN_TENSOR_OP_MATH || transform)) return 0;
     return 1;
+}
+
+static int fwd_transform(cudnnConvolutionFwdAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+
+static int bwd_data_transform(cudnnConvolutionBwdDataAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+
+static int bwd_filter_transform(cudnnConvolutionBwdFilterAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
 #define CU_MAX_ALGOS 16
@@ -137,7 +155,7 @@ static void choose_fwd(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
                                                                  CU_MAX_ALGOS, &n, perf));
     for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, fwd_transform(perf[i].algo))) {
             e->fwd = perf[i].algo;
             e->fwd_ws = perf[i].memory;
             e->have_fwd = 1;
@@ -158,7 +176,7 @@ static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
                                                                       e->x_desc, CU_MAX_ALGOS, &n, perf));
     for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_data_transform(perf[i].algo))) {
             e->bwd_data = perf[i].algo;
             e->bwd_data_ws = perf[i].memory;
             e->have_bwd_data = 1;
@@ -179,7 +197,7 @@ static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
                                                                         e->w_desc, CU_MAX_ALGOS, &n, perf));
     for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType)) {
+        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_filter_transform(perf[i].algo))) {
             e->bwd_filter = perf[i].algo;
             e->bwd_filter_ws = perf[i].memory;
             e->have_bwd_filter = 1;
@@ -217,12 +235,13 @@ static cudnnStatus_t run_fused(cu_state *s, cu_conv_algo *e, const void *x, cons
                                                  &k_zero, e->y_desc, y, e->b_desc, b, e->act_desc, e->y_desc, y);
 }
 
-static void run_plain(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, int relu, void *y) {
+/* b in its own dtype bt (an fp32 bias is added unrounded). */
+static void run_plain(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, mrcnn_dtype bt,
+                      int relu, void *y) {
     void *ws = cu_workspace(s, e->fwd_ws);
     MRCNN_CHECK_CUDNN(cudnnConvolutionForward(s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc, e->fwd, ws,
                                               e->fwd_ws, &k_zero, e->y_desc, y));
-    cu_bias_act(s, y, (mrcnn_dtype)e->key.dtype, (int64_t)e->key.n * e->p * e->q, e->key.k, b,
-                (mrcnn_dtype)e->key.dtype, relu);
+    cu_bias_act(s, y, (mrcnn_dtype)e->key.dtype, (int64_t)e->key.n * e->p * e->q, e->key.k, b, bt, relu);
 }
 
 static float time_ms(cu_state *s, cudaEvent_t a, cudaEvent_t b) {
@@ -233,8 +252,10 @@ static float time_ms(cu_state *s, cudaEvent_t a, cudaEvent_t b) {
     return ms;
 }
 
-/* Decides once per shape whether the fused call is used (see the file comment). */
-static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, void *y) {
+/* Decides once per shape whether the fused call is used (see the file comment); bc is
+ * the bias in the data dtype (the fused call's), b/bt the caller's. */
+static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *bc, const void *b,
+                         mrcnn_dtype bt, void *y) {
     if (s->fused_mode == 0) {
         e->fused = 0;
         return;
@@ -246,10 +267,11 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
         e->fused = 0;
         return;
     }
-    st = run_fused(s, e, x, w, b, y);
+    st = run_fused(s, e, x, w, bc, y);
     if (st != CUDNN_STATUS_SUCCESS) {
-        MRCNN_CHECK(s->fused_mode != 1, "conv2d_forward: MRCNN_CONV_FUSED=1 but the fused call failed: %s",
-                    cudnnGetErrorString(st));
+        if (s->fused_mode == 1 || getenv("MRCNN_CONV_VERBOSE"))
+            fprintf(stderr, "conv x (%d, %d, %d, %d) K %d %dx%d: fused conv+bias+ReLU unavailable (%s), plain path\n",
+                    e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, cudnnGetErrorString(st));
         e->fused = 0;
         return;
     }
@@ -262,11 +284,11 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
     MRCNN_CHECK_CUDA(cudaEventCreate(&t1));
     MRCNN_CHECK_CUDA(cudaEventCreate(&t2));
     const int reps = 3;
-    run_plain(s, e, x, w, b, 1, y); // warm-up of the plain path
+    run_plain(s, e, x, w, b, bt, 1, y); // warm-up of the plain path
     MRCNN_CHECK_CUDA(cudaEventRecord(t0, s->stream));
-    for (int i = 0; i < reps; i++) MRCNN_CHECK_CUDNN(run_fused(s, e, x, w, b, y));
+    for (int i = 0; i < reps; i++) MRCNN_CHECK_CUDNN(run_fused(s, e, x, w, bc, y));
     MRCNN_CHECK_CUDA(cudaEventRecord(t1, s->stream));
-    for (int i = 0; i < reps; i++) run_plain(s, e, x, w, b, 1, y);
+    for (int i = 0; i < reps; i++) run_plain(s, e, x, w, b, bt, 1, y);
     MRCNN_CHECK_CUDA(cudaEventRecord(t2, s->stream));
     float fused_ms = time_ms(s, t0, t1), plain_ms = time_ms(s, t1, t2);
     e->fused = fused_ms < plain_ms;
@@ -300,20 +322,22 @@ static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
     check_conv_tensors(d, e, x, w, y, "conv2d_forward");
     const mrcnn_dtype dt = x->dtype;
     const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
-    const void *bp = NULL;
     if (b) {
         cu_check_float(b, "conv2d_forward b");
         cu_check_numel(b, d->k, "conv2d_forward b (K)");
-        bp = cu_as_dtype(s, b, dt, CU_SCRATCH_B);
     }
     if (!e->have_fwd) choose_fwd(s, e);
     const int relu = act == MRCNN_ACT_RELU;
-    if (relu && bp && e->fused < 0) choose_fused(s, e, x->data, wp, bp, y->data);
-    if (relu && bp && e->fused == 1) {
-        MRCNN_CHECK_CUDNN(run_fused(s, e, x->data, wp, bp, y->data));
-        return;
+    const mrcnn_dtype bt = b ? b->dtype : MRCNN_DTYPE_F32;
+    if (relu && b && e->fused != 0) {
+        const void *bc = cu_as_dtype(s, b, dt, CU_SCRATCH_B);
+        if (e->fused < 0) choose_fused(s, e, x->data, wp, bc, b->data, bt, y->data);
+        if (e->fused == 1) {
+            MRCNN_CHECK_CUDNN(run_fused(s, e, x->data, wp, bc, y->data));
+            return;
+        }
     }
-    run_plain(s, e, x->data, wp, bp, relu, y->data);
+    run_plain(s, e, x->data, wp, b ? b->data : NULL, bt, relu, y->data);
 }
 
 static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,

@@ -43,14 +43,17 @@ static unsigned reduce_blocks(int64_t n) {
 }
 
 static void finish(cu_state *s, double *part, unsigned nparts, float norm, mrcnn_tensor *loss) {
+    if (!loss) return;
     k_reduce_finish<<<1, RT, 0, s->stream>>>(part, (int)nparts, norm, (float *)loss->data);
     MRCNN_CHECK_LAUNCH("loss reduce");
 }
 
+/* loss may be NULL (gradient only), as on the CPU backend. */
 static void check_loss_out(const mrcnn_tensor *loss, float norm, const char *op) {
+    MRCNN_CHECK(norm > 0, "%s: normalizer %g must be positive", op, (double)norm);
+    if (!loss) return;
     cu_check_gpu(loss, op);
     MRCNN_CHECK(loss->dtype == MRCNN_DTYPE_F32 && cu_numel(loss) == 1, "%s: loss must be a 1-element fp32 tensor", op);
-    MRCNN_CHECK(norm > 0, "%s: normalizer %g must be positive", op, (double)norm);
 }
 
 static void check_same(const mrcnn_tensor *t, int64_t n, const char *what) {

@@ -1,0 +1,626 @@
+/* Every op of the CUDA backend against the CPU backend, at fp32, fp16 and bf16.
+ *
+ * Inputs are fresh random values (never zeros), rounded on the host to the storage
+ * dtype so that both backends see identical inputs. Overwritten outputs are
+ * poisoned with NaN on both sides before each run, so an element the GPU leaves
+ * unwritten shows; accumulated outputs (+=) start from the same random values, so
+ * an op that overwrites instead of adding shows too. A NaN or Inf in a GPU result
+ * fails regardless of the error metric.
+ *
+ * Tolerances, as max|gpu - cpu| / max|cpu| per tensor:
+ *  - fp32 (TF32 off: the backend default, plus NVIDIA_TF32_OVERRIDE=0): 1e-5. Neither
+ *    side pins FMA contraction (nvcc contracts a*b+c, gcc in C11 mode does not); one
+ *    contraction changes a result by at most one rounding, about 6e-8 relative, and
+ *    the summation order of cuDNN/cuBLAS differs from the CPU's anyway, so the
+ *    tolerance, not the compiler flags, absorbs both.
+ *  - fp16/bf16 against the CPU backend's rounded-storage mode: 1e-2 (one bf16 ulp is
+ *    2^-8 of a value, and values straddling a rounding boundary differ by one ulp).
+ *
+ * Without a GPU (or in a GPU=0 build) the program prints "skip: no GPU (...)" and
+ * exits 77, which the runner counts as skipped. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/half.h"
+#include "test_util.h"
+
+static mrcnn_backend *G;     // CUDA backend, conv+bias+ReLU path chosen per shape
+static mrcnn_backend *GF;    // CUDA backend with the fused conv+bias+ReLU call forced on
+static mrcnn_backend *C;     // CPU backend (the oracle)
+static mrcnn_dtype P;        // storage dtype of the current pass
+static int g_selfcheck;      // MRCNN_CUDA_OPS_SELFCHECK=1: G and GF are CPU backends (tests the harness)
+static uint64_t g_seed = 1000;
+
+static const mrcnn_dtype k_precisions[3] = {MRCNN_DTYPE_F32, MRCNN_DTYPE_F16, MRCNN_DTYPE_BF16};
+
+static double tol(void) { return P == MRCNN_DTYPE_F32 ? 1e-5 : 1e-2; }
+
+static void set_precision(mrcnn_dtype p) {
+    P = p;
+    C->set_precision(C, p);
+    G->set_precision(G, p);
+    GF->set_precision(GF, p);
+}
+
+/* ---- paired tensors: the same values on the GPU (dtype gdt) and the CPU (fp32) ---- */
+
+typedef struct {
+    mrcnn_tensor g, c;
+    int64_t n;
+    const char *name;
+} tpair;
+
+static size_t dsize(mrcnn_dtype dt) { return mrcnn_dtype_size(dt); }
+
+static tpair tp_new(mrcnn_dtype gdt, int ndim, const int64_t *shape, const char *name) {
+    tpair p;
+    memset(&p, 0, sizeof p);
+    p.name = name;
+    mrcnn_dtype cdt = (gdt == MRCNN_DTYPE_I32 || gdt == MRCNN_DTYPE_U8) ? gdt : MRCNN_DTYPE_F32;
+    if (g_selfcheck) gdt = cdt; // the CPU backend stores fp32 and rounds
+    mrcnn_tensor tg = mrcnn_tensor_view(NULL, gdt, G->device, ndim, shape);
+    p.n = mrcnn_tensor_numel(&tg);
+    tg.data = G->alloc(G, (size_t)p.n * dsize(gdt) + 16, name);
+    mrcnn_tensor tc = mrcnn_tensor_view(NULL, cdt, C->device, ndim, shape);
+    tc.data = C->alloc(C, (size_t)p.n * dsize(cdt) + 16, name);
+    p.g = tg;
+    p.c = tc;
+    return p;
+}
+
+static void tp_free(tpair *p) {
+    G->free(G, p->g.data);
+    C->free(C, p->c.data);
+}
+
+/* Writes host floats (already representable in the GPU dtype) to both sides. */
+static void tp_write(tpair *p, const float *h) {
+    C->write(C, &p->c, h);
+    if (p->g.dtype == MRCNN_DTYPE_F32) {
+        G->write(G, &p->g, h);
+    } else {
+        uint16_t *bits = malloc((size_t)p->n * 2 + 2);
+        for (int64_t i = 0; i < p->n; i++)
+            bits[i] = p->g.dtype == MRCNN_DTYPE_F16 ? mrcnn_f32_to_f16(h[i]) : mrcnn_f32_to_bf16(h[i]);
+        G->write(G, &p->g, bits);
+        free(bits);
+    }
+    G->sync(G);
+}
+
+/* Random values in [lo, hi), never exactly zero, rounded to the GPU dtype. */
+static void tp_fill(tpair *p, float lo, float hi) {
+    float *h = malloc((size_t)p->n * sizeof(float) + 4);
+    test_fill_uniform(h, p->n, lo, hi, g_seed++);
+    for (int64_t i = 0; i < p->n; i++) {
+        if (h[i] == 0.0f) h[i] = 0.5f * (hi > 0 ? hi : lo);
+        h[i] = mrcnn_round_to(h[i], p->g.dtype);
+    }
+    tp_write(p, h);
+    free(h);
+}
+
+static void tp_poison(tpair *p) {
+    float *h = malloc((size_t)p->n * sizeof(float) + 4);
+    for (int64_t i = 0; i < p->n; i++) h[i] = NAN;
+    tp_write(p, h);
+    free(h);
+}
+
+static float *tp_read_gpu(const tpair *p) {
+    float *h = malloc((size_t)p->n * sizeof(float) + 4);
+    if (p->g.dtype == MRCNN_DTYPE_F32) {
+        G->read(G, &p->g, h);
+    } else {
+        uint16_t *bits = malloc((size_t)p->n * 2 + 2);
+        G->read(G, &p->g, bits);
+        for (int64_t i = 0; i < p->n; i++)
+            h[i] = p->g.dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(bits[i]) : mrcnn_bf16_to_f32(bits[i]);
+        free(bits);
+    }
+    return h;
+}
+
+/* Fails unless every GPU element is finite and max|gpu - cpu| / max|cpu| < t. */
+static void tp_expect_tol(const tpair *p, double t, const char *op) {
+    float *a = tp_read_gpu(p);
+    float *b = malloc((size_t)p->n * sizeof(float) + 4);
+    C->read(C, &p->c, b);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < p->n && bad < 0; i++)
+        if (!isfinite(a[i]) || !isfinite(b[i])) bad = i;
+    double err = bad >= 0 ? INFINITY : test_max_rel_err(a, b, p->n);
+    printf("  %-22s %-5s %-10s n=%-8lld max rel err %.3g (tol %.0e)\n", op, mrcnn_dtype_name(P), p->name,
+           (long long)p->n, err, t);
+    if (bad >= 0) {
+        float ga = a[bad], cb = b[bad];
+        free(a);
+        free(b);
+        fail_msg("%s (%s) %s: element %lld is gpu %g, cpu %g (non-finite: unwritten or overflow)", op,
+                 mrcnn_dtype_name(P), p->name, (long long)bad, (double)ga, (double)cb);
+    }
+    free(a);
+    free(b);
+    if (!(err < t)) fail_msg("%s (%s) %s: max rel err %.3g >= %.0e", op, mrcnn_dtype_name(P), p->name, err, t);
+}
+
+static void tp_expect(const tpair *p, const char *op) { tp_expect_tol(p, tol(), op); }
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define TP(dt, name, ...) tp_new((dt), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), (name))
+
+static void need(const void *fn, const char *what) {
+    if (!fn) fail_msg("backend op %s is missing (NULL)", what);
+}
+
+/* ---- convolutions ------------------------------------------------------------------- */
+
+static void conv_case(mrcnn_conv2d_desc d, const char *label) {
+    const int p = mrcnn_conv2d_out_h(&d), q = mrcnn_conv2d_out_w(&d);
+    tpair x = TP(P, "x", d.n, d.h, d.w, d.c);
+    tpair w = TP(MRCNN_DTYPE_F32, "w", d.k, d.r, d.s, d.c);
+    tpair b = TP(MRCNN_DTYPE_F32, "b", d.k);
+    tpair y = TP(P, "y", d.n, p, q, d.k);
+    tp_fill(&x, -1, 1);
+    tp_fill(&w, -0.5f, 0.5f);
+    tp_fill(&b, -0.5f, 0.5f);
+    /* Weights are fp32 masters: round them here so that both sides multiply the same values. */
+    if (P != MRCNN_DTYPE_F32) {
+        float *h = tp_read_gpu(&w);
+        mrcnn_round_array(h, (size_t)w.n, P);
+        tp_write(&w, h);
+        free(h);
+    }
+    for (int act = 0; act < 2; act++) {
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            for (int fused = 0; fused < 2; fused++) {
+                if (fused && !(act && with_bias)) continue;
+                mrcnn_backend *g = fused ? GF : G;
+                char op[64];
+                snprintf(op, sizeof op, "conv %s%s%s%s", label, with_bias ? "+b" : "", act ? "+relu" : "",
+                         fused ? " fused" : "");
+                tp_poison(&y);
+                C->conv2d_forward(C, &d, &x.c, &w.c, with_bias ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+                g->conv2d_forward(g, &d, &x.g, &w.g, with_bias ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+                tp_expect(&y, op);
+            }
+        }
+    }
+    /* Backward: dx in the storage dtype, dw and db fp32 (master gradients). */
+    tpair dy = TP(P, "dy", d.n, p, q, d.k);
+    tpair dx = TP(P, "dx", d.n, d.h, d.w, d.c);
+    tpair dw = TP(MRCNN_DTYPE_F32, "dw", d.k, d.r, d.s, d.c);
+    tpair db = TP(MRCNN_DTYPE_F32, "db", d.k);
+    tp_fill(&dy, -1, 1);
+    tp_fill(&dx, -1, 1);
+    tp_fill(&dw, -1, 1);
+    tp_fill(&db, -1, 1);
+    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
+    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+    char op[64];
+    snprintf(op, sizeof op, "conv_bwd %s", label);
+    tp_expect(&dx, op);
+    tp_expect(&dw, op);
+    tp_expect(&db, op);
+    /* Each output alone (the others NULL). */
+    tp_fill(&dw, -1, 1);
+    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, NULL);
+    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, NULL);
+    tp_expect(&dw, op);
+    tpair *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tp_free(all[i]);
+}
+
+static void test_conv2d(void **state) {
+    need((void *)C->conv2d_forward, "cpu conv2d_forward");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        conv_case(mrcnn_conv2d_desc_make(2, 9, 11, 8, 16, 3, 1, 1), "3x3s1");
+        conv_case(mrcnn_conv2d_desc_make(2, 7, 5, 32, 16, 1, 1, 0), "1x1");
+        conv_case(mrcnn_conv2d_desc_make(2, 10, 9, 16, 8, 3, 2, 1), "3x3s2");
+        conv_case(mrcnn_conv2d_desc_make(1, 12, 14, 4, 8, 7, 2, 3), "7x7s2");
+        conv_case(mrcnn_conv2d_desc_make(3, 8, 8, 16, 32, 1, 2, 0), "1x1s2");
+        mrcnn_conv2d_desc dil = mrcnn_conv2d_desc_make(1, 9, 9, 8, 8, 3, 1, 2);
+        dil.dil_h = dil.dil_w = 2;
+        conv_case(dil, "3x3d2");
+    }
+}
+
+static void test_deconv2x2(void **state) {
+    need((void *)C->deconv2x2_forward, "cpu deconv2x2_forward");
+    const int n = 3, h = 5, w = 4, c = 16, k = 8;
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        tpair x = TP(P, "x", n, h, w, c), wt = TP(MRCNN_DTYPE_F32, "w", k, 2, 2, c), b = TP(MRCNN_DTYPE_F32, "b", k);
+        tpair y = TP(P, "y", n, 2 * h, 2 * w, k);
+        tp_fill(&x, -1, 1);
+        tp_fill(&wt, -0.5f, 0.5f);
+        tp_fill(&b, -0.5f, 0.5f);
+        if (P != MRCNN_DTYPE_F32) {
+            float *hw = tp_read_gpu(&wt);
+            mrcnn_round_array(hw, (size_t)wt.n, P);
+            tp_write(&wt, hw);
+            free(hw);
+        }
+        for (int act = 0; act < 2; act++) {
+            tp_poison(&y);
+            C->deconv2x2_forward(C, &x.c, &wt.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+            G->deconv2x2_forward(G, &x.g, &wt.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+            tp_expect(&y, act ? "deconv2x2+b+relu" : "deconv2x2");
+        }
+        tpair dy = TP(P, "dy", n, 2 * h, 2 * w, k), dx = TP(P, "dx", n, h, w, c);
+        tpair dw = TP(MRCNN_DTYPE_F32, "dw", k, 2, 2, c), db = TP(MRCNN_DTYPE_F32, "db", k);
+        tp_fill(&dy, -1, 1);
+        tp_fill(&dx, -1, 1);
+        tp_fill(&dw, -1, 1);
+        tp_fill(&db, -1, 1);
+        C->deconv2x2_backward(C, &x.c, &wt.c, &dy.c, &dx.c, &dw.c, &db.c);
+        G->deconv2x2_backward(G, &x.g, &wt.g, &dy.g, &dx.g, &dw.g, &db.g);
+        tp_expect(&dx, "deconv2x2_bwd");
+        tp_expect(&dw, "deconv2x2_bwd");
+        tp_expect(&db, "deconv2x2_bwd");
+        tpair *all[] = {&x, &wt, &b, &y, &dy, &dx, &dw, &db};
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+    }
+}
+
+static void test_linear(void **state) {
+    need((void *)C->linear_forward, "cpu linear_forward");
+    const int n = 37, in = 6 * 7 * 7, out = 45;
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        tpair x = TP(P, "x", n, in), w = TP(MRCNN_DTYPE_F32, "w", out, in), b = TP(MRCNN_DTYPE_F32, "b", out);
+        tpair y = TP(P, "y", n, out);
+        tp_fill(&x, -1, 1);
+        tp_fill(&w, -0.2f, 0.2f);
+        tp_fill(&b, -0.5f, 0.5f);
+        if (P != MRCNN_DTYPE_F32) {
+            float *hw = tp_read_gpu(&w);
+            mrcnn_round_array(hw, (size_t)w.n, P);
+            tp_write(&w, hw);
+            free(hw);
+        }
+        for (int act = 0; act < 2; act++) {
+            tp_poison(&y);
+            C->linear_forward(C, &x.c, &w.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+            G->linear_forward(G, &x.g, &w.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+            tp_expect(&y, act ? "linear+b+relu" : "linear");
+        }
+        tpair dy = TP(P, "dy", n, out), dx = TP(P, "dx", n, in);
+        tpair dw = TP(MRCNN_DTYPE_F32, "dw", out, in), db = TP(MRCNN_DTYPE_F32, "db", out);
+        tp_fill(&dy, -1, 1);
+        tp_fill(&dx, -1, 1);
+        tp_fill(&dw, -1, 1);
+        tp_fill(&db, -1, 1);
+        C->linear_backward(C, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
+        G->linear_backward(G, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+        tp_expect(&dx, "linear_bwd");
+        tp_expect(&dw, "linear_bwd");
+        tp_expect(&db, "linear_bwd");
+        tpair *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+    }
+}
+
+/* ---- elementwise, pooling, upsampling ----------------------------------------------- */
+
+static void test_relu_add(void **state) {
+    need((void *)C->relu_forward, "cpu relu_forward");
+    need((void *)C->add_forward, "cpu add_forward");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        const int64_t n = 3 * 17 * 19 + 5;
+        tpair x = TP(P, "x", n), y = TP(P, "y", n), dy = TP(P, "dy", n), dx = TP(P, "dx", n);
+        tpair a = TP(P, "a", n), b = TP(P, "b", n);
+        tp_fill(&x, -1, 1);
+        tp_poison(&y);
+        C->relu_forward(C, &x.c, &y.c);
+        G->relu_forward(G, &x.g, &y.g);
+        tp_expect(&y, "relu");
+        tp_fill(&dy, -1, 1);
+        tp_fill(&dx, -1, 1);
+        C->relu_backward(C, &y.c, &dy.c, &dx.c);
+        G->relu_backward(G, &y.g, &dy.g, &dx.g);
+        tp_expect(&dx, "relu_bwd");
+        tp_fill(&a, -1, 1);
+        tp_fill(&b, -1, 1);
+        tp_poison(&y);
+        C->add_forward(C, &a.c, &b.c, &y.c);
+        G->add_forward(G, &a.g, &b.g, &y.g);
+        tp_expect(&y, "add");
+        C->add_backward(C, &dy.c, &a.c, &b.c);
+        G->add_backward(G, &dy.g, &a.g, &b.g);
+        tp_expect(&a, "add_bwd");
+        tp_expect(&b, "add_bwd");
+        tpair *all[] = {&x, &y, &dy, &dx, &a, &b};
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+    }
+}
+
+static void maxpool_case(mrcnn_pool2d_desc d) {
+    const int p = mrcnn_pool2d_out_h(&d), q = mrcnn_pool2d_out_w(&d);
+    tpair x = TP(P, "x", d.n, d.h, d.w, d.c), y = TP(P, "y", d.n, p, q, d.c);
+    tpair dy = TP(P, "dy", d.n, p, q, d.c), dx = TP(P, "dx", d.n, d.h, d.w, d.c);
+    tp_fill(&x, -1, 1);
+    tp_poison(&y);
+    C->maxpool2d_forward(C, &d, &x.c, &y.c);
+    G->maxpool2d_forward(G, &d, &x.g, &y.g);
+    tp_expect(&y, "maxpool");
+    tp_fill(&dy, -1, 1);
+    tp_fill(&dx, -1, 1);
+    C->maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
+    G->maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
+    tp_expect(&dx, "maxpool_bwd");
+    /* Ties: a constant block makes every window's first element the maximum. */
+    float *h = malloc((size_t)x.n * sizeof(float));
+    test_fill_uniform(h, x.n, -1, 1, g_seed++);
+    for (int64_t i = 0; i < x.n / 2; i++) h[i] = 0.25f;
+    tp_write(&x, h);
+    free(h);
+    C->maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
+    G->maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
+    tp_expect(&dx, "maxpool_bwd ties");
+    tpair *all[] = {&x, &y, &dy, &dx};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+}
+
+static void test_maxpool(void **state) {
+    need((void *)C->maxpool2d_forward, "cpu maxpool2d_forward");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        maxpool_case((mrcnn_pool2d_desc){2, 9, 10, 8, 3, 2, 1});
+        maxpool_case((mrcnn_pool2d_desc){1, 8, 8, 5, 2, 2, 0});
+        maxpool_case((mrcnn_pool2d_desc){1, 7, 6, 3, 1, 2, 0}); // P6: kernel 1, stride 2
+    }
+}
+
+static void upsample_case(int n, int h, int w, int H, int W, int c) {
+    tpair top = TP(P, "top", n, h, w, c), lat = TP(P, "lateral", n, H, W, c), y = TP(P, "y", n, H, W, c);
+    tp_fill(&top, -1, 1);
+    tp_fill(&lat, -1, 1);
+    tp_poison(&y);
+    C->upsample_add_forward(C, &top.c, &lat.c, &y.c);
+    G->upsample_add_forward(G, &top.g, &lat.g, &y.g);
+    tp_expect(&y, "upsample_add");
+    tpair dy = TP(P, "dy", n, H, W, c);
+    tp_fill(&dy, -1, 1);
+    C->upsample_add_backward(C, &dy.c, &top.c, &lat.c); // top and lateral now act as gradients (+=)
+    G->upsample_add_backward(G, &dy.g, &top.g, &lat.g);
+    tp_expect(&top, "upsample_add_bwd");
+    tp_expect(&lat, "upsample_add_bwd");
+    tpair *all[] = {&top, &lat, &y, &dy};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+}
+
+static void test_upsample_add(void **state) {
+    need((void *)C->upsample_add_forward, "cpu upsample_add_forward");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        upsample_case(2, 4, 5, 8, 10, 8);
+        upsample_case(1, 3, 5, 7, 9, 4); // non-integer ratios: floor(dst * in / out)
+        upsample_case(1, 13, 19, 25, 38, 4); // odd FPN level sizes (800x1216 / 64 -> / 32)
+    }
+}
+
+/* ---- losses -------------------------------------------------------------------------- */
+
+static void expect_loss(const tpair *l, const char *op) { tp_expect_tol(l, P == MRCNN_DTYPE_F32 ? 1e-5 : 1e-2, op); }
+
+static void test_losses(void **state) {
+    need((void *)C->bce_logits, "cpu bce_logits");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        const int64_t n = 3001;
+        tpair x = TP(P, "x", n), t = TP(P, "t", n), wgt = TP(P, "weight", n), dx = TP(P, "dx", n);
+        tpair loss = TP(MRCNN_DTYPE_F32, "loss", 1);
+        tp_fill(&x, -6, 6);
+        tp_fill(&t, 0, 1);
+        tp_fill(&wgt, 0, 2);
+        for (int w = 0; w < 2; w++) {
+            tp_fill(&dx, -0.01f, 0.01f);
+            tp_poison(&loss);
+            C->bce_logits(C, &x.c, &t.c, w ? &wgt.c : NULL, 517.0f, &loss.c, &dx.c);
+            G->bce_logits(G, &x.g, &t.g, w ? &wgt.g : NULL, 517.0f, &loss.g, &dx.g);
+            expect_loss(&loss, w ? "bce_logits weighted" : "bce_logits");
+            tp_expect(&dx, w ? "bce_logits weighted" : "bce_logits");
+        }
+        /* Loss only (dx NULL). */
+        tp_poison(&loss);
+        C->bce_logits(C, &x.c, &t.c, NULL, 3.0f, &loss.c, NULL);
+        G->bce_logits(G, &x.g, &t.g, NULL, 3.0f, &loss.g, NULL);
+        expect_loss(&loss, "bce_logits no dx");
+
+        const float betas[2] = {1.0f / 9.0f, 0.0f};
+        tp_fill(&t, -2, 2);
+        for (int bi = 0; bi < 2; bi++) {
+            for (int w = 0; w < 2; w++) {
+                tp_fill(&dx, -0.01f, 0.01f);
+                tp_poison(&loss);
+                C->smooth_l1(C, &x.c, &t.c, w ? &wgt.c : NULL, betas[bi], 211.0f, &loss.c, &dx.c);
+                G->smooth_l1(G, &x.g, &t.g, w ? &wgt.g : NULL, betas[bi], 211.0f, &loss.g, &dx.g);
+                expect_loss(&loss, bi ? "smooth_l1 beta 0" : "smooth_l1 beta 1/9");
+                tp_expect(&dx, bi ? "smooth_l1 beta 0" : "smooth_l1 beta 1/9");
+            }
+        }
+
+        const int rows = 301, classes = 91;
+        tpair lx = TP(P, "logits", rows, classes), ldx = TP(P, "dx", rows, classes);
+        tpair lab = TP(MRCNN_DTYPE_I32, "labels", rows);
+        int32_t *hl = malloc(rows * sizeof(int32_t));
+        float *u = malloc(rows * sizeof(float));
+        test_fill_uniform(u, rows, 0, 1, g_seed++);
+        for (int r = 0; r < rows; r++) hl[r] = r % 7 == 3 ? -1 : (int32_t)(u[r] * classes) % classes;
+        C->write(C, &lab.c, hl);
+        G->write(G, &lab.g, hl);
+        G->sync(G);
+        free(hl);
+        free(u);
+        tp_fill(&lx, -4, 4);
+        tp_fill(&ldx, -0.01f, 0.01f);
+        tp_poison(&loss);
+        C->softmax_ce(C, &lx.c, &lab.c, 256.0f, &loss.c, &ldx.c);
+        G->softmax_ce(G, &lx.g, &lab.g, 256.0f, &loss.g, &ldx.g);
+        expect_loss(&loss, "softmax_ce");
+        tp_expect(&ldx, "softmax_ce");
+        tpair *all[] = {&x, &t, &wgt, &dx, &loss, &lx, &ldx, &lab};
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+    }
+}
+
+/* ---- optimizer and the Inf/NaN scan ----------------------------------------------------- */
+
+static void test_sgd(void **state) {
+    need((void *)C->sgd_update, "cpu sgd_update");
+    set_precision(MRCNN_DTYPE_F32);
+    const int64_t n = 100003;
+    tpair p = TP(MRCNN_DTYPE_F32, "params", n), g = TP(MRCNN_DTYPE_F32, "grads", n);
+    tpair v = TP(MRCNN_DTYPE_F32, "momentum", n), m = TP(MRCNN_DTYPE_F32, "decay_mask", n);
+    tp_fill(&p, -1, 1);
+    tp_fill(&g, -100, 100);
+    tp_fill(&v, -1, 1);
+    float *hm = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) hm[i] = i % 3 == 0 ? 0.0f : (i % 3 == 1 ? 1.0f : 0.5f);
+    tp_write(&m, hm);
+    free(hm);
+    for (int step = 0; step < 3; step++) {
+        C->sgd_update(C, &p.c, &g.c, &v.c, &m.c, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+        G->sgd_update(G, &p.g, &g.g, &v.g, &m.g, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+    }
+    tp_expect(&p, "sgd_update");
+    tp_expect(&v, "sgd_update");
+    tpair *all[] = {&p, &g, &v, &m};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+}
+
+static void test_nonfinite(void **state) {
+    need((void *)C->nonfinite, "cpu nonfinite");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        const int64_t n = 70001;
+        tpair x = TP(P, "x", n);
+        tp_fill(&x, -1000, 1000);
+        assert_int_equal(G->nonfinite(G, &x.g), 0);
+        assert_int_equal(C->nonfinite(C, &x.c), 0);
+        const float specials[3] = {INFINITY, -INFINITY, NAN};
+        const int64_t where[3] = {0, n / 2 + 7, n - 1};
+        for (int s = 0; s < 3; s++) {
+            float *h = malloc((size_t)n * sizeof(float));
+            test_fill_uniform(h, n, -1000, 1000, g_seed++);
+            mrcnn_round_array(h, (size_t)n, P);
+            h[where[s]] = specials[s];
+            tp_write(&x, h);
+            free(h);
+            assert_int_equal(G->nonfinite(G, &x.g), 1);
+            assert_int_equal(C->nonfinite(C, &x.c), 1);
+        }
+        tp_free(&x);
+    }
+}
+
+/* ---- ROIAlign ---------------------------------------------------------------------------- */
+
+static void roi_case(int sampling, int aligned) {
+    const int n = 2, c = 8, levels = 4;
+    const int lh[4] = {32, 16, 8, 4}, lw[4] = {40, 20, 10, 5};
+    mrcnn_roi_align_desc d = mrcnn_roi_align_desc_make(n, c, levels, 2, lh, lw, 7, sampling, aligned);
+    tpair f[4], df[4];
+    mrcnn_tensor fg[4], fc[4], dfg[4], dfc[4];
+    for (int l = 0; l < levels; l++) {
+        f[l] = TP(P, "feat", n, lh[l], lw[l], c);
+        df[l] = TP(P, "dfeat", n, lh[l], lw[l], c);
+        tp_fill(&f[l], -1, 1);
+        tp_fill(&df[l], -1, 1);
+        fg[l] = f[l].g;
+        fc[l] = f[l].c;
+        dfg[l] = df[l].g;
+        dfc[l] = df[l].c;
+    }
+    const int r = 61;
+    tpair rois = TP(MRCNN_DTYPE_F32, "rois", r, 5);
+    float *h = malloc(r * 5 * sizeof(float)), *u = malloc(r * 5 * sizeof(float));
+    test_fill_uniform(u, r * 5, 0, 1, g_seed++);
+    for (int i = 0; i < r; i++) {
+        float *b = h + 5 * i, *q = u + 5 * i;
+        /* Sizes from 2 to 200 px on a 128 x 160 image (all four levels), some past the border. */
+        float size = 2.0f * powf(100.0f, q[0]);
+        float cx = -10 + 180 * q[1], cy = -10 + 148 * q[2];
+        float aspect = 0.5f + 1.5f * q[3];
+        b[0] = i % 13 == 5 ? -1.0f : (float)(i % n);
+        b[1] = cx - 0.5f * size * aspect;
+        b[2] = cy - 0.5f * size / aspect;
+        b[3] = cx + 0.5f * size * aspect;
+        b[4] = cy + 0.5f * size / aspect;
+    }
+    tp_write(&rois, h);
+    free(h);
+    free(u);
+    tpair y = TP(P, "y", r, 7, 7, c);
+    tp_poison(&y);
+    C->roi_align_forward(C, &d, fc, &rois.c, &y.c);
+    G->roi_align_forward(G, &d, fg, &rois.g, &y.g);
+    tp_expect(&y, sampling > 0 ? "roi_align" : "roi_align adaptive");
+    tpair dy = TP(P, "dy", r, 7, 7, c);
+    tp_fill(&dy, -1, 1);
+    C->roi_align_backward(C, &d, &rois.c, &dy.c, dfc);
+    G->roi_align_backward(G, &d, &rois.g, &dy.g, dfg);
+    for (int l = 0; l < levels; l++) tp_expect(&df[l], sampling > 0 ? "roi_align_bwd" : "roi_align_bwd adaptive");
+    for (int l = 0; l < levels; l++) {
+        tp_free(&f[l]);
+        tp_free(&df[l]);
+    }
+    tp_free(&rois);
+    tp_free(&y);
+    tp_free(&dy);
+}
+
+static void test_roi_align(void **state) {
+    need((void *)C->roi_align_forward, "cpu roi_align_forward");
+    need((void *)G->roi_align_forward, "cuda roi_align_forward");
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        roi_case(2, 0);
+        roi_case(0, 1);
+    }
+}
+
+int main(void) {
+    /* TF32 stays off in cuBLAS and cuDNN for the fp32 comparisons. */
+    setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+    const char *why = NULL;
+    const char *sc = getenv("MRCNN_CUDA_OPS_SELFCHECK");
+    g_selfcheck = sc && atoi(sc) != 0;
+    if (g_selfcheck) {
+        /* The harness itself (fills, poison, accumulate set-ups, metrics) on a machine
+         * without a GPU: every comparison must come out exact. */
+        printf("self-check: CPU backend against CPU backend\n");
+        G = mrcnn_backend_cpu_create();
+        GF = mrcnn_backend_cpu_create();
+    } else {
+        G = mrcnn_backend_cuda_create(0, &why);
+        if (!G) {
+            printf("skip: no GPU (%s)\n", why ? why : "unknown reason");
+            return 77;
+        }
+        setenv("MRCNN_CONV_FUSED", "1", 1);
+        GF = mrcnn_backend_cuda_create(0, &why);
+        unsetenv("MRCNN_CONV_FUSED");
+        MRCNN_CHECK(GF != NULL, "second CUDA backend: %s", why ? why : "?");
+    }
+    C = mrcnn_backend_cpu_create();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d),     cmocka_unit_test(test_deconv2x2), cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_relu_add),   cmocka_unit_test(test_maxpool),   cmocka_unit_test(test_upsample_add),
+        cmocka_unit_test(test_losses),     cmocka_unit_test(test_sgd),       cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_roi_align),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    mrcnn_backend_destroy(G);
+    mrcnn_backend_destroy(GF);
+    mrcnn_backend_destroy(C);
+    return rc;
+}
