@@ -82,7 +82,9 @@ struct mrcnn_backend {
                       const mrcnn_tensor *weight, float beta, float norm, mrcnn_tensor *loss,
                       mrcnn_tensor *dx);
     /* optimizer: fused SGD with momentum and weight decay over the flat arenas
-     * (fp32 master weights); grad_scale multiplies gradients first (1/loss scale). */
+     * (fp32 master weights); grad_scale multiplies gradients first (1/loss scale).
+     * PyTorch semantics: v = mu v + (grad_scale g + weight_decay decay_mask p); p -= lr v.
+     * decay_mask: fp32, one value per parameter (0 exempts it), or NULL for all ones. */
     void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                        mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr,
                        float momentum_coef, float weight_decay, float grad_scale);
@@ -103,6 +105,9 @@ struct mrcnn_backend {
 
 /* The CPU backend, with its own instance per call (so set_precision stays local). */
 mrcnn_backend *mrcnn_backend_cpu_create(void);
+/* Sets the model-specific ops of a CPU backend (src/model/backend_cpu_model.c);
+ * called by mrcnn_backend_cpu_create after the generic ops. */
+void mrcnn_backend_cpu_fill_model_ops(mrcnn_backend *be);
 /* The CUDA backend on the given device, or NULL when the build has no CUDA or no
  * GPU is visible; *why gets the reason then. */
 mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why);

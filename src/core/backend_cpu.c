@@ -1,0 +1,400 @@
+/* The CPU backend: the float reference ops (ops.h) behind the backend interface,
+ * with shape and dtype checks on every tensor. Rounded-storage mode (set_precision
+ * F16/BF16) rounds every activation and gradient an op writes, so mixed-precision
+ * behaviour can be studied without a GPU; parameters, optimizer state and loss
+ * scalars stay fp32 as on the GPU path. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/half.h"
+
+#define CPU_ALIGN 64
+
+/* A contiguous fp32 CPU tensor with data, or a failure naming `what`. */
+static float *f32(const mrcnn_tensor *t, const char *what) {
+    MRCNN_CHECK(t != NULL, "%s: NULL tensor", what);
+    MRCNN_CHECK(t->device == MRCNN_DEVICE_CPU, "%s: tensor is on the GPU, the cpu backend needs host memory", what);
+    mrcnn_tensor_check_dtype(t, what, MRCNN_DTYPE_F32);
+    MRCNN_CHECK(mrcnn_tensor_is_contiguous(t), "%s: tensor must be contiguous", what);
+    MRCNN_CHECK(t->data != NULL || mrcnn_tensor_numel(t) == 0, "%s: NULL data", what);
+    return t->data;
+}
+
+/* f32() plus an exact shape (-1 = any). */
+static float *f32_shape(const mrcnn_tensor *t, const char *what, int ndim, const int64_t *shape) {
+    float *p = f32(t, what);
+    mrcnn_tensor_check_shape(t, what, ndim, shape);
+    return p;
+}
+
+static float *f32_like(const mrcnn_tensor *t, const char *what, const mrcnn_tensor *ref) {
+    return f32_shape(t, what, ref->ndim, ref->shape);
+}
+
+static float *opt_f32_shape(const mrcnn_tensor *t, const char *what, int ndim, const int64_t *shape) {
+    return t ? f32_shape(t, what, ndim, shape) : NULL;
+}
+
+static void round_out(const mrcnn_backend *be, mrcnn_tensor *t) {
+    if (t && be->storage != MRCNN_DTYPE_F32) mrcnn_round_array(t->data, (size_t)mrcnn_tensor_numel(t), be->storage);
+}
+
+static void apply_act(mrcnn_activation act, mrcnn_tensor *y, const char *op) {
+    MRCNN_CHECK(act == MRCNN_ACT_NONE || act == MRCNN_ACT_RELU, "%s: unknown activation %d", op, (int)act);
+    if (act == MRCNN_ACT_RELU) mrcnn_relu_forward(mrcnn_tensor_numel(y), y->data, y->data);
+}
+
+static int to_int(int64_t v, const char *what) {
+    MRCNN_CHECK(v >= 0 && v <= 0x7fffffff, "%s: extent %lld out of int range", what, (long long)v);
+    return (int)v;
+}
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
+    void *p = NULL;
+    size_t n = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    MRCNN_CHECK(posix_memalign(&p, CPU_ALIGN, n ? n : CPU_ALIGN) == 0, "cpu alloc: out of memory for %s (%zu bytes)",
+                what ? what : "buffer", bytes);
+    memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(const mrcnn_backend *be, void *p) { free(p); }
+
+static void cpu_zero(const mrcnn_backend *be, mrcnn_tensor *t) {
+    MRCNN_CHECK(t && t->device == MRCNN_DEVICE_CPU && mrcnn_tensor_is_contiguous(t), "cpu zero: needs a contiguous host tensor");
+    if (t->data) memset(t->data, 0, mrcnn_tensor_nbytes(t));
+}
+
+static void cpu_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src) {
+    MRCNN_CHECK(dst && dst->device == MRCNN_DEVICE_CPU && mrcnn_tensor_is_contiguous(dst), "cpu write: needs a contiguous host tensor");
+    MRCNN_CHECK(host_src != NULL || mrcnn_tensor_nbytes(dst) == 0, "cpu write: NULL source");
+    if (mrcnn_tensor_nbytes(dst)) memcpy(dst->data, host_src, mrcnn_tensor_nbytes(dst));
+}
+
+static void cpu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
+    MRCNN_CHECK(src && src->device == MRCNN_DEVICE_CPU && mrcnn_tensor_is_contiguous(src), "cpu read: needs a contiguous host tensor");
+    MRCNN_CHECK(host_dst != NULL || mrcnn_tensor_nbytes(src) == 0, "cpu read: NULL destination");
+    if (mrcnn_tensor_nbytes(src)) memcpy(host_dst, src->data, mrcnn_tensor_nbytes(src));
+}
+
+static void cpu_sync(const mrcnn_backend *be) {}
+
+static void cpu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
+    MRCNN_CHECK(storage == MRCNN_DTYPE_F32 || storage == MRCNN_DTYPE_F16 || storage == MRCNN_DTYPE_BF16,
+                "set_precision: storage dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(storage));
+    be->storage = storage;
+}
+
+static void cpu_destroy(mrcnn_backend *be) { free(be); }
+
+/* ---- convolutions ---- */
+
+static void conv_shapes(const mrcnn_conv2d_desc *d, int64_t xs[4], int64_t ws[4], int64_t ys[4]) {
+    MRCNN_CHECK(d != NULL, "conv2d: NULL descriptor");
+    mrcnn_conv2d_desc_check(d);
+    int64_t x_[4] = {d->n, d->h, d->w, d->c}, w_[4] = {d->k, d->r, d->s, d->c},
+            y_[4] = {d->n, mrcnn_conv2d_out_h(d), mrcnn_conv2d_out_w(d), d->k};
+    memcpy(xs, x_, sizeof x_), memcpy(ws, w_, sizeof w_), memcpy(ys, y_, sizeof y_);
+}
+
+static void cpu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                               const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    int64_t xs[4], ws[4], ys[4], bs[1] = {d ? d->k : 0};
+    conv_shapes(d, xs, ws, ys);
+    mrcnn_conv2d_forward(d, f32_shape(x, "conv2d_forward x", 4, xs), f32_shape(w, "conv2d_forward w", 4, ws),
+                         opt_f32_shape(b, "conv2d_forward b", 1, bs), f32_shape(y, "conv2d_forward y", 4, ys));
+    apply_act(act, y, "conv2d_forward");
+    round_out(be, y);
+}
+
+/* db (K) += column sums of dy, for a bias-only request (no filter gradient). */
+static void bias_grad(int64_t m, int k, const float *dy, float *db) {
+    for (int c = 0; c < k; c++) {
+        double s = 0;
+        for (int64_t i = 0; i < m; i++) s += dy[i * k + c];
+        db[c] += (float)s;
+    }
+}
+
+static void cpu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                                const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                                mrcnn_tensor *db) {
+    int64_t xs[4], ws[4], ys[4], bs[1] = {d ? d->k : 0};
+    conv_shapes(d, xs, ws, ys);
+    const float *g = f32_shape(dy, "conv2d_backward dy", 4, ys);
+    float *pdb = opt_f32_shape(db, "conv2d_backward db", 1, bs);
+    if (dx) mrcnn_conv2d_backward_data(d, g, f32_shape(w, "conv2d_backward w", 4, ws), f32_shape(dx, "conv2d_backward dx", 4, xs));
+    if (dw)
+        mrcnn_conv2d_backward_filter(d, f32_shape(x, "conv2d_backward x", 4, xs), g, f32_shape(dw, "conv2d_backward dw", 4, ws), pdb);
+    else if (pdb)
+        bias_grad(ys[0] * ys[1] * ys[2], d->k, g, pdb);
+    round_out(be, dx), round_out(be, dw), round_out(be, db);
+}
+
+static void cpu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                  const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    int64_t xs[4] = {-1, -1, -1, -1};
+    const float *px = f32_shape(x, "deconv2x2_forward x", 4, xs);
+    int64_t k = w ? w->shape[0] : 0;
+    int64_t ws[4] = {-1, 2, 2, x->shape[3]}, bs[1] = {k}, ys[4] = {x->shape[0], 2 * x->shape[1], 2 * x->shape[2], k};
+    const float *pw = f32_shape(w, "deconv2x2_forward w", 4, ws);
+    mrcnn_deconv2x2_forward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
+                            to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"), to_int(k, "deconv2x2 K"),
+                            px, pw, opt_f32_shape(b, "deconv2x2_forward b", 1, bs), f32_shape(y, "deconv2x2_forward y", 4, ys));
+    apply_act(act, y, "deconv2x2_forward");
+    round_out(be, y);
+}
+
+static void cpu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                   const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    int64_t xs[4] = {-1, -1, -1, -1};
+    const float *px = f32_shape(x, "deconv2x2_backward x", 4, xs);
+    int64_t k = w ? w->shape[0] : 0;
+    int64_t ws[4] = {-1, 2, 2, x->shape[3]}, bs[1] = {k}, ys[4] = {x->shape[0], 2 * x->shape[1], 2 * x->shape[2], k};
+    const float *pw = f32_shape(w, "deconv2x2_backward w", 4, ws);
+    mrcnn_deconv2x2_backward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
+                             to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"), to_int(k, "deconv2x2 K"),
+                             px, pw, f32_shape(dy, "deconv2x2_backward dy", 4, ys), dx ? f32_like(dx, "deconv2x2_backward dx", x) : NULL,
+                             dw ? f32_like(dw, "deconv2x2_backward dw", w) : NULL, opt_f32_shape(db, "deconv2x2_backward db", 1, bs));
+    round_out(be, dx), round_out(be, dw), round_out(be, db);
+}
+
+/* ---- elementwise and pooling ---- */
+
+static void cpu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    const float *px = f32(x, "relu_forward x");
+    mrcnn_relu_forward(mrcnn_tensor_numel(x), px, f32_like(y, "relu_forward y", x));
+    round_out(be, y);
+}
+
+static void cpu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    const float *py = f32(y, "relu_backward y");
+    mrcnn_relu_backward(mrcnn_tensor_numel(y), py, f32_like(dy, "relu_backward dy", y), f32_like(dx, "relu_backward dx", y));
+    round_out(be, dx);
+}
+
+static void cpu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *y) {
+    const float *pa = f32(a, "add_forward a");
+    mrcnn_add_forward(mrcnn_tensor_numel(a), pa, f32_like(b, "add_forward b", a), f32_like(y, "add_forward y", a));
+    round_out(be, y);
+}
+
+static void cpu_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
+    const float *g = f32(dy, "add_backward dy");
+    mrcnn_add_backward(mrcnn_tensor_numel(dy), g, da ? f32_like(da, "add_backward da", dy) : NULL,
+                       db ? f32_like(db, "add_backward db", dy) : NULL);
+    round_out(be, da), round_out(be, db);
+}
+
+static void pool_shapes(const mrcnn_pool2d_desc *d, int64_t xs[4], int64_t ys[4]) {
+    MRCNN_CHECK(d != NULL, "maxpool2d: NULL descriptor");
+    MRCNN_CHECK(d->kernel > 0 && d->stride > 0 && d->pad >= 0, "maxpool2d: kernel %d, stride %d, pad %d are invalid",
+                d->kernel, d->stride, d->pad);
+    int64_t x_[4] = {d->n, d->h, d->w, d->c}, y_[4] = {d->n, mrcnn_pool2d_out_h(d), mrcnn_pool2d_out_w(d), d->c};
+    memcpy(xs, x_, sizeof x_), memcpy(ys, y_, sizeof y_);
+}
+
+static void cpu_maxpool2d_forward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    int64_t xs[4], ys[4];
+    pool_shapes(d, xs, ys);
+    mrcnn_maxpool2d_forward(d, f32_shape(x, "maxpool2d_forward x", 4, xs), f32_shape(y, "maxpool2d_forward y", 4, ys));
+    round_out(be, y);
+}
+
+static void cpu_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
+                                   const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    int64_t xs[4], ys[4];
+    pool_shapes(d, xs, ys);
+    mrcnn_maxpool2d_backward(d, f32_shape(x, "maxpool2d_backward x", 4, xs), f32_shape(dy, "maxpool2d_backward dy", 4, ys),
+                             f32_shape(dx, "maxpool2d_backward dx", 4, xs));
+    round_out(be, dx);
+}
+
+static void cpu_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
+                                     mrcnn_tensor *y) {
+    int64_t any[4] = {-1, -1, -1, -1};
+    const float *pl = f32_shape(lateral, "upsample_add_forward lateral", 4, any);
+    int64_t ts[4] = {lateral->shape[0], -1, -1, lateral->shape[3]};
+    const float *pt = f32_shape(top, "upsample_add_forward top", 4, ts);
+    mrcnn_upsample_add_forward(to_int(top->shape[0], "upsample N"), to_int(top->shape[1], "upsample h"),
+                               to_int(top->shape[2], "upsample w"), to_int(lateral->shape[1], "upsample H"),
+                               to_int(lateral->shape[2], "upsample W"), to_int(top->shape[3], "upsample C"), pt, pl,
+                               f32_like(y, "upsample_add_forward y", lateral));
+    round_out(be, y);
+}
+
+static void cpu_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
+                                      mrcnn_tensor *dlateral) {
+    int64_t any[4] = {-1, -1, -1, -1};
+    const float *g = f32_shape(dy, "upsample_add_backward dy", 4, any);
+    int64_t ts[4] = {dy->shape[0], -1, -1, dy->shape[3]};
+    float *pt = opt_f32_shape(dtop, "upsample_add_backward dtop", 4, ts);
+    float *pl = dlateral ? f32_like(dlateral, "upsample_add_backward dlateral", dy) : NULL;
+    mrcnn_upsample_add_backward(to_int(dy->shape[0], "upsample N"), dtop ? to_int(dtop->shape[1], "upsample h") : 1,
+                                dtop ? to_int(dtop->shape[2], "upsample w") : 1, to_int(dy->shape[1], "upsample H"),
+                                to_int(dy->shape[2], "upsample W"), to_int(dy->shape[3], "upsample C"), g, pt, pl);
+    round_out(be, dtop), round_out(be, dlateral);
+}
+
+/* ---- fully connected: x may be any (N, ...) block, flattened per row ---- */
+
+static int64_t linear_in(const mrcnn_tensor *x, const char *what) {
+    f32(x, what);
+    MRCNN_CHECK(x->ndim >= 2 && x->shape[0] > 0, "%s: needs a (N, ...) tensor with N > 0, got %d dims", what, x->ndim);
+    return mrcnn_tensor_numel(x) / x->shape[0];
+}
+
+static void cpu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                               const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    int64_t in = linear_in(x, "linear_forward x");
+    int64_t ws[2] = {-1, in};
+    const float *pw = f32_shape(w, "linear_forward w", 2, ws);
+    int64_t out = w->shape[0], bs[1] = {out}, ys[2] = {x->shape[0], out};
+    mrcnn_linear_forward(to_int(x->shape[0], "linear N"), to_int(in, "linear in"), to_int(out, "linear out"), x->data, pw,
+                         opt_f32_shape(b, "linear_forward b", 1, bs), f32_shape(y, "linear_forward y", 2, ys));
+    apply_act(act, y, "linear_forward");
+    round_out(be, y);
+}
+
+static void cpu_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    int64_t in = linear_in(x, "linear_backward x");
+    int64_t ws[2] = {-1, in};
+    const float *pw = f32_shape(w, "linear_backward w", 2, ws);
+    int64_t out = w->shape[0], bs[1] = {out}, ys[2] = {x->shape[0], out};
+    mrcnn_linear_backward(to_int(x->shape[0], "linear N"), to_int(in, "linear in"), to_int(out, "linear out"), x->data, pw,
+                          f32_shape(dy, "linear_backward dy", 2, ys), dx ? f32_like(dx, "linear_backward dx", x) : NULL,
+                          dw ? f32_like(dw, "linear_backward dw", w) : NULL, opt_f32_shape(db, "linear_backward db", 1, bs));
+    round_out(be, dx), round_out(be, dw), round_out(be, db);
+}
+
+/* ---- losses ---- */
+
+static void write_loss(mrcnn_tensor *loss, float value, const char *what) {
+    if (!loss) return;
+    float *p = f32(loss, what);
+    MRCNN_CHECK(mrcnn_tensor_numel(loss) == 1, "%s: loss tensor must hold 1 element, has %lld", what,
+                (long long)mrcnn_tensor_numel(loss));
+    p[0] = value;
+}
+
+static const float *same_numel(const mrcnn_tensor *t, const char *what, const mrcnn_tensor *ref) {
+    if (!t) return NULL;
+    const float *p = f32(t, what);
+    MRCNN_CHECK(mrcnn_tensor_numel(t) == mrcnn_tensor_numel(ref), "%s: %lld elements but the logits have %lld", what,
+                (long long)mrcnn_tensor_numel(t), (long long)mrcnn_tensor_numel(ref));
+    return p;
+}
+
+static void cpu_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t, const mrcnn_tensor *weight,
+                           float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    const float *px = f32(x, "bce_logits x");
+    int64_t n = mrcnn_tensor_numel(x);
+    const float *pt = same_numel(t, "bce_logits targets", x), *pw = same_numel(weight, "bce_logits weight", x);
+    MRCNN_CHECK(pt != NULL, "bce_logits: NULL targets");
+    if (loss) write_loss(loss, mrcnn_bce_logits_forward(n, px, pt, pw, norm), "bce_logits loss");
+    if (dx) {
+        mrcnn_bce_logits_backward(n, px, pt, pw, norm, 1.0f, f32_like(dx, "bce_logits dx", x));
+        round_out(be, dx);
+    }
+}
+
+static void cpu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels, float norm,
+                           mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    int64_t xs[2] = {-1, -1};
+    const float *px = f32_shape(x, "softmax_ce x", 2, xs);
+    MRCNN_CHECK(labels != NULL && labels->device == MRCNN_DEVICE_CPU, "softmax_ce: labels must be a host tensor");
+    mrcnn_tensor_check_dtype(labels, "softmax_ce labels", MRCNN_DTYPE_I32);
+    int64_t ls[1] = {x->shape[0]};
+    mrcnn_tensor_check_shape(labels, "softmax_ce labels", 1, ls);
+    int n = to_int(x->shape[0], "softmax_ce rows"), c = to_int(x->shape[1], "softmax_ce classes");
+    if (loss) write_loss(loss, mrcnn_softmax_ce_forward(n, c, px, labels->data, norm), "softmax_ce loss");
+    if (dx) {
+        mrcnn_softmax_ce_backward(n, c, px, labels->data, norm, 1.0f, f32_like(dx, "softmax_ce dx", x));
+        round_out(be, dx);
+    }
+}
+
+static void cpu_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t, const mrcnn_tensor *weight,
+                          float beta, float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    const float *px = f32(x, "smooth_l1 x");
+    int64_t n = mrcnn_tensor_numel(x);
+    const float *pt = same_numel(t, "smooth_l1 targets", x), *pw = same_numel(weight, "smooth_l1 weight", x);
+    MRCNN_CHECK(pt != NULL, "smooth_l1: NULL targets");
+    if (loss) write_loss(loss, mrcnn_smooth_l1_forward(n, px, pt, pw, beta, norm), "smooth_l1 loss");
+    if (dx) {
+        mrcnn_smooth_l1_backward(n, px, pt, pw, beta, norm, 1.0f, f32_like(dx, "smooth_l1 dx", x));
+        round_out(be, dx);
+    }
+}
+
+/* ---- optimizer ---- */
+
+/* PyTorch's SGD: g' = grad_scale * g + weight_decay * mask * p; v = mu v + g'; p -= lr v.
+ * decay_mask: per element (0 exempts, e.g. biases and norms) or NULL for all ones. */
+static void cpu_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
+                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
+                           float weight_decay, float grad_scale) {
+    float *p = f32(params, "sgd_update params");
+    const float *g = same_numel(grads, "sgd_update grads", params);
+    float *v = (float *)same_numel(momentum, "sgd_update momentum", params);
+    const float *mask = same_numel(decay_mask, "sgd_update decay_mask", params);
+    MRCNN_CHECK(g != NULL && v != NULL, "sgd_update: NULL grads or momentum");
+    const int64_t n = mrcnn_tensor_numel(params);
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] * grad_scale + weight_decay * (mask ? mask[i] : 1.0f) * p[i];
+        v[i] = momentum_coef * v[i] + d;
+        p[i] -= lr * v[i];
+    }
+}
+
+static int cpu_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
+    const float *p = f32(t, "nonfinite");
+    const int64_t n = mrcnn_tensor_numel(t);
+    int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; i++) bad |= !isfinite(p[i]);
+    return bad;
+}
+
+mrcnn_backend *mrcnn_backend_cpu_create(void) {
+    mrcnn_backend *be = MRCNN_CALLOC(1, sizeof *be, "cpu backend");
+    be->name = "cpu";
+    be->device = MRCNN_DEVICE_CPU;
+    be->storage = MRCNN_DTYPE_F32;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->zero = cpu_zero;
+    be->write = cpu_write;
+    be->read = cpu_read;
+    be->sync = cpu_sync;
+    be->set_precision = cpu_set_precision;
+    be->destroy = cpu_destroy;
+    be->conv2d_forward = cpu_conv2d_forward;
+    be->conv2d_backward = cpu_conv2d_backward;
+    be->deconv2x2_forward = cpu_deconv2x2_forward;
+    be->deconv2x2_backward = cpu_deconv2x2_backward;
+    be->relu_forward = cpu_relu_forward;
+    be->relu_backward = cpu_relu_backward;
+    be->add_forward = cpu_add_forward;
+    be->add_backward = cpu_add_backward;
+    be->maxpool2d_forward = cpu_maxpool2d_forward;
+    be->maxpool2d_backward = cpu_maxpool2d_backward;
+    be->upsample_add_forward = cpu_upsample_add_forward;
+    be->upsample_add_backward = cpu_upsample_add_backward;
+    be->linear_forward = cpu_linear_forward;
+    be->linear_backward = cpu_linear_backward;
+    be->bce_logits = cpu_bce_logits;
+    be->softmax_ce = cpu_softmax_ce;
+    be->smooth_l1 = cpu_smooth_l1;
+    be->sgd_update = cpu_sgd_update;
+    be->nonfinite = cpu_nonfinite;
+    mrcnn_backend_cpu_fill_model_ops(be);
+    return be;
+}
