@@ -98,7 +98,8 @@ typedef struct mrcnn_loader_opts {
     const char *index_path;   // NAME-index.h5
     MPI_Comm comm;            // every rank of comm creates the loader
     int batch_size;           // images per rank per step
-    int train;                // 1: shuffle, flip, multi-scale; 0: fixed order, no flip
+    int train;                // 1: shuffle, flip, multi-scale, drop the remainder;
+                              // 0: dataset order, no flip, first min size, every image once
     uint64_t seed;
     int min_sizes[16];        // short-side choices (one drawn per image when train)
     int num_min_sizes;
@@ -129,6 +130,7 @@ typedef struct mrcnn_batch {
     int64_t *image_id;        // (n) COCO image id
     int64_t *image_index;     // (n) global index in the shard set
     uint8_t *flipped;         // (n)
+    uint8_t *valid;           // (n) 0 only for the repeats that pad the last evaluation step
     int64_t *inst_start;      // (n + 1) the instances of image i are [inst_start[i], inst_start[i+1])
     int64_t num_instances;
     float *boxes;             // (num_instances, 4) x1, y1, x2, y2 in canvas pixels
@@ -145,9 +147,10 @@ typedef struct mrcnn_loader mrcnn_loader; // opaque
 mrcnn_loader *mrcnn_loader_create(const mrcnn_loader_opts *opts);
 /* Collective over opts->comm (the HDF5 files close collectively). */
 void mrcnn_loader_destroy(mrcnn_loader *l);
-/* Steps per epoch: the same on every rank; the images left over after the last full
- * global batch (batch_size * ranks) are dropped for that epoch (a different set each
- * epoch, since the permutation changes). */
+/* Steps per epoch: the same on every rank and every epoch. Training drops the images
+ * left over after the last full global batch (batch_size * ranks; with aspect grouping,
+ * the leftovers of both buckets): a different few each epoch, since the permutation
+ * changes. Evaluation (train = 0) pads the last step with repeats (valid = 0). */
 int64_t mrcnn_loader_steps_per_epoch(const mrcnn_loader *l);
 int64_t mrcnn_loader_num_images(const mrcnn_loader *l);
 const mrcnn_shard_set *mrcnn_loader_shard_set(const mrcnn_loader *l);
