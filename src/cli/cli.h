@@ -9,6 +9,7 @@ typedef struct {
 } mrcnn_command;
 
 int mrcnn_cmd_version(int argc, char **argv);
+int mrcnn_cmd_eval(int argc, char **argv);
 int mrcnn_cmd_config(int argc, char **argv);
 
 #endif

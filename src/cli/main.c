@@ -7,6 +7,7 @@
 static const mrcnn_command k_commands[] = {
     /* name, entry, one-line summary: each cmd_*.c adds its row here */
     {"version", mrcnn_cmd_version, "print the version and the build configuration"},
+    {"eval", mrcnn_cmd_eval, "COCO bbox/segm evaluation of a results JSON (pycocotools' COCOeval numbers)"},
     {"config", mrcnn_cmd_config, "check a config file and print it with overrides applied"},
 };
 
