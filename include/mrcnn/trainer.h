@@ -47,6 +47,11 @@ typedef struct mrcnn_trainable {
     const bool *trainable; // (params->n_entries) or NULL: all
     int n_losses;
     const char *const *loss_names; // (n_losses)
+    /* 1 when forward_backward applies loss_mult to its gradients. 0: it always
+     * computes plain gradients; then the trainer passes loss_mult = 1, divides by
+     * ACCUM_STEPS in the update, and an fp16 run has no loss scaling (the scaler
+     * still skips Inf/NaN steps). */
+    int scales_loss;
     /* One micro-batch of this rank: loads it (the loader's next batch), runs forward
      * and backward, and ADDS the gradients of loss_mult x (sum of the loss terms)
      * into grads. losses (n_losses) get the unscaled terms. When bk is not NULL

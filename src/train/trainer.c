@@ -100,6 +100,9 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     mrcnn_sgd_init(&t.sgd, be, m->params, m->trainable, cfg);
     mrcnn_signals_install();
 
+    if (t.st.scaler.enabled && !m->scales_loss)
+        mrcnn_warn("SOLVER.PRECISION fp16: this model applies no loss scale to its gradients; training runs "
+                   "unscaled (Inf/NaN steps are still skipped)");
     if (opts->resume) resume(&t);
     else mrcnn_dist_broadcast_arena(dist, be, m->params);
 
@@ -129,10 +132,11 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         mrcnn_buckets_reset(&bk);
         memset(losses, 0, sizeof(double) * ((size_t)nl + 4));
         double data_s = 0;
-        const float scale = t.st.scaler.scale;
+        const float scale = m->scales_loss ? t.st.scaler.scale : 1.0f;
+        const float fwd_mult = m->scales_loss ? scale / (float)accum : 1.0f;
         for (int k = 0; k < accum; k++) {
             memset(micro, 0, sizeof(double) * nl);
-            data_s += m->forward_backward(m->ctx, t.st.step, k, scale / (float)accum, micro,
+            data_s += m->forward_backward(m->ctx, t.st.step, k, fwd_mult, micro,
                                           k == accum - 1 ? &bk : NULL);
             for (int i = 0; i < nl; i++) losses[i] += micro[i] / accum;
         }
@@ -144,7 +148,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         mrcnn_dist_allreduce_sum_f64(dist, losses, nl + 3, "loss and flag all-reduce");
         for (int i = 0; i < nl; i++) losses[i] /= W;
         const int nonfinite = losses[nl] > 0, stop_signal = losses[nl + 1] > 0;
-        float grad_scale = 1.0f / scale;
+        float grad_scale = m->scales_loss ? 1.0f / scale : 1.0f / (float)accum;
         if (!nonfinite && cfg->solver_clip_enabled) {
             double norm = mrcnn_grad_norm(be, m->grads, grad_scale);
             if (norm > cfg->solver_clip_value) grad_scale *= (float)(cfg->solver_clip_value / (norm + 1e-6));

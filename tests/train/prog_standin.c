@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
         for (long i = 0; i < big; i++) g[i] = (float)(i % 1000) * 1e-3f;
     }
     static const char *const names[] = {"loss_a", "loss_b"};
-    mrcnn_trainable m = {.ctx = &s, .params = &s.params, .grads = &s.grads, .n_losses = 2, .loss_names = names,
+    mrcnn_trainable m = {.ctx = &s, .params = &s.params, .grads = &s.grads, .n_losses = 2, .loss_names = names, .scales_loss = 1,
                          .forward_backward = fb, .get_cursor = get_cursor, .set_cursor = set_cursor};
     opts.bucket_bytes = 256; // several buckets even for this small model
     int rc = mrcnn_trainer_run(&cfg, &opts, &dist, &be, &m);

@@ -1,0 +1,217 @@
+/* `mrcnn train`: Mask R-CNN (model.h) on batches from the loader (train_feed.h),
+ * trained by the data-parallel loop of trainer.h, one MPI rank per GPU or CPU slot.
+ * Exit codes are listed in train.h (99: preempted, checkpoint written, requeue). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mrcnn/check.h"
+#include "mrcnn/dist.h"
+#include "mrcnn/log.h"
+#include "mrcnn/model.h"
+#include "mrcnn/trainer.h"
+#include "train_feed.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: mpirun -np N mrcnn train --config FILE.yaml [--set KEY=VALUE]... [--resume]\n"
+            "                                [--comm-timeout S] [--max-steps N]\n"
+            "Trains Mask R-CNN data-parallel over the MPI ranks (one per GPU with MODEL.DEVICE=cuda,\n"
+            "else on the CPU), on DATASETS.TRAIN (a shard index from mrcnn-prep coco).\n"
+            "  --config FILE     YAML config (detectron2 keys, _BASE_ inheritance)\n"
+            "  --set KEY=VALUE   override one key (repeatable), e.g. --set SOLVER.BASE_LR=0.01\n"
+            "  --resume          continue from the newest complete checkpoint in OUTPUT_DIR\n"
+            "  --comm-timeout S  a collective that takes longer than S seconds means a rank died or\n"
+            "                    hangs: the job aborts with exit code 3 (default 600; 0 = never)\n"
+            "  --max-steps N     stop after N optimizer steps in total (default SOLVER.MAX_ITER)\n"
+            "SOLVER.IMS_PER_BATCH is the global batch; with SOLVER.REFERENCE_WORLD_SIZE > 0 the batch,\n"
+            "LR and schedule are rescaled to the world size (detectron2's rule). Writes OUTPUT_DIR/\n"
+            "model_*.h5 checkpoints, metrics.json, TensorBoard events and loss.png.\n"
+            "Exit codes: 0 done, 1 error, 2 usage, 3 comm timeout, 4 too many non-finite steps,\n"
+            "99 preempted by SIGTERM/SIGUSR1 (checkpoint written; requeue with --resume).\n");
+}
+
+static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
+                                           "loss_mask"};
+
+typedef struct {
+    const mrcnn_config *cfg;
+    mrcnn_dist *dist;
+    mrcnn_backend *be;
+    mrcnn_model model;
+    mrcnn_ws ws;
+    train_feed *feed;
+    int per_rank;
+    int64_t epoch0, step0; // loader cursor to start from
+    mrcnn_image_gt *gt;
+    int gt_cap;
+} binding;
+
+/* Batch-wide loss normalizers: the sum over ranks divided by the rank count, so
+ * each rank's loss is (its share) / (global count / ranks) and the average of the
+ * ranks' gradients is the gradient of the whole batch's loss. */
+static void norm_sum(double *v, int n, void *ctx) {
+    binding *b = ctx;
+    if (b->dist->world_size == 1) return;
+    mrcnn_dist_allreduce_sum_f64(b->dist, v, n, "loss normalizer all-reduce");
+    for (int i = 0; i < n; i++) v[i] /= b->dist->world_size;
+}
+
+static double forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
+                               mrcnn_buckets *bk) {
+    binding *b = ctx;
+    if (!b->feed) b->feed = train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
+    double wait_s = 0;
+    const train_feed_batch *fb = train_feed_next(b->feed, &wait_s);
+    if (fb->n > b->gt_cap) {
+        b->gt_cap = fb->n;
+        b->gt = MRCNN_REALLOC(b->gt, sizeof *b->gt * fb->n, "ground truth per image");
+    }
+    for (int i = 0; i < fb->n; i++)
+        b->gt[i] = (mrcnn_image_gt){.n = fb->img[i].n, .boxes = fb->img[i].boxes, .labels = fb->img[i].labels,
+                                    .masks = fb->img[i].masks};
+    mrcnn_ws_reset(&b->ws);
+    mrcnn_batch batch = {.image_hw = fb->image_hw, .gt = b->gt, .image_index = fb->image_index,
+                         .epoch = (uint32_t)fb->epoch};
+    batch.images = mrcnn_ws_tensor(&b->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){fb->n, fb->height, fb->width, 3});
+    b->be->write(b->be, &batch.images, fb->images);
+    mrcnn_step st;
+    mrcnn_model_train_step(&b->model, &b->ws, &batch, true, &st);
+    losses[0] = st.losses.rpn_objectness;
+    losses[1] = st.losses.rpn_box_reg;
+    losses[2] = st.losses.classifier;
+    losses[3] = st.losses.box_reg;
+    losses[4] = st.losses.mask;
+    mrcnn_step_free(&st);
+    return wait_s;
+}
+
+static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
+    binding *b = ctx;
+    if (b->feed) train_feed_cursor(b->feed, epoch, step);
+    else {
+        *epoch = b->epoch0;
+        *step = b->step0;
+    }
+}
+
+static void set_cursor(void *ctx, int64_t epoch, int64_t step) {
+    binding *b = ctx;
+    MRCNN_CHECK(b->feed == NULL, "the loader cursor can only be set before the first batch");
+    b->epoch0 = epoch;
+    b->step0 = step;
+}
+
+int mrcnn_cmd_train(int argc, char **argv) {
+    const char *config_path = NULL;
+    int resume = 0;
+    double comm_timeout = 600;
+    long long max_steps = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config_path = argv[++i];
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            i++; // applied below, in order, once the config file is loaded
+        } else if (!strcmp(argv[i], "--resume")) {
+            resume = 1;
+        } else if (!strcmp(argv[i], "--comm-timeout") && i + 1 < argc) {
+            char *end;
+            comm_timeout = strtod(argv[++i], &end);
+            if (*end || comm_timeout < 0) {
+                fprintf(stderr, "mrcnn train: --comm-timeout wants seconds >= 0, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
+            char *end;
+            max_steps = strtoll(argv[++i], &end, 10);
+            if (*end || max_steps <= 0) {
+                fprintf(stderr, "mrcnn train: --max-steps wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "mrcnn train: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    char err[1024];
+    if (config_path && !mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
+        fprintf(stderr, "mrcnn train: %s\n", err);
+        return 1;
+    }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--set") && i + 1 < argc && !mrcnn_config_try_set(&cfg, argv[++i], "--set", err, sizeof err)) {
+            fprintf(stderr, "mrcnn train: %s\n", err);
+            return 1;
+        }
+
+    int want_gpu = !strcmp(cfg.model_device, "cuda");
+    MRCNN_CHECK(want_gpu || !strcmp(cfg.model_device, "cpu"), "MODEL.DEVICE '%s' is unknown (cpu or cuda)",
+                cfg.model_device);
+    mrcnn_dist dist;
+    mrcnn_dist_init(&dist, &argc, &argv, train_feed_thread_level(), want_gpu ? mrcnn_cuda_device_count() : 0,
+                    comm_timeout);
+    double f = mrcnn_config_scale_workers(&cfg, dist.world_size);
+    if (f != 1.0)
+        mrcnn_info("SOLVER.REFERENCE_WORLD_SIZE: scaled by %g for %d ranks: IMS_PER_BATCH %d, BASE_LR %g, MAX_ITER %d",
+                   f, dist.world_size, cfg.solver_ims_per_batch, cfg.solver_base_lr, cfg.solver_max_iter);
+
+    mrcnn_backend *be = NULL;
+    if (want_gpu) {
+        const char *why = "no GPU visible";
+        if (dist.device >= 0) be = mrcnn_backend_cuda_create(dist.device, &why);
+        if (be) {
+            char uuid[160];
+            fprintf(stderr, "[rank %d] GPU %d: %s\n", dist.rank, dist.device,
+                    mrcnn_cuda_device_uuid(dist.device, uuid, sizeof uuid));
+            const char *nccl_why = NULL;
+            if (dist.world_size > 1 && !mrcnn_dist_nccl_init(&dist, &nccl_why))
+                mrcnn_warn("NCCL unavailable (%s): gradients go through MPI via host memory", nccl_why);
+        } else {
+            mrcnn_warn("MODEL.DEVICE=cuda but %s: training on the CPU", why);
+        }
+    }
+    if (!be) be = mrcnn_backend_cpu_create();
+    int prec = mrcnn_dtype_parse(cfg.solver_precision);
+    if (prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16) be->set_precision(be, (mrcnn_dtype)prec);
+
+    binding b = {.cfg = &cfg, .dist = &dist, .be = be};
+    b.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
+    mrcnn_model_init(&b.model, &cfg, be);
+    if (cfg.model_weights[0]) {
+        mrcnn_checkpoint_load_model(&b.model, cfg.model_weights);
+        mrcnn_info("initial weights: %s", cfg.model_weights);
+    } else {
+        mrcnn_model_init_random(&b.model, (uint64_t)cfg.seed);
+    }
+    b.model.norm_sum = norm_sum;
+    b.model.norm_ctx = &b;
+    mrcnn_ws_init(&b.ws, be);
+    mrcnn_checkpoint_set_lock(train_feed_hdf5_lock, train_feed_hdf5_unlock);
+
+    mrcnn_info("mrcnn train: %d ranks (%s), %lld parameters (%lld trainable), config %s", dist.world_size, be->name,
+               (long long)mrcnn_params_numel(&b.model.params, false), (long long)mrcnn_params_numel(&b.model.params, true),
+               config_path ? config_path : "(defaults)");
+    mrcnn_trainable tm = {.ctx = &b, .params = &b.model.params.values, .grads = &b.model.params.grads,
+                          .trainable = b.model.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
+                          .scales_loss = 0, .forward_backward = forward_backward, .get_cursor = get_cursor,
+                          .set_cursor = set_cursor};
+    mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps};
+    int rc = mrcnn_trainer_run(&cfg, &opts, &dist, be, &tm);
+    if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
+        mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
+                   cfg.output_dir, cfg.output_dir, rc == 0 ? ", loss.png" : "");
+    train_feed_destroy(b.feed);
+    free(b.gt);
+    mrcnn_ws_free(&b.ws);
+    mrcnn_model_free(&b.model);
+    mrcnn_backend_destroy(be);
+    mrcnn_dist_finalize(&dist);
+    return rc;
+}

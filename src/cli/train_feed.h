@@ -1,0 +1,44 @@
+/* The loader side of `mrcnn train`, behind plain types: data.h and model.h both
+ * name a struct mrcnn_batch, so no file can include both; train_feed.c includes
+ * only data.h and hands batches to cmd_train.c (model.h) in this form. */
+#ifndef MRCNN_TRAIN_FEED_H
+#define MRCNN_TRAIN_FEED_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "mrcnn/config.h"
+
+typedef struct train_feed train_feed;
+
+typedef struct train_feed_image {
+    int h, w;              // resized size inside the canvas
+    int n;                 // instances (crowd annotations dropped)
+    const float *boxes;    // (n, 4) x1, y1, x2, y2 canvas pixels
+    const int32_t *labels; // (n) 1..num_classes (0 is background)
+    const uint8_t *masks;  // (n, h, w) cropped to the image, or NULL
+} train_feed_image;
+
+typedef struct train_feed_batch {
+    int n, height, width;      // images, padded canvas
+    const float *images;       // (n, height, width, 3) normalized
+    const int *image_hw;       // (n, 2)
+    const int64_t *image_index; // (n) global indices
+    int64_t epoch;
+    const train_feed_image *img; // (n)
+} train_feed_batch;
+
+/* Collective over comm: opens DATASETS.TRAIN with per_rank images per step from the
+ * cursor (epoch, step). */
+train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step);
+/* Blocks for the next batch; *wait_s gets the seconds it waited. */
+const train_feed_batch *train_feed_next(train_feed *f, double *wait_s);
+void train_feed_cursor(const train_feed *f, int64_t *epoch, int64_t *step);
+int64_t train_feed_num_images(const train_feed *f);
+void train_feed_destroy(train_feed *f);
+void train_feed_hdf5_lock(void);
+void train_feed_hdf5_unlock(void);
+/* MPI thread level the loader needs. */
+int train_feed_thread_level(void);
+
+#endif
