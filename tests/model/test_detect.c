@@ -51,20 +51,27 @@ static void test_sampler(void **state) {
     EXPECT_FAIL(mrcnn_sample_balanced(labels, N, 256, 1.5f, &r1, pos, &np, neg, &nn), "positive fraction 1.5");
 }
 
-static void test_sampler_uniform(void **state) {
-    /* Every positive is about equally likely to be chosen over many images. */
-    enum { N = 40, T = 4000 };
-    int32_t labels[N];
-    for (int i = 0; i < N; i++) labels[i] = 1;
-    int hits[N] = {0};
-    int64_t pos[N], neg[1], np, nn;
+static void sampler_uniform_case(int n, int k) {
+    enum { T = 4000 };
+    int32_t labels[64];
+    for (int i = 0; i < n; i++) labels[i] = 1;
+    int hits[64] = {0};
+    int64_t pos[64], neg[1], np, nn;
     for (int t = 0; t < T; t++) {
         mrcnn_rng r = mrcnn_rng_make(1, 0, t, MRCNN_RNG_ROI_SAMPLE);
-        mrcnn_sample_balanced(labels, N, 10, 1.0f, &r, pos, &np, neg, &nn);
-        assert_int_equal(np, 10);
+        mrcnn_sample_balanced(labels, n, k, 1.0f, &r, pos, &np, neg, &nn);
+        assert_int_equal(np, k);
         for (int i = 0; i < np; i++) hits[pos[i]]++;
     }
-    for (int i = 0; i < N; i++) assert_true(fabs(hits[i] - T * 10.0 / N) < 5 * sqrt(T * 0.25 * 0.75)); // 5 sigma
+    double p = (double)k / n, sigma = sqrt(T * p * (1 - p));
+    for (int i = 0; i < n; i++) assert_true(fabs(hits[i] - T * p) < 5 * sigma);
+}
+
+static void test_sampler_uniform(void **state) {
+    /* Every candidate is about equally likely to be chosen over many images, also
+     * when all but one are taken. */
+    sampler_uniform_case(40, 10);
+    sampler_uniform_case(11, 10);
 }
 
 static void test_nms_ties_and_classes(void **state) {
