@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "mrcnn/anchors.h"
+#include "mrcnn/backend.h"
+#include "mrcnn/half.h"
 #include "mrcnn/boxes.h"
 #include "mrcnn/postprocess.h"
 #include "mrcnn/proposals.h"
@@ -237,6 +239,64 @@ static void test_argument_errors(void **state) {
     EXPECT_FAIL(mrcnn_detect_postprocess(&dp, 0, NULL, NULL, NULL, 10, 10, b, s, l), "1 classes");
 }
 
+static void test_backend_roi_align(void **state) {
+    /* The CPU backend's entries: the same numbers as the op, accumulation into the
+     * gradients, rounded storage at bf16, and shape errors that name the tensor. */
+    enum { N = 2, C = 8, R = 6, P = 7 };
+    int lh[4] = {16, 8, 4, 2}, lw[4] = {20, 10, 5, 3};
+    mrcnn_roi_align_desc d = mrcnn_roi_align_desc_make(N, C, 4, 2, lh, lw, P, 2, 0);
+    mrcnn_tensor f[4], g[4];
+    const float *fp[4];
+    float *gp[4];
+    for (int l = 0; l < 4; l++) {
+        int64_t sh[4] = {N, lh[l], lw[l], C};
+        f[l] = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
+        g[l] = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
+        test_fill_uniform(f[l].data, mrcnn_tensor_numel(&f[l]), -1, 1, 40 + l);
+        fp[l] = f[l].data;
+        gp[l] = calloc((size_t)mrcnn_tensor_numel(&f[l]), sizeof(float));
+    }
+    /* Levels 2, 2, 3, padding, 4, 5. */
+    float rois[R * 5] = {0, 2, 3, 30, 40, 1, 0, 0, 70, 60, 0, 0, 0, 150, 140, -1, 0, 0, 9, 9, 1, 1, 1, 250, 250, 0, 0, 0, 500, 480};
+    int64_t rs[2] = {R, 5}, ys[4] = {R, P, P, C};
+    mrcnn_tensor rt = mrcnn_tensor_view(rois, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, rs);
+    mrcnn_tensor y = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, ys), dy = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, ys);
+    float *yref = malloc(sizeof(float) * R * P * P * C);
+    test_fill_uniform(dy.data, mrcnn_tensor_numel(&dy), -1, 1, 77);
+    mrcnn_backend *be = mrcnn_backend_cpu_create();
+    assert_non_null(be->roi_align_forward);
+    be->roi_align_forward(be, &d, f, &rt, &y);
+    mrcnn_roi_align_forward(&d, fp, R, rois, yref);
+    assert_memory_equal(y.data, yref, sizeof(float) * R * P * P * C);
+    be->roi_align_backward(be, &d, &rt, &dy, g);
+    be->roi_align_backward(be, &d, &rt, &dy, g); // accumulates
+    mrcnn_roi_align_backward(&d, R, rois, dy.data, gp);
+    for (int l = 0; l < 4; l++) {
+        const float *a = g[l].data;
+        double worst = 0, mx = 0;
+        for (int64_t i = 0; i < mrcnn_tensor_numel(&g[l]); i++) {
+            worst = fmax(worst, fabs(a[i] - 2 * gp[l][i]));
+            mx = fmax(mx, fabs(gp[l][i]));
+        }
+        assert_true(mx > 0 && worst <= 1e-6 * mx);
+    }
+    be->set_precision(be, MRCNN_DTYPE_BF16);
+    be->roi_align_forward(be, &d, f, &rt, &y);
+    const float *yb = y.data;
+    for (int64_t i = 0; i < mrcnn_tensor_numel(&y); i++) assert_true(yb[i] == mrcnn_round_to(yref[i], MRCNN_DTYPE_BF16));
+    int64_t bad_shape[2] = {R, 4};
+    mrcnn_tensor bad = mrcnn_tensor_view(rois, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, bad_shape);
+    EXPECT_FAIL(be->roi_align_forward(be, &d, f, &bad, &y), "roi_align rois: shape (6, 4) but expected (-1, 5)");
+    mrcnn_roi_align_desc d2 = d;
+    d2.channels = 4;
+    EXPECT_FAIL(be->roi_align_forward(be, &d2, f, &rt, &y), "roi_align features: shape (2, 16, 20, 8)");
+    mrcnn_backend_destroy(be);
+    for (int l = 0; l < 4; l++) mrcnn_tensor_free(&f[l]), mrcnn_tensor_free(&g[l]), free(gp[l]);
+    mrcnn_tensor_free(&y);
+    mrcnn_tensor_free(&dy);
+    free(yref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sampler),
@@ -247,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_roi_sample_capacity),
         cmocka_unit_test(test_class_gathers),
         cmocka_unit_test(test_argument_errors),
+        cmocka_unit_test(test_backend_roi_align),
     };
     return cmocka_run_group_tests_name("detect", tests, NULL, NULL);
 }
