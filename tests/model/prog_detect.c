@@ -15,6 +15,14 @@
 #include "mrcnn/roi_targets.h"
 
 static const char *g_dir;
+/* Every buffer of the program, freed at the end (clean under LeakSanitizer). */
+static void *g_allocs[256];
+static int g_n_allocs;
+static void *track(void *p) {
+    MRCNN_CHECK(g_n_allocs < 256, "prog_detect: too many buffers");
+    g_allocs[g_n_allocs++] = p;
+    return p;
+}
 static int g_argc;
 static char **g_argv;
 
@@ -46,7 +54,7 @@ static void *load(const char *name, size_t *bytes) {
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    void *p = MRCNN_MALLOC((size_t)n + 16, path);
+    void *p = track(MRCNN_MALLOC((size_t)n + 16, path));
     MRCNN_CHECK(fread(p, 1, (size_t)n, f) == (size_t)n, "prog_detect: short read of %s", path);
     fclose(f);
     if (bytes) *bytes = (size_t)n;
@@ -70,10 +78,9 @@ static void cmd_anchors(void) {
     float ratios[3] = {0.5f, 1.0f, 2.0f};
     int64_t counts[8];
     int64_t n = mrcnn_anchors_generate(L, sizes, ratios, 3, gh, gw, iarg("image_h"), iarg("image_w"), NULL, NULL);
-    float *a = MRCNN_MALLOC((size_t)n * 16, "anchors");
+    float *a = track(MRCNN_MALLOC((size_t)n * 16, "anchors"));
     mrcnn_anchors_generate(L, sizes, ratios, 3, gh, gw, iarg("image_h"), iarg("image_w"), a, counts);
     save("anchors", a, (size_t)n * 16);
-    free(a);
 }
 
 static mrcnn_box_coder coder_arg(void) {
@@ -84,7 +91,7 @@ static void cmd_encode(void) {
     size_t nb;
     float *t = load("targets", &nb), *b = load("boxes", NULL);
     int64_t n = (int64_t)(nb / 16);
-    float *d = MRCNN_MALLOC(nb, "deltas");
+    float *d = track(MRCNN_MALLOC(nb, "deltas"));
     mrcnn_box_coder c = coder_arg();
     mrcnn_box_encode(&c, n, t, b, d);
     save("deltas", d, nb);
@@ -95,7 +102,7 @@ static void cmd_decode(void) {
     float *b = load("boxes", &nb), *d = load("deltas", &nd);
     int64_t n = (int64_t)(nb / 16);
     int k = (int)(nd / nb);
-    float *o = MRCNN_MALLOC(nd, "decoded");
+    float *o = track(MRCNN_MALLOC(nd, "decoded"));
     mrcnn_box_coder c = coder_arg();
     mrcnn_box_decode(&c, n, k, d, b, o);
     save("decoded", o, nd);
@@ -105,7 +112,7 @@ static void cmd_iou(void) {
     size_t na, nb;
     float *a = load("a", &na), *b = load("b", &nb);
     int64_t n = (int64_t)(na / 16), m = (int64_t)(nb / 16);
-    float *iou = MRCNN_MALLOC((size_t)(n * m + 1) * 4, "iou");
+    float *iou = track(MRCNN_MALLOC((size_t)(n * m + 1) * 4, "iou"));
     mrcnn_box_iou(a, n, b, m, iou);
     save("iou", iou, (size_t)(n * m) * 4);
 }
@@ -115,7 +122,7 @@ static void cmd_matcher(void) {
     float *iou = load("iou", &ni);
     int g = iarg("g");
     int64_t n = (int64_t)(ni / 4) / g;
-    int32_t *m = MRCNN_MALLOC((size_t)n * 4, "matches");
+    int32_t *m = track(MRCNN_MALLOC((size_t)n * 4, "matches"));
     mrcnn_matcher_match(iou, g, n, farg("high"), farg("low"), iarg("allow"), m);
     save("matches", m, (size_t)n * 4);
 }
@@ -125,7 +132,7 @@ static void cmd_nms(void) {
     float *b = load("boxes", &nb), *s = load("scores", NULL);
     int64_t n = (int64_t)(nb / 16);
     int32_t *idx = iarg("batched") ? load("idxs", NULL) : NULL;
-    int64_t *keep = MRCNN_MALLOC((size_t)(n + 1) * 8, "keep");
+    int64_t *keep = track(MRCNN_MALLOC((size_t)(n + 1) * 8, "keep"));
     int64_t k = idx ? mrcnn_batched_nms(b, s, idx, n, farg("thresh"), keep) : mrcnn_nms(b, s, n, farg("thresh"), keep);
     save("keep", keep, (size_t)k * 8);
 }
@@ -134,7 +141,7 @@ static void cmd_rpn_targets(void) {
     size_t na, ng;
     float *a = load("anchors", &na), *g = load("gt", &ng);
     int64_t n = (int64_t)(na / 16);
-    float *lab = MRCNN_MALLOC((size_t)n * 4, "labels"), *reg = MRCNN_MALLOC((size_t)n * 16, "reg");
+    float *lab = track(MRCNN_MALLOC((size_t)n * 4, "labels")), *reg = track(MRCNN_MALLOC((size_t)n * 16, "reg"));
     mrcnn_rpn_assign_targets(a, n, g, (int)(ng / 16), farg("fg"), farg("bg"), lab, reg);
     save("labels", lab, (size_t)n * 4);
     save("reg", reg, (size_t)n * 16);
@@ -157,8 +164,8 @@ static void cmd_proposals(void) {
     }
     float *anchors = load("anchors", NULL);
     int *hw = load("image_hw", NULL);
-    float *boxes = MRCNN_MALLOC((size_t)N * p.post_nms_top_n * 16, "boxes");
-    float *scores = MRCNN_MALLOC((size_t)N * p.post_nms_top_n * 4, "scores");
+    float *boxes = track(MRCNN_MALLOC((size_t)N * p.post_nms_top_n * 16, "boxes"));
+    float *scores = track(MRCNN_MALLOC((size_t)N * p.post_nms_top_n * 4, "scores"));
     int64_t cnt[64];
     mrcnn_rpn_proposals(&p, N, L, counts, obj, del, anchors, hw, boxes, scores, cnt);
     save("boxes", boxes, (size_t)N * p.post_nms_top_n * 16);
@@ -174,9 +181,9 @@ static void cmd_roi_sample(void) {
     mrcnn_roi_sample_params p = {iarg("batch"), farg("frac"), farg("iou"), iarg("max_fg"),
                                  mrcnn_box_coder_make(10, 10, 5, 5)};
     int S = p.batch_size_per_image;
-    float *rois = MRCNN_MALLOC((size_t)S * 16, "rois"), *reg = MRCNN_MALLOC((size_t)S * 16, "reg");
-    int32_t *lab = MRCNN_MALLOC((size_t)S * 4, "labels"), *mg = MRCNN_MALLOC((size_t)S * 4, "matched");
-    int32_t *fg = MRCNN_MALLOC((size_t)p.max_fg * 4, "fg");
+    float *rois = track(MRCNN_MALLOC((size_t)S * 16, "rois")), *reg = track(MRCNN_MALLOC((size_t)S * 16, "reg"));
+    int32_t *lab = track(MRCNN_MALLOC((size_t)S * 4, "labels")), *mg = track(MRCNN_MALLOC((size_t)S * 4, "matched"));
+    int32_t *fg = track(MRCNN_MALLOC((size_t)p.max_fg * 4, "fg"));
     int nfg = 0;
     mrcnn_rng rng = mrcnn_rng_make(1, 0, 0, MRCNN_RNG_ROI_SAMPLE);
     int count = mrcnn_roi_sample(&p, prop, n_prop, gt, gl, n_gt, &rng, rois, lab, mg, reg, fg, &nfg);
@@ -203,10 +210,10 @@ static void cmd_roi_align(void) {
         char name[32];
         snprintf(name, sizeof name, "feat%d", l);
         f[l] = load(name, NULL);
-        g[l] = MRCNN_CALLOC((size_t)N * hs[l] * ws[l] * C, 4, "dfeat");
+        g[l] = track(MRCNN_CALLOC((size_t)N * hs[l] * ws[l] * C, 4, "dfeat"));
     }
     size_t ny = (size_t)R * d.out_h * d.out_w * C;
-    float *y = MRCNN_MALLOC(ny * 4 + 4, "y");
+    float *y = track(MRCNN_MALLOC(ny * 4 + 4, "y"));
     mrcnn_roi_align_forward(&d, f, R, rois, y);
     save("y", y, ny * 4);
     float *dy = load("dy", NULL);
@@ -225,7 +232,7 @@ static void cmd_mask_targets(void) {
     float *boxes = load("boxes", &nb);
     int32_t *idx = load("gt_index", NULL);
     int n = (int)(nb / 16);
-    float *t = MRCNN_MALLOC((size_t)n * M * M * 4 + 4, "targets");
+    float *t = track(MRCNN_MALLOC((size_t)n * M * M * 4 + 4, "targets"));
     mrcnn_mask_targets(masks, G, H, W, boxes, idx, n, M, t);
     save("targets", t, (size_t)n * M * M * 4);
 }
@@ -236,22 +243,22 @@ static void cmd_postprocess(void) {
     int R = iarg("r"), H = iarg("h"), W = iarg("w"), M = iarg("m");
     float *logits = load("logits", NULL), *deltas = load("deltas", NULL), *prop = load("proposals", NULL);
     float *mlog = load("mask_logits", NULL);
-    float *boxes = MRCNN_MALLOC((size_t)p.max_detections * 16, "boxes");
-    float *scores = MRCNN_MALLOC((size_t)p.max_detections * 4, "scores");
-    int32_t *labels = MRCNN_MALLOC((size_t)p.max_detections * 4, "labels");
+    float *boxes = track(MRCNN_MALLOC((size_t)p.max_detections * 16, "boxes"));
+    float *scores = track(MRCNN_MALLOC((size_t)p.max_detections * 4, "scores"));
+    int32_t *labels = track(MRCNN_MALLOC((size_t)p.max_detections * 4, "labels"));
     int n = mrcnn_detect_postprocess(&p, R, logits, deltas, prop, H, W, boxes, scores, labels);
     save("det_boxes", boxes, (size_t)n * 16);
     save("det_scores", scores, (size_t)n * 4);
     save("det_labels", labels, (size_t)n * 4);
     /* Masks of the detections: the mask logits are given per roi (R, M, M, K); the
      * script orders them so that row i belongs to detection i. */
-    float *probs = MRCNN_MALLOC((size_t)(n + 1) * M * M * 4, "probs");
+    float *probs = track(MRCNN_MALLOC((size_t)(n + 1) * M * M * 4, "probs"));
     mrcnn_mask_probs(n, M, p.num_classes, mlog, labels, probs);
     int oh = iarg("orig_h"), ow = iarg("orig_w");
     mrcnn_boxes_rescale(n, boxes, H, W, oh, ow);
     save("det_boxes_orig", boxes, (size_t)n * 16);
-    float *pasted = MRCNN_MALLOC((size_t)(n + 1) * oh * ow * 4, "pasted");
-    uint8_t *bin = MRCNN_MALLOC((size_t)(n + 1) * oh * ow, "pasted u8");
+    float *pasted = track(MRCNN_MALLOC((size_t)(n + 1) * oh * ow * 4, "pasted"));
+    uint8_t *bin = track(MRCNN_MALLOC((size_t)(n + 1) * oh * ow, "pasted u8"));
     for (int i = 0; i < n; i++) {
         mrcnn_paste_mask(probs + (int64_t)i * M * M, M, boxes + 4 * i, oh, ow, pasted + (int64_t)i * oh * ow);
         mrcnn_paste_mask_u8(probs + (int64_t)i * M * M, M, boxes + 4 * i, oh, ow, 0.5f, bin + (int64_t)i * oh * ow);
@@ -279,5 +286,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "mask_targets")) cmd_mask_targets();
     else if (!strcmp(c, "postprocess")) cmd_postprocess();
     else MRCNN_CHECK(0, "prog_detect: unknown command '%s'", c);
+    for (int i = 0; i < g_n_allocs; i++) free(g_allocs[i]);
     return 0;
 }
