@@ -82,6 +82,11 @@ static void launch(mrcnn_buckets *bk, mrcnn_bucket *b) {
     if (bk->dist->world_size == 1) return;
     size_t count = b->bytes / sizeof(float);
     if (bk->use_nccl) {
+        /* The backend's compute stream is private to it: wait for backward up to here
+         * on the host, so the all-reduce on NCCL's stream reads final gradients. (An
+         * event on the compute stream would keep the host free: backend.h needs a
+         * stream accessor for that.) */
+        bk->be->sync(bk->be);
         mrcnn_nccl_allreduce_avg(bk->dist->nccl, (float *)(bk->grads->base + b->offset), count, NULL);
         return;
     }
