@@ -10,6 +10,7 @@
 #include "mrcnn/rng.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,13 +117,16 @@ static double dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* Directional finite differences in float: L(w + e v) - L(w - e v) over 2e against
- * g.v for one parameter tensor per module, with the proposals pinned (the backward
- * treats them as constants, as torchvision does). v is a random unit direction
- * scaled to the tensor's RMS; e = 1e-2 of it keeps the float rounding of the loss
- * (~1e-7 relative, i.e. ~1e-5 after dividing by 2e) and the curvature term (O(e^2))
- * both near 1e-4 of a typical directional derivative; ReLU kinks crossed by the step
- * add noise of the same order. Tolerance: 2% relative + 1e-4 absolute. */
+/* Directional finite differences of the total loss, in float (the backend is fp32;
+ * the ops' own double-precision checks live in tests/grad): L(w + d) - L(w - d)
+ * against g.(2d), d = e v, for one parameter tensor per module, with the proposals
+ * pinned (the backward treats them as constants, as torchvision does).
+ * v = unit(g) + unit(random), so the change of the loss stays far above its float
+ * rounding (~5e-7 absolute at L ~ 5) while the random half still probes other
+ * directions; the step is 3e-4 of the tensor's norm and both sides use the step
+ * actually taken after rounding to float. What remains: O(e^2) curvature and ReLU /
+ * max-pool kinks crossed by the step, measured at <= 8e-3 relative (the stem and res2
+ * sit behind the most kinks). Tolerance: 2e-2 relative + 1e-6 absolute. */
 static void test_finite_differences(void **state) {
     mrcnn_config cfg;
     tiny_config(&cfg);
@@ -160,24 +164,30 @@ static void test_finite_differences(void **state) {
         f->be->read(f->be, w, w0);
         f->be->read(f->be, g, gv);
         mrcnn_rng r = mrcnn_rng_make(99, 0, idx, MRCNN_RNG_TEST);
-        double rms = sqrt(dot(w0, w0, n) / n), vn = 0;
+        double rms = sqrt(dot(w0, w0, n) / n), gn = sqrt(dot(gv, gv, n)), rn = 0;
         if (rms == 0) rms = 0.05;
         for (int64_t i = 0; i < n; i++) {
             v[i] = mrcnn_rng_normal(&r, i);
-            vn += (double)v[i] * v[i];
+            rn += (double)v[i] * v[i];
         }
-        double eps = 1e-2 * rms * sqrt((double)n / vn);
-        double lp, lm;
+        // v = unit(g) + unit(random): the gradient part keeps the signal well above the
+        // float rounding of the loss, the random part probes the other directions
+        for (int64_t i = 0; i < n; i++) v[i] = (float)(v[i] / sqrt(rn) + (gn > 0 ? gv[i] / gn : 0));
+        double eps = 3e-4 * rms * sqrt((double)n);
+        double lp, lm, an = 0;
         for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] + eps * v[i]);
+        for (int64_t i = 0; i < n; i++) an += (double)gv[i] * ((double)wp[i] - w0[i]);
         f->be->write(f->be, w, wp);
         lp = run_step(f, false, NULL);
         for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] - eps * v[i]);
+        for (int64_t i = 0; i < n; i++) an -= (double)gv[i] * ((double)wp[i] - w0[i]);
         f->be->write(f->be, w, wp);
         lm = run_step(f, false, NULL);
         f->be->write(f->be, w, w0);
-        double fd = (lp - lm) / (2 * eps), an = dot(gv, v, n);
-        double err = fabs(fd - an), tol = 2e-2 * fabs(an) + 1e-4;
-        printf("  %-50s fd % .6e  backward % .6e  |diff| %.2e %s\n", names[p], fd, an, err,
+        // both sides over the actual (float-rounded) step
+        double fd = lp - lm;
+        double err = fabs(fd - an), tol = 2e-2 * fabs(an) + 1e-6;
+        printf("  %-50s dL fd % .6e  backward % .6e  rel %.2e %s\n", names[p], fd, an, err / fabs(an),
                err <= tol ? "ok" : "FAIL");
         if (err > tol || an == 0) bad++;
         free(w0);
@@ -192,7 +202,10 @@ static void test_finite_differences(void **state) {
     assert_int_equal(bad, 0);
 }
 
-/* Plain SGD with momentum over the flat arenas, as the trainer would do it. */
+/* Plain SGD with momentum over the flat arenas, as the trainer would do it: one fixed
+ * batch, 200 steps, the total loss must fall more than 10x (measured: 3.05 -> 0.17).
+ * What is left at the end is mostly the mask BCE, whose floor is the entropy of the
+ * soft (ROIAlign-resampled) mask targets. */
 static void test_overfit(void **state) {
     mrcnn_config cfg;
     tiny_config(&cfg);
@@ -204,6 +217,7 @@ static void test_overfit(void **state) {
     mrcnn_tensor all_g = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
     double first = 0, last = 0, best = 1e30;
     const float lr = 0.02f, mu = 0.9f;
+    const double clip = 5.0;
     for (int it = 0; it < 200; it++) {
         mrcnn_model_zero_grads(&f->m);
         double l = run_step(f, true, NULL);
@@ -214,13 +228,21 @@ static void test_overfit(void **state) {
         if (it % 20 == 0 || it == 199) printf("  step %3d loss %.5f\n", it, l);
         f->be->read(f->be, &all_w, w);
         f->be->read(f->be, &all_g, g);
-        float scale = it < 20 ? (it + 1) / 20.0f : 1.0f; // warmup: the heads start far off
+        // warmup (the heads start far off), then a x0.1 step at 150 as in a 1x schedule
+        float scale = it < 20 ? (it + 1) / 20.0f : it >= 150 ? 0.1f : 1.0f;
+        double gn = sqrt(dot(g, g, n));
+        if (gn > clip) scale *= (float)(clip / gn); // as SOLVER.CLIP_GRADIENTS (global L2 norm)
         for (int64_t i = 0; i < n; i++) {
             mom[i] = mu * mom[i] + g[i];
             w[i] -= scale * lr * mom[i];
         }
         f->be->write(f->be, &all_w, w);
     }
+    mrcnn_step st;
+    run_step(f, false, &st);
+    printf("final terms: obj %.4f rpn_box %.4f cls %.4f box %.4f mask %.4f\n", st.losses.rpn_objectness,
+           st.losses.rpn_box_reg, st.losses.classifier, st.losses.box_reg, st.losses.mask);
+    mrcnn_step_free(&st);
     printf("overfit: first %.4f last %.4f best %.4f (ratio %.1fx)\n", first, last, best, first / last);
     free(w);
     free(g);
@@ -290,6 +312,9 @@ static void test_checkpoint(void **state) {
 }
 
 int main(void) {
+    // the tiny model's ops are too small to gain from threads; on a shared machine
+    // OpenMP's spinning workers cost far more than they give
+    omp_set_num_threads(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_frozen),
