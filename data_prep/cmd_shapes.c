@@ -13,6 +13,8 @@
  *   Image ids have gaps too, annotation ids exceed 2^32, and the train JSON puts
  *   "annotations" before "images" and "categories" last.
  * - Deterministic: every draw is keyed by (seed, split, image index, MRCNN_RNG_SYNTH).
+ * - --noise A adds uniform pixel noise in [-A, A] (its own stream) so that JPEGs carry
+ *   photo-like entropy, e.g. for the loader benchmark; masks are unaffected.
  */
 #include <math.h>
 #include <stdio.h>
@@ -74,7 +76,18 @@ typedef struct {
 } split_out;
 
 /* One image: draw, save the JPEG, append its JSON records. */
-static void make_image(uint64_t seed, int split, int64_t index, int h, int w, int quality,
+static void add_noise(uint8_t *rgb, size_t n, int amp, uint64_t seed, int split, int64_t index) {
+    const mrcnn_rng r = mrcnn_rng_make(seed, (uint32_t)split + 16, index, MRCNN_RNG_SYNTH);
+    uint32_t block[4];
+    for (size_t i = 0; i < n; i++) {
+        if ((i & 15) == 0) mrcnn_philox4x32(&r, (uint32_t)(i >> 4), block);
+        const int byte = (int)((block[(i >> 2) & 3] >> (8 * (i & 3))) & 255u);
+        int v = rgb[i] + byte % (2 * amp + 1) - amp;
+        rgb[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+static void make_image(uint64_t seed, int split, int64_t index, int h, int w, int quality, int noise,
                        const char *img_dir, split_out *o, uint8_t *rgb, int8_t *owner, uint8_t *mask) {
     stream s = {mrcnn_rng_make(seed, (uint32_t)split, index, MRCNN_RNG_SYNTH), 0};
     const int64_t image_id = (split == 0 ? 1 : 500001) + 3 * index;
@@ -127,6 +140,7 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
             }
         n++;
     }
+    if (noise > 0) add_noise(rgb, (size_t)h * w * 3, noise, seed, split, index);
     char name[64], path[4096];
     snprintf(name, sizeof name, "%012lld.jpg", (long long)image_id);
     snprintf(path, sizeof path, "%s/%s", img_dir, name);
@@ -168,7 +182,7 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
 }
 
 static void write_split(const char *out, const char *split_name, int split, int64_t count, int h, int w,
-                        uint64_t seed, int quality) {
+                        uint64_t seed, int quality, int noise) {
     char img_dir[4096], ann_dir[4096], json_path[4096], tmp_path[4200];
     snprintf(img_dir, sizeof img_dir, "%s/%s", out, split_name);
     snprintf(ann_dir, sizeof ann_dir, "%s/annotations", out);
@@ -184,7 +198,7 @@ static void write_split(const char *out, const char *split_name, int split, int6
     uint8_t *rgb = MRCNN_MALLOC((size_t)h * w * 3, "shapes image");
     int8_t *owner = MRCNN_MALLOC((size_t)h * w, "shapes owner map");
     uint8_t *mask = MRCNN_MALLOC((size_t)h * w, "shapes mask");
-    for (int64_t i = 0; i < count; i++) make_image(seed, split, i, h, w, quality, img_dir, &o, rgb, owner, mask);
+    for (int64_t i = 0; i < count; i++) make_image(seed, split, i, h, w, quality, noise, img_dir, &o, rgb, owner, mask);
     fclose(o.images);
     fclose(o.anns);
     free(rgb);
@@ -224,12 +238,13 @@ static void shapes_usage(FILE *f) {
             "  --size HxW    image size (default 240x320)\n"
             "  --seed S      seed; the same seed gives the same files (default 42)\n"
             "  --quality Q   JPEG quality (default 90)\n"
+            "  --noise A     add uniform pixel noise in [-A, A] (default 0): photo-like JPEG sizes\n"
             "Masks are the visible parts of occluded shapes; categories have ids 1, 3, 7.\n");
 }
 
 int prep_cmd_shapes(int argc, char **argv) {
     const char *out = NULL;
-    long long n_train = 64, n_val = 16, seed = 42, quality = 90;
+    long long n_train = 64, n_val = 16, seed = 42, quality = 90, noise = 0;
     int h = 240, w = 320;
     for (int i = 1; i < argc; i++) {
         if (prep_is_help(argv[i])) {
@@ -243,6 +258,8 @@ int prep_cmd_shapes(int argc, char **argv) {
             n_val = prep_arg_int(argc, argv, &i, 0, 100000000);
         } else if (!strcmp(argv[i], "--seed")) {
             seed = prep_arg_int(argc, argv, &i, 0, (long long)9e18);
+        } else if (!strcmp(argv[i], "--noise")) {
+            noise = prep_arg_int(argc, argv, &i, 0, 127);
         } else if (!strcmp(argv[i], "--quality")) {
             quality = prep_arg_int(argc, argv, &i, 1, 100);
         } else if (!strcmp(argv[i], "--size")) {
@@ -260,7 +277,7 @@ int prep_cmd_shapes(int argc, char **argv) {
         shapes_usage(stderr);
         return 2;
     }
-    write_split(out, "train", 0, n_train, h, w, (uint64_t)seed, (int)quality);
-    write_split(out, "val", 1, n_val, h, w, (uint64_t)seed, (int)quality);
+    write_split(out, "train", 0, n_train, h, w, (uint64_t)seed, (int)quality, (int)noise);
+    write_split(out, "val", 1, n_val, h, w, (uint64_t)seed, (int)quality, (int)noise);
     return 0;
 }

@@ -162,8 +162,9 @@ void mrcnn_loader_cursor(const mrcnn_loader *l, int64_t *epoch, int64_t *step);
 /* The global image indices of one step, rank by rank: out (ranks * batch_size)
  * (pure function of seed, epoch, step; for tests and for the evaluation). */
 void mrcnn_loader_step_images(const mrcnn_loader *l, int64_t epoch, int64_t step, int64_t *out);
-/* Wall time per stage summed over this rank's workers, in seconds: read (HDF5),
- * decode, resize (+flip, normalize, pad), masks, and the time next() waited. */
+/* Seconds per stage, summed over this rank's threads: read (HDF5, wall time on the
+ * I/O thread); decode, resize (+ flip, normalize, pad) and masks (CPU time of the
+ * workers, so that the costs hold on a busy machine); and the wall time next() waited. */
 typedef struct mrcnn_loader_stats {
     double read_s, decode_s, resize_s, masks_s, wait_s;
     int64_t images;

@@ -5,6 +5,9 @@
 #include "data_internal.h"
 
 #include <math.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,24 +43,33 @@ static void bilinear_taps(int out, int in, int *i0, int *i1, float *f) {
 void data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, int flip, const float mean[3],
                            const float std_[3], float *canvas, int ch, int cw, data_scratch *sc) {
     data_scratch_reserve(sc, nw, nh);
+    data_scratch_reserve_src(sc, w);
     int *x0 = sc->x0, *x1 = sc->x1, *y0 = sc->y0, *y1 = sc->y1;
     float *fx = sc->fx, *fy = sc->fy;
     bilinear_taps(nw, w, x0, x1, fx);
     bilinear_taps(nh, h, y0, y1, fy);
-    if (flip) { /* bake the mirror into the taps: output x reads what x' = nw-1-x would */
-        for (int a = 0, b = nw - 1; a < b; a++, b--) {
-            int t = x0[a]; x0[a] = x0[b]; x0[b] = t;
-            t = x1[a]; x1[a] = x1[b]; x1[b] = t;
-            float u = fx[a]; fx[a] = fx[b]; fx[b] = u;
+    const int n3 = nw * 3;
+    /* Flat taps over interleaved RGB, with the mirror baked in: output x reads what
+     * x' = nw-1-x would. The horizontal pass is then a gather + lerp over n3 values. */
+    int *restrict i0 = sc->i0, *restrict i1 = sc->i1;
+    float *restrict f3 = sc->f3;
+    for (int x = 0; x < nw; x++) {
+        const int xs = flip ? nw - 1 - x : x;
+        for (int c = 0; c < 3; c++) {
+            i0[3 * x + c] = 3 * x0[xs] + c;
+            i1[3 * x + c] = 3 * x1[xs] + c;
+            f3[3 * x + c] = fx[xs];
         }
     }
-    float inv[3], off[3];
-    for (int c = 0; c < 3; c++) inv[c] = 1.0f / std_[c], off[c] = -mean[c] / std_[c];
+    /* Normalization is affine, so it commutes with interpolation: applied to each
+     * source row once, as it is converted to float. */
+    float *restrict na = sc->na, *restrict nb = sc->nb;
+    for (int i = 0; i < 3 * w; i++) na[i] = 1.0f / std_[i % 3], nb[i] = -mean[i % 3] / std_[i % 3];
     /* Two horizontally resampled source rows, reused while consecutive output rows
      * read the same pair. */
     float *rows[2] = {sc->row0, sc->row1};
     int have[2] = {-1, -1};
-    const int n3 = nw * 3;
+    float *restrict srcf = sc->srcf;
     for (int y = 0; y < nh; y++) {
         const int want[2] = {y0[y], y1[y]};
         float *r[2];
@@ -65,26 +77,33 @@ void data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, int
             int slot = have[0] == want[k] ? 0 : have[1] == want[k] ? 1 : -1;
             if (slot < 0) {
                 slot = have[0] == want[1 - k] ? 1 : 0; /* keep the row the other tap needs */
-                const uint8_t *src = rgb + (size_t)want[k] * w * 3;
-                float *dst = rows[slot];
-                for (int x = 0; x < nw; x++) {
-                    const uint8_t *p0 = src + 3 * x0[x], *p1 = src + 3 * x1[x];
-                    const float f = fx[x];
-                    dst[3 * x] = p0[0] + f * (p1[0] - p0[0]);
-                    dst[3 * x + 1] = p0[1] + f * (p1[1] - p0[1]);
-                    dst[3 * x + 2] = p0[2] + f * (p1[2] - p0[2]);
+                const uint8_t *restrict src = rgb + (size_t)want[k] * w * 3;
+                for (int i = 0; i < 3 * w; i++) srcf[i] = (float)src[i] * na[i] + nb[i];
+                float *restrict dst = rows[slot];
+                int i = 0;
+#ifdef __AVX2__
+                for (; i + 8 <= n3; i += 8) { /* the compiler does not emit gathers on its own */
+                    const __m256 p0 = _mm256_i32gather_ps(srcf, _mm256_loadu_si256((const __m256i *)(i0 + i)), 4);
+                    const __m256 p1 = _mm256_i32gather_ps(srcf, _mm256_loadu_si256((const __m256i *)(i1 + i)), 4);
+                    const __m256 f = _mm256_loadu_ps(f3 + i);
+                    _mm256_storeu_ps(dst + i, _mm256_fmadd_ps(f, _mm256_sub_ps(p1, p0), p0));
+                }
+#endif
+                for (; i < n3; i++) {
+                    const float p0 = srcf[i0[i]], p1 = srcf[i1[i]];
+                    dst[i] = p0 + f3[i] * (p1 - p0);
                 }
                 have[slot] = want[k];
             }
             r[k] = rows[slot];
         }
         const float f = fy[y];
-        float *out = canvas + (size_t)y * cw * 3;
-        const float *a = r[0], *b = r[1];
-        for (int i = 0; i < n3; i += 3) {
-            out[i] = (a[i] + f * (b[i] - a[i])) * inv[0] + off[0];
-            out[i + 1] = (a[i + 1] + f * (b[i + 1] - a[i + 1])) * inv[1] + off[1];
-            out[i + 2] = (a[i + 2] + f * (b[i + 2] - a[i + 2])) * inv[2] + off[2];
+        float *restrict out = canvas + (size_t)y * cw * 3;
+        const float *restrict a = r[0], *restrict b = r[1];
+        if (a == b || f == 0.0f) {
+            memcpy(out, a, sizeof(float) * (size_t)n3);
+        } else {
+            for (int i = 0; i < n3; i++) out[i] = a[i] + f * (b[i] - a[i]);
         }
         if (cw > nw) memset(out + n3, 0, sizeof(float) * (size_t)(cw - nw) * 3);
     }
@@ -92,29 +111,41 @@ void data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, int
 }
 
 void data_mask_resize(const uint8_t *colmajor, int h, int w, int nh, int nw, int flip, uint8_t *out, int ch, int cw,
-                      data_scratch *sc) {
+                      const int src_box[4], data_scratch *sc) {
     data_scratch_reserve(sc, nw, nh);
     int *xs = sc->x0, *ys = sc->y0;
     /* torch's "nearest": src = floor(dst * in / out). */
+    int xa = nw, xb = -1, ya = nh, yb = -1; /* output columns/rows that can be 1 */
     for (int x = 0; x < nw; x++) {
         int s = (int)floor((double)x * w / nw);
-        xs[flip ? nw - 1 - x : x] = (s < w ? s : w - 1) * h;
+        if (s > w - 1) s = w - 1;
+        const int d = flip ? nw - 1 - x : x;
+        xs[d] = s * h;
+        if (!src_box || (s >= src_box[0] && s < src_box[2])) {
+            if (d < xa) xa = d;
+            if (d > xb) xb = d;
+        }
     }
     for (int y = 0; y < nh; y++) {
         int s = (int)floor((double)y * h / nh);
         ys[y] = s < h ? s : h - 1;
+        if (!src_box || (ys[y] >= src_box[1] && ys[y] < src_box[3])) {
+            if (y < ya) ya = y;
+            if (y > yb) yb = y;
+        }
     }
-    for (int y = 0; y < nh; y++) {
+    /* Masks are mostly background: zero the canvas, then gather only inside the
+     * resized bounding box of the source's ones. */
+    memset(out, 0, (size_t)ch * cw);
+    for (int y = ya; y <= yb && xa <= xb; y++) {
         uint8_t *o = out + (size_t)y * cw;
-        if (y > 0 && ys[y] == ys[y - 1]) {
-            memcpy(o, o - cw, (size_t)cw);
+        if (y > ya && ys[y] == ys[y - 1]) {
+            memcpy(o + xa, o - cw + xa, (size_t)(xb - xa + 1));
             continue;
         }
         const uint8_t *col = colmajor + ys[y];
-        for (int x = 0; x < nw; x++) o[x] = col[xs[x]];
-        if (cw > nw) memset(o + nw, 0, (size_t)(cw - nw));
+        for (int x = xa; x <= xb; x++) o[x] = col[xs[x]];
     }
-    if (ch > nh) memset(out + (size_t)nh * cw, 0, (size_t)(ch - nh) * cw);
 }
 
 void data_scratch_reserve(data_scratch *sc, int nw, int nh) {
@@ -124,6 +155,9 @@ void data_scratch_reserve(data_scratch *sc, int nw, int nh) {
         sc->fx = MRCNN_REALLOC(sc->fx, sizeof(float) * (size_t)nw, "resize weights");
         sc->row0 = MRCNN_REALLOC(sc->row0, sizeof(float) * 3 * (size_t)nw, "resize row");
         sc->row1 = MRCNN_REALLOC(sc->row1, sizeof(float) * 3 * (size_t)nw, "resize row");
+        sc->i0 = MRCNN_REALLOC(sc->i0, sizeof(int) * 3 * (size_t)nw, "resize taps");
+        sc->i1 = MRCNN_REALLOC(sc->i1, sizeof(int) * 3 * (size_t)nw, "resize taps");
+        sc->f3 = MRCNN_REALLOC(sc->f3, sizeof(float) * 3 * (size_t)nw, "resize weights");
         sc->cap_w = nw;
     }
     if (nh > sc->cap_h) {
@@ -134,7 +168,22 @@ void data_scratch_reserve(data_scratch *sc, int nw, int nh) {
     }
 }
 
+void data_scratch_reserve_src(data_scratch *sc, int w) {
+    if (w > sc->cap_src) {
+        sc->srcf = MRCNN_REALLOC(sc->srcf, sizeof(float) * 3 * (size_t)w, "resize source row");
+        sc->na = MRCNN_REALLOC(sc->na, sizeof(float) * 3 * (size_t)w, "normalization");
+        sc->nb = MRCNN_REALLOC(sc->nb, sizeof(float) * 3 * (size_t)w, "normalization");
+        sc->cap_src = w;
+    }
+}
+
 void data_scratch_free(data_scratch *sc) {
+    free(sc->i0);
+    free(sc->i1);
+    free(sc->f3);
+    free(sc->srcf);
+    free(sc->na);
+    free(sc->nb);
     free(sc->x0);
     free(sc->x1);
     free(sc->y0);

@@ -10,9 +10,13 @@ typedef struct {
     int *x0, *x1, *y0, *y1; // (cap_w), (cap_w), (cap_h), (cap_h) taps
     float *fx, *fy;         // (cap_w), (cap_h) weights
     float *row0, *row1;     // (cap_w * 3) resampled source rows
-    int cap_w, cap_h;
+    int *i0, *i1;           // (cap_w * 3) flat source-row indices of each output value's taps
+    float *f3;              // (cap_w * 3) their weights
+    float *srcf, *na, *nb;  // (cap_src * 3) a source row as normalized floats; per-value scale, offset
+    int cap_w, cap_h, cap_src;
 } data_scratch;
 void data_scratch_reserve(data_scratch *sc, int nw, int nh);
+void data_scratch_reserve_src(data_scratch *sc, int w);
 void data_scratch_free(data_scratch *sc);
 
 /* Output size of the shortest-edge resize. */
@@ -22,9 +26,10 @@ void data_resize_shape(int h, int w, int min_size, int max_size, int *nh, int *n
 void data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, int flip, const float mean[3],
                            const float std_[3], float *canvas, int ch, int cw, data_scratch *sc);
 /* colmajor (w, h) 0/1 (COCO's column-major order) -> out (ch, cw): nearest resize to
- * (nh, nw), mirrored when flip, zero elsewhere. */
+ * (nh, nw), mirrored when flip, zero elsewhere. src_box: [x0, y0, x1, y1) in source
+ * pixels outside which colmajor is all 0 (a speed hint; NULL: unknown). */
 void data_mask_resize(const uint8_t *colmajor, int h, int w, int nh, int nw, int flip, uint8_t *out, int ch, int cw,
-                      data_scratch *sc);
+                      const int src_box[4], data_scratch *sc);
 
 /* The step plan of one epoch: out (steps * global_batch) global image indices, step by
  * step, rank by rank; valid (same size) is 0 for the eval-mode padding repeats.

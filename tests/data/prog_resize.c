@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     data_scratch sc;
     memset(&sc, 0, sizeof sc);
     data_resize_normalize(rgb, h, w, nh, nw, flip, mean, std_, out, ch, cw, &sc);
-    data_mask_resize(cm, h, w, nh, nw, flip, mask, ch, cw, &sc);
+    data_mask_resize(cm, h, w, nh, nw, flip, mask, ch, cw, NULL, &sc);
     char p[4096];
     FILE *f;
     snprintf(p, sizeof p, "%s/in.u8", argv[6]);
