@@ -1,0 +1,469 @@
+/* Op benchmark of the CUDA backend at R50-FPN shapes (800x1216 images, 8 per step):
+ * time per call and TFLOP/s (math-bound ops) or GB/s (memory-bound ops), each
+ * against the ceiling measured on the project's H200 (shared/device/README.md).
+ * Correctness is test_cuda_ops' job; gpu_check.sh runs that first.
+ *
+ * usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N]
+ * Inputs are random (never constant: constant data flatters tensor cores). Weights
+ * are given in the compute dtype, as cuDNN's ceiling was measured; the training
+ * path's fp32 master weights add one cast per call. Without a GPU it prints
+ * "skip: no GPU (...)" and exits 77. --cpu-check runs every case on the CPU backend
+ * at fp32 with shapes divided by 8 (a check of the harness, not a benchmark). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/half.h"
+#include "mrcnn/log.h"
+
+/* Ceilings measured on the H200 (shared/device/README.md). */
+#define CEIL_CONV_BF16 430.0 // cuDNN conv 3x3 NHWC fwd+bwd, TFLOP/s
+#define CEIL_CONV_FP16 409.0
+#define CEIL_CONV_FP32 96.0 // fp32 NCHW (no NHWC fp32 figure was measured)
+#define CEIL_GEMM_BF16 784.0 // cuBLAS 8192^3
+#define CEIL_GEMM_FP32 51.0
+#define CEIL_COPY_GBS 4300.0 // device-to-device copy, read + write
+
+static mrcnn_backend *be;
+static mrcnn_dtype DT = MRCNN_DTYPE_BF16;
+static int ITERS = 20;
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static int g_div = 1; // --cpu-check: shape divisor
+
+/* A spatial extent or a count, divided for --cpu-check. */
+static int sz(int v) { return v / g_div > 0 ? v / g_div : 1; }
+
+typedef struct {
+    char name[48];
+    double ms;
+    double rate;    // TFLOP/s or GB/s
+    double ceiling; // same unit, 0: none
+    const char *unit;
+} result;
+
+static result results[96];
+static int n_results;
+
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; // [-1, 1)
+}
+
+/* A device tensor of dtype dt filled with random values in [-scale, scale). */
+static mrcnn_tensor dev_tensor(mrcnn_dtype dt, int ndim, const int64_t *shape, float scale) {
+    mrcnn_tensor t = mrcnn_tensor_view(NULL, dt, be->device, ndim, shape);
+    const int64_t n = mrcnn_tensor_numel(&t);
+    t.data = be->alloc(be, mrcnn_tensor_nbytes(&t) + 16, "bench tensor");
+    void *h = MRCNN_MALLOC((size_t)n * mrcnn_dtype_size(dt) + 16, "bench host buffer");
+    for (int64_t i = 0; i < n; i++) {
+        float v = scale * frand();
+        if (v == 0.0f) v = scale * 0.5f;
+        if (dt == MRCNN_DTYPE_F32) ((float *)h)[i] = v;
+        else if (dt == MRCNN_DTYPE_F16) ((uint16_t *)h)[i] = mrcnn_f32_to_f16(v);
+        else if (dt == MRCNN_DTYPE_BF16) ((uint16_t *)h)[i] = mrcnn_f32_to_bf16(v);
+        else if (dt == MRCNN_DTYPE_I32) ((int32_t *)h)[i] = (int32_t)(i % 91) - (i % 17 == 0);
+    }
+    be->write(be, &t, h);
+    be->sync(be);
+    free(h);
+    return t;
+}
+
+static void dev_free(mrcnn_tensor *t) {
+    be->free(be, t->data);
+    t->data = NULL;
+}
+
+static void add_result(const char *name, double ms, double work, int flops, double ceiling) {
+    MRCNN_CHECK(n_results < (int)(sizeof results / sizeof *results), "too many bench results");
+    result *r = &results[n_results++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ms = ms;
+    r->rate = work / (ms * 1e-3) / (flops ? 1e12 : 1e9);
+    r->ceiling = ceiling;
+    r->unit = flops ? "TFLOP/s" : "GB/s";
+    if (ceiling > 0)
+        printf("%-46s %-5s %9.3f ms %9.1f %-7s %5.1f%% of %.0f\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit,
+               100.0 * r->rate / ceiling, ceiling);
+    else
+        printf("%-46s %-5s %9.3f ms %9.1f %-7s\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit);
+    fflush(stdout);
+}
+
+/* ---- timing: two warm-up calls (algorithm choice happens there), then ITERS ---- */
+
+typedef void (*op_fn)(void *ctx);
+
+static double time_ms(op_fn fn, void *ctx) {
+    fn(ctx);
+    fn(ctx);
+    be->sync(be);
+    double t0 = mrcnn_time_now();
+    for (int i = 0; i < ITERS; i++) fn(ctx);
+    be->sync(be);
+    return (mrcnn_time_now() - t0) * 1e3 / ITERS;
+}
+
+/* ---- convolutions ----------------------------------------------------------------------- */
+
+typedef struct {
+    mrcnn_conv2d_desc d;
+    mrcnn_tensor x, w, b, y, dy, dx, dw, db;
+} conv_ctx;
+
+static void conv_fwd(void *c_) {
+    conv_ctx *c = c_;
+    be->conv2d_forward(be, &c->d, &c->x, &c->w, NULL, MRCNN_ACT_NONE, &c->y);
+}
+static void conv_fwd_bias_relu(void *c_) {
+    conv_ctx *c = c_;
+    be->conv2d_forward(be, &c->d, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+}
+static void conv_bwd_data(void *c_) {
+    conv_ctx *c = c_;
+    be->conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, &c->dx, NULL, NULL);
+}
+static void conv_bwd_filter(void *c_) {
+    conv_ctx *c = c_;
+    be->conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, NULL, &c->dw, NULL);
+}
+
+/* useful_c: input channels that carry data (the stem's 3 of a padded 4 or 8). */
+static void bench_conv(const char *label, mrcnn_conv2d_desc d, int useful_c) {
+    conv_ctx c;
+    memset(&c, 0, sizeof c);
+    c.d = d;
+    const int p = mrcnn_conv2d_out_h(&d), q = mrcnn_conv2d_out_w(&d);
+    c.x = dev_tensor(DT, 4, (int64_t[]){d.n, d.h, d.w, d.c}, 1.0f);
+    c.w = dev_tensor(DT, 4, (int64_t[]){d.k, d.r, d.s, d.c}, 0.1f);
+    c.b = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){d.k}, 0.1f);
+    c.y = dev_tensor(DT, 4, (int64_t[]){d.n, p, q, d.k}, 1.0f);
+    c.dy = dev_tensor(DT, 4, (int64_t[]){d.n, p, q, d.k}, 1.0f);
+    c.dx = dev_tensor(DT, 4, (int64_t[]){d.n, d.h, d.w, d.c}, 1.0f);
+    c.dw = dev_tensor(DT, 4, (int64_t[]){d.k, d.r, d.s, d.c}, 1.0f);
+    const double flops = 2.0 * d.n * p * q * d.k * d.r * d.s * useful_c;
+    const double ceil = DT == MRCNN_DTYPE_BF16 ? CEIL_CONV_BF16 : DT == MRCNN_DTYPE_F16 ? CEIL_CONV_FP16 : CEIL_CONV_FP32;
+    char name[64];
+    double f = time_ms(conv_fwd, &c);
+    snprintf(name, sizeof name, "conv %s fwd", label);
+    add_result(name, f, flops, 1, ceil);
+    double fr = time_ms(conv_fwd_bias_relu, &c);
+    snprintf(name, sizeof name, "conv %s fwd+bias+relu", label);
+    add_result(name, fr, flops, 1, ceil);
+    double bd = time_ms(conv_bwd_data, &c);
+    snprintf(name, sizeof name, "conv %s bwd data", label);
+    add_result(name, bd, flops, 1, ceil);
+    double bf = time_ms(conv_bwd_filter, &c);
+    snprintf(name, sizeof name, "conv %s bwd filter", label);
+    add_result(name, bf, flops, 1, ceil);
+    snprintf(name, sizeof name, "conv %s fwd+bwd", label);
+    add_result(name, f + bd + bf, 3 * flops, 1, ceil);
+    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+}
+
+/* ---- GEMM-shaped ops: linear (box head fc6) and the mask head's deconv ---------------------- */
+
+typedef struct {
+    mrcnn_tensor x, w, b, y, dy, dx, dw, db;
+} lin_ctx;
+
+static void lin_fwd(void *c_) {
+    lin_ctx *c = c_;
+    be->linear_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+}
+static void lin_bwd(void *c_) {
+    lin_ctx *c = c_;
+    be->linear_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+}
+static void deconv_fwd(void *c_) {
+    lin_ctx *c = c_;
+    be->deconv2x2_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+}
+static void deconv_bwd(void *c_) {
+    lin_ctx *c = c_;
+    be->deconv2x2_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+}
+
+static void bench_linear(int n, int in, int out) {
+    lin_ctx c;
+    c.x = dev_tensor(DT, 2, (int64_t[]){n, in}, 1.0f);
+    c.w = dev_tensor(DT, 2, (int64_t[]){out, in}, 0.01f);
+    c.b = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){out}, 0.1f);
+    c.y = dev_tensor(DT, 2, (int64_t[]){n, out}, 1.0f);
+    c.dy = dev_tensor(DT, 2, (int64_t[]){n, out}, 1.0f);
+    c.dx = dev_tensor(DT, 2, (int64_t[]){n, in}, 1.0f);
+    c.dw = dev_tensor(MRCNN_DTYPE_F32, 2, (int64_t[]){out, in}, 1.0f);
+    c.db = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){out}, 1.0f);
+    const double flops = 2.0 * n * in * out;
+    const double ceil = DT == MRCNN_DTYPE_F32 ? CEIL_GEMM_FP32 : CEIL_GEMM_BF16;
+    char name[64];
+    snprintf(name, sizeof name, "linear %dx%d->%d fwd+bias+relu", n, in, out);
+    add_result(name, time_ms(lin_fwd, &c), flops, 1, ceil);
+    snprintf(name, sizeof name, "linear %dx%d->%d bwd (dx,dw,db)", n, in, out);
+    add_result(name, time_ms(lin_bwd, &c), 2 * flops, 1, ceil);
+    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+}
+
+static void bench_deconv(int r, int s, int ch, int k) {
+    lin_ctx c;
+    c.x = dev_tensor(DT, 4, (int64_t[]){r, s, s, ch}, 1.0f);
+    c.w = dev_tensor(DT, 4, (int64_t[]){k, 2, 2, ch}, 0.05f);
+    c.b = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){k}, 0.1f);
+    c.y = dev_tensor(DT, 4, (int64_t[]){r, 2 * s, 2 * s, k}, 1.0f);
+    c.dy = dev_tensor(DT, 4, (int64_t[]){r, 2 * s, 2 * s, k}, 1.0f);
+    c.dx = dev_tensor(DT, 4, (int64_t[]){r, s, s, ch}, 1.0f);
+    c.dw = dev_tensor(MRCNN_DTYPE_F32, 4, (int64_t[]){k, 2, 2, ch}, 1.0f);
+    c.db = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){k}, 1.0f);
+    const double flops = 2.0 * r * s * s * ch * 4.0 * k;
+    const double ceil = DT == MRCNN_DTYPE_F32 ? CEIL_GEMM_FP32 : CEIL_GEMM_BF16;
+    char name[64];
+    snprintf(name, sizeof name, "deconv2x2 %d@%dx%d x%d fwd", ch, s, s, r);
+    add_result(name, time_ms(deconv_fwd, &c), flops, 1, ceil);
+    snprintf(name, sizeof name, "deconv2x2 %d@%dx%d x%d bwd", ch, s, s, r);
+    add_result(name, time_ms(deconv_bwd, &c), 2 * flops, 1, ceil);
+    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+}
+
+/* ---- memory-bound ops ------------------------------------------------------------------------ */
+
+typedef struct {
+    mrcnn_tensor a, b, y, dy, dx, top;
+    mrcnn_pool2d_desc pool;
+} mem_ctx;
+
+static void relu_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->relu_forward(be, &c->a, &c->y);
+}
+static void relu_bwd(void *c_) {
+    mem_ctx *c = c_;
+    be->relu_backward(be, &c->y, &c->dy, &c->dx);
+}
+static void add_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->add_forward(be, &c->a, &c->b, &c->y);
+}
+static void pool_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->maxpool2d_forward(be, &c->pool, &c->a, &c->y);
+}
+static void pool_bwd(void *c_) {
+    mem_ctx *c = c_;
+    be->maxpool2d_backward(be, &c->pool, &c->a, &c->dy, &c->dx);
+}
+static void up_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->upsample_add_forward(be, &c->top, &c->a, &c->y);
+}
+static void up_bwd(void *c_) {
+    mem_ctx *c = c_;
+    be->upsample_add_backward(be, &c->dy, &c->top, &c->dx);
+}
+
+static void bench_elementwise(void) {
+    const int64_t shape[4] = {sz(8), sz(200), sz(304), 256};
+    const double es = (double)mrcnn_dtype_size(DT);
+    mem_ctx c;
+    memset(&c, 0, sizeof c);
+    c.a = dev_tensor(DT, 4, shape, 1.0f);
+    c.b = dev_tensor(DT, 4, shape, 1.0f);
+    c.y = dev_tensor(DT, 4, shape, 1.0f);
+    c.dy = dev_tensor(DT, 4, shape, 1.0f);
+    c.dx = dev_tensor(DT, 4, shape, 1.0f);
+    const double n = (double)mrcnn_tensor_numel(&c.a);
+    add_result("relu fwd 8x200x304x256", time_ms(relu_fwd, &c), 2 * n * es, 0, CEIL_COPY_GBS);
+    add_result("relu bwd 8x200x304x256", time_ms(relu_bwd, &c), 4 * n * es, 0, CEIL_COPY_GBS);
+    add_result("add fwd 8x200x304x256", time_ms(add_fwd, &c), 3 * n * es, 0, CEIL_COPY_GBS);
+    /* FPN top-down: P3 (8, 100, 152, 256) upsampled onto P2's lateral. */
+    c.top = dev_tensor(DT, 4, (int64_t[]){sz(8), sz(200) / 2, sz(304) / 2, 256}, 1.0f);
+    const double nt = n / 4;
+    add_result("upsample_add fwd P3->P2 256", time_ms(up_fwd, &c), (2 * n + nt) * es, 0, CEIL_COPY_GBS);
+    add_result("upsample_add bwd P3->P2 256", time_ms(up_bwd, &c), (3 * n + 2 * nt) * es, 0, CEIL_COPY_GBS);
+    mrcnn_tensor *all[] = {&c.a, &c.b, &c.y, &c.dy, &c.dx, &c.top};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+
+    /* Stem max-pool 3x3 s2 p1: (8, 400, 608, 64) -> (8, 200, 304, 64). */
+    memset(&c, 0, sizeof c);
+    c.pool = (mrcnn_pool2d_desc){sz(8), 2 * sz(200), 2 * sz(304), 64, 3, 2, 1};
+    c.a = dev_tensor(DT, 4, (int64_t[]){sz(8), 2 * sz(200), 2 * sz(304), 64}, 1.0f);
+    c.dx = dev_tensor(DT, 4, (int64_t[]){sz(8), 2 * sz(200), 2 * sz(304), 64}, 1.0f);
+    c.y = dev_tensor(DT, 4, (int64_t[]){sz(8), sz(200), sz(304), 64}, 1.0f);
+    c.dy = dev_tensor(DT, 4, (int64_t[]){sz(8), sz(200), sz(304), 64}, 1.0f);
+    const double ni = (double)mrcnn_tensor_numel(&c.a), no = (double)mrcnn_tensor_numel(&c.y);
+    add_result("maxpool 3x3s2 fwd 8x400x608x64", time_ms(pool_fwd, &c), (ni + no) * es, 0, CEIL_COPY_GBS);
+    add_result("maxpool 3x3s2 bwd 8x400x608x64", time_ms(pool_bwd, &c), (3 * ni + no) * es, 0, CEIL_COPY_GBS);
+    mrcnn_tensor *all2[] = {&c.a, &c.dx, &c.y, &c.dy};
+    for (size_t i = 0; i < sizeof all2 / sizeof *all2; i++) dev_free(all2[i]);
+}
+
+/* ---- ROIAlign, losses, optimizer ------------------------------------------------------------- */
+
+typedef struct {
+    mrcnn_roi_align_desc d;
+    mrcnn_tensor feats[4], dfeats[4], rois, y, dy;
+} roi_ctx;
+
+static void roi_fwd(void *c_) {
+    roi_ctx *c = c_;
+    be->roi_align_forward(be, &c->d, c->feats, &c->rois, &c->y);
+}
+static void roi_bwd(void *c_) {
+    roi_ctx *c = c_;
+    be->roi_align_backward(be, &c->d, &c->rois, &c->dy, c->dfeats);
+}
+
+static void bench_roi_align(int r, int out) {
+    roi_ctx c;
+    memset(&c, 0, sizeof c);
+    const int lh[4] = {sz(200), sz(100), sz(50), sz(25)}, lw[4] = {sz(304), sz(152), sz(76), sz(38)}, C = 256, n = sz(8);
+    c.d = mrcnn_roi_align_desc_make(n, C, 4, 2, lh, lw, out, 2, 0);
+    for (int l = 0; l < 4; l++) {
+        c.feats[l] = dev_tensor(DT, 4, (int64_t[]){n, lh[l], lw[l], C}, 1.0f);
+        c.dfeats[l] = dev_tensor(DT, 4, (int64_t[]){n, lh[l], lw[l], C}, 1.0f);
+    }
+    /* Boxes of 16..512 px over the 800x1216 canvas, all images. */
+    float *h = MRCNN_MALLOC((size_t)r * 5 * sizeof(float), "rois");
+    for (int i = 0; i < r; i++) {
+        float sz = 16.0f + 248.0f * (frand() + 1.0f), cx = 608.0f + 600.0f * frand(), cy = 400.0f + 390.0f * frand();
+        h[5 * i] = (float)(i % n);
+        h[5 * i + 1] = cx - sz / 2;
+        h[5 * i + 2] = cy - sz / 2;
+        h[5 * i + 3] = cx + sz / 2;
+        h[5 * i + 4] = cy + sz / 2;
+    }
+    c.rois = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 2, (int64_t[]){r, 5});
+    c.rois.data = be->alloc(be, (size_t)r * 5 * sizeof(float), "rois");
+    be->write(be, &c.rois, h);
+    be->sync(be);
+    free(h);
+    c.y = dev_tensor(DT, 4, (int64_t[]){r, out, out, C}, 1.0f);
+    c.dy = dev_tensor(DT, 4, (int64_t[]){r, out, out, C}, 1.0f);
+    const double es = (double)mrcnn_dtype_size(DT);
+    const double bytes = (double)r * out * out * C * es; // output only: the gathers are cached reads
+    char name[64];
+    snprintf(name, sizeof name, "roi_align %dx%d x%d fwd (out bytes)", out, out, r);
+    add_result(name, time_ms(roi_fwd, &c), bytes, 0, 0);
+    snprintf(name, sizeof name, "roi_align %dx%d x%d bwd (dy bytes)", out, out, r);
+    add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
+    for (int l = 0; l < 4; l++) {
+        dev_free(&c.feats[l]);
+        dev_free(&c.dfeats[l]);
+    }
+    dev_free(&c.rois);
+    dev_free(&c.y);
+    dev_free(&c.dy);
+}
+
+typedef struct {
+    mrcnn_tensor x, t, dx, loss, labels, p, g, v, mask;
+} misc_ctx;
+
+static void bce(void *c_) {
+    misc_ctx *c = c_;
+    be->bce_logits(be, &c->x, &c->t, NULL, 1000.0f, &c->loss, &c->dx);
+}
+static void ce(void *c_) {
+    misc_ctx *c = c_;
+    be->softmax_ce(be, &c->x, &c->labels, 512.0f, &c->loss, &c->dx);
+}
+static void sgd(void *c_) {
+    misc_ctx *c = c_;
+    be->sgd_update(be, &c->p, &c->g, &c->v, &c->mask, 0.0f, 0.9f, 1e-4f, 1.0f);
+}
+static int nonfinite_result;
+static void nonfinite(void *c_) {
+    misc_ctx *c = c_;
+    nonfinite_result |= be->nonfinite(be, &c->g);
+}
+
+static void bench_misc(void) {
+    const double es = (double)mrcnn_dtype_size(DT);
+    misc_ctx c;
+    memset(&c, 0, sizeof c);
+    c.loss = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, 1.0f);
+    /* Mask loss: 8 x 128 fg ROIs of 28x28 logits. */
+    const int64_t nm = (int64_t)sz(1024) * 28 * 28;
+    c.x = dev_tensor(DT, 1, &nm, 4.0f);
+    c.t = dev_tensor(DT, 1, &nm, 1.0f);
+    c.dx = dev_tensor(DT, 1, &nm, 1.0f);
+    add_result("bce_logits 1024x28x28 (+dx)", time_ms(bce, &c), 4.0 * nm * es, 0, CEIL_COPY_GBS);
+    dev_free(&c.x);
+    dev_free(&c.t);
+    dev_free(&c.dx);
+    /* Box classifier: 8 x 512 ROIs, 91 classes. */
+    c.x = dev_tensor(DT, 2, (int64_t[]){sz(4096), 91}, 4.0f);
+    c.dx = dev_tensor(DT, 2, (int64_t[]){sz(4096), 91}, 1.0f);
+    c.labels = dev_tensor(MRCNN_DTYPE_I32, 1, (int64_t[]){sz(4096)}, 1.0f);
+    add_result("softmax_ce 4096x91 (+dx)", time_ms(ce, &c), 3.0 * sz(4096) * 91 * es, 0, CEIL_COPY_GBS);
+    dev_free(&c.x);
+    dev_free(&c.dx);
+    dev_free(&c.labels);
+    /* Fused SGD over a 44 M-parameter arena (R50-FPN Mask R-CNN): 24 bytes per parameter. */
+    const int64_t np = 44000000 / g_div;
+    c.p = dev_tensor(MRCNN_DTYPE_F32, 1, &np, 1.0f);
+    c.g = dev_tensor(MRCNN_DTYPE_F32, 1, &np, 1.0f);
+    c.v = dev_tensor(MRCNN_DTYPE_F32, 1, &np, 1.0f);
+    c.mask = dev_tensor(MRCNN_DTYPE_F32, 1, &np, 1.0f);
+    add_result("sgd_update 44M fp32", time_ms(sgd, &c), 24.0 * np, 0, CEIL_COPY_GBS);
+    add_result("nonfinite scan 44M fp32 (+readback)", time_ms(nonfinite, &c), 4.0 * np, 0, CEIL_COPY_GBS);
+    MRCNN_CHECK(nonfinite_result == 0, "nonfinite reported Inf/NaN in finite data");
+    mrcnn_tensor *all[] = {&c.loss, &c.p, &c.g, &c.v, &c.mask};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            int dt = mrcnn_dtype_parse(argv[++i]);
+            MRCNN_CHECK(dt == MRCNN_DTYPE_F32 || dt == MRCNN_DTYPE_F16 || dt == MRCNN_DTYPE_BF16,
+                        "--dtype %s: expected bf16, fp16 or fp32", argv[i]);
+            DT = (mrcnn_dtype)dt;
+        } else if (!strcmp(argv[i], "--cpu-check")) {
+            g_div = 8;
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            ITERS = atoi(argv[++i]);
+            MRCNN_CHECK(ITERS > 0, "--iters must be positive");
+        } else {
+            fprintf(stderr, "usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N]\n");
+            return 2;
+        }
+    }
+    const char *why = NULL;
+    if (g_div > 1) {
+        be = mrcnn_backend_cpu_create();
+        DT = MRCNN_DTYPE_F32;
+        ITERS = 1;
+        printf("cpu-check: every case on the CPU backend, shapes / %d (not a benchmark)\n", g_div);
+    } else {
+        be = mrcnn_backend_cuda_create(0, &why);
+        if (!be) {
+            printf("skip: no GPU (%s)\n", why ? why : "?");
+            return 77;
+        }
+    }
+    be->set_precision(be, DT);
+    printf("%-46s %-5s %12s %17s %s\n", "op", "dtype", "time", "rate", "of measured ceiling");
+    bench_conv("res2 3x3 64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 64, 64, 3, 1, 1), 64);
+    bench_conv("1x1 256->64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 64, 1, 1, 0), 256);
+    bench_conv("FPN P2 3x3 256@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
+    bench_conv("stem 7x7s2 C4(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 4, 64, 7, 2, 3), 3);
+    bench_conv("stem 7x7s2 C8(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 8, 64, 7, 2, 3), 3);
+    bench_conv("mask 3x3 256@14x14 x1024", mrcnn_conv2d_desc_make(sz(1024), 14, 14, 256, 256, 3, 1, 1), 256);
+    bench_linear(sz(4096), 256 * 7 * 7, 1024);
+    bench_linear(sz(4096), 1024, 1024);
+    bench_deconv(sz(1024), 14, 256, 256);
+    bench_elementwise();
+    bench_roi_align(sz(4096), 7);
+    bench_roi_align(sz(1024), 14);
+    bench_misc();
+    mrcnn_backend_destroy(be);
+    printf("bench_gpu_ops: %d results (%s, %d iterations each)\n", n_results, mrcnn_dtype_name(DT), ITERS);
+    return 0;
+}
