@@ -4,9 +4,11 @@
 
 #include "ops_real.h"
 
-/* ~2 MB of floats per column block: large enough that the GEMM runs near peak,
- * small enough that the block is still in L2/L3 when the GEMM packs it. */
-#define CONV_BLOCK_ELEMS (512 * 1024)
+/* Column block of about 1 MB of floats: a thread's block is still in its L2/L3
+ * when the GEMM packs it; but never fewer than CONV_BLOCK_MIN_PIXELS output pixels,
+ * below which the GEMM's M is too short to run near peak. */
+#define CONV_BLOCK_ELEMS (256 * 1024)
+#define CONV_BLOCK_MIN_PIXELS 192
 
 int OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d) {
     return d->r == 1 && d->s == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 && d->pad_w == 0;
@@ -16,7 +18,8 @@ int64_t OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d) {
     int64_t p = mrcnn_conv2d_out_h(d), q = mrcnn_conv2d_out_w(d);
     int64_t row = q * d->r * d->s * d->c;
     int64_t rows = CONV_BLOCK_ELEMS / (row > 0 ? row : 1);
-    if (rows < 1) rows = 1;
+    int64_t min_rows = (CONV_BLOCK_MIN_PIXELS + q - 1) / q;
+    if (rows < min_rows) rows = min_rows;
     if (rows > d->n * p) rows = d->n * p;
     return rows;
 }
@@ -57,7 +60,8 @@ void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, 
 }
 
 /* Gather form: each input row is owned by one thread, so no atomics are needed. */
-void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, real *dx) {
+void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, int64_t in0,
+                           int64_t in1, real *dx) {
     const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
     const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;
     const int sh = d->stride_h, sw = d->stride_w;
@@ -68,6 +72,8 @@ void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t 
         int h_lo = pa * sh - d->pad_h, h_hi = (pb - 1) * sh - d->pad_h + (R - 1) * d->dil_h;
         if (h_lo < 0) h_lo = 0;
         if (h_hi > H - 1) h_hi = H - 1;
+        if (h_lo < in0 - (int64_t)n * H) h_lo = (int)(in0 - (int64_t)n * H);
+        if (h_hi > in1 - 1 - (int64_t)n * H) h_hi = (int)(in1 - 1 - (int64_t)n * H);
 #pragma omp parallel for schedule(static) if ((int64_t)(h_hi - h_lo + 1) * W * C * R * S >= OPS_OMP_MIN)
         for (int h = h_lo; h <= h_hi; h++) {
             for (int w = 0; w < W; w++) {

@@ -19,6 +19,9 @@ typedef float real;
 #define OP(name) mrcnn_##name
 #define OPS_CBLAS_GEMM cblas_sgemm
 #define OPS_REAL_NAME "f32"
+/* Puts OpenBLAS in single-threaded mode (threads come from OpenMP, gemm.c says why).
+ * Must run outside parallel regions, before any gemm called from inside one. */
+void OP(ops_blas_serial)(void);
 /* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
 void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
 void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
@@ -33,14 +36,18 @@ void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
  * output-row index; each row holds the (R, S, C) patch, zero where padded. */
 void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1,
                        real *col);
-/* dx (N, H, W, C) += the patches of col scattered back, for the same row block. */
+/* dx (N, H, W, C) += the patches of col scattered back, for the same row block,
+ * restricted to the input rows [in0, in1) of the flattened (N*H) row index. */
 void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0,
-                           int64_t row1, real *dx);
+                           int64_t row1, int64_t in0, int64_t in1, real *dx);
 /* Rows per block so that one column block stays near a cache-friendly size. */
 int64_t OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d);
 /* True when the conv is a plain GEMM over the input (1x1, stride 1, no padding). */
 int OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d);
 
+/* Puts OpenBLAS in single-threaded mode (threads come from OpenMP, gemm.c says why).
+ * Must run outside parallel regions, before any gemm called from inside one. */
+void OP(ops_blas_serial)(void);
 /* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
 void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
 void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);

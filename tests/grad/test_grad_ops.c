@@ -6,6 +6,7 @@
  * away from kinks (ReLU at 0, max-pool ties, smooth-L1 at |d| = beta and d = 0),
  * where finite differences are meaningless. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,10 +147,19 @@ static void adjoint_case(const char *name, mrcnn_conv2d_desc d, uint64_t seed) {
     gb_free(&dx), gb_free(&dw), gb_free(&db);
 }
 
+/* One thread: blocks in sequence, some crossing an image boundary. Three threads:
+ * the per-thread block path (forward, filter) and input-row chunks (data). */
 static void test_adjoint_conv2d_multiblock(void **state) {
-    adjoint_case("3x31x29x24->8 3x3 s1 p1", mrcnn_conv2d_desc_make(3, 31, 29, 24, 8, 3, 1, 1), 700);
-    adjoint_case("3x61x45x32->5 3x3 s2 p2 dil2", (mrcnn_conv2d_desc){3, 61, 45, 32, 5, 3, 3, 2, 2, 2, 2, 2, 2}, 800);
-    adjoint_case("2x70x50x16->6 1x1 s1 (pointwise)", mrcnn_conv2d_desc_make(2, 70, 50, 16, 6, 1, 1, 0), 900);
+    const int threads[2] = {1, 3};
+    int keep = omp_get_max_threads();
+    for (int i = 0; i < 2; i++) {
+        omp_set_num_threads(threads[i]);
+        printf("  %d thread(s):\n", threads[i]);
+        adjoint_case("3x31x29x64->8 3x3 s1 p1", mrcnn_conv2d_desc_make(3, 31, 29, 64, 8, 3, 1, 1), 700);
+        adjoint_case("3x61x45x96->5 3x3 s2 p2 dil2", (mrcnn_conv2d_desc){3, 61, 45, 96, 5, 3, 3, 2, 2, 2, 2, 2, 2}, 800);
+        adjoint_case("2x70x50x40->36 1x1 s1 (pointwise)", mrcnn_conv2d_desc_make(2, 70, 50, 40, 36, 1, 1, 0), 900);
+    }
+    omp_set_num_threads(keep);
 }
 
 /* ---------------- deconv 2x2 s2 ---------------- */

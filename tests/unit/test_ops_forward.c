@@ -1,6 +1,7 @@
 /* CPU ops, forward: each float op against a naive direct loop in double written
  * here, the float ops against their double twins, and argument errors. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,15 +87,21 @@ static void test_conv2d_forward(void **state) {
     check_conv_case("1x1 s2", d, 1, 50);
     d = mrcnn_conv2d_desc_make(1, 15, 13, 3, 4, 7, 2, 3);
     check_conv_case("7x7 s2 p3 stem", d, 0, 60);
-    /* Several column blocks, the second starting inside image 2. */
-    d = mrcnn_conv2d_desc_make(3, 31, 29, 24, 8, 3, 1, 1);
-    check_conv_case("3x3 multi-block", d, 1, 70);
-    d = (mrcnn_conv2d_desc){3, 61, 45, 32, 5, 3, 3, 2, 2, 2, 2, 2, 2};
-    check_conv_case("3x3 s2 d2 multi-block", d, 1, 80);
+    /* Several column blocks: in sequence on one thread (blocks crossing images),
+     * one block per thread at a time on three. */
+    int keep = omp_get_max_threads();
+    for (int t = 1; t <= 3; t += 2) {
+        omp_set_num_threads(t);
+        d = mrcnn_conv2d_desc_make(3, 31, 29, 64, 8, 3, 1, 1);
+        check_conv_case(t == 1 ? "3x3 multi-block, 1 thread" : "3x3 multi-block, 3 threads", d, 1, 70);
+        d = (mrcnn_conv2d_desc){3, 61, 45, 96, 5, 3, 3, 2, 2, 2, 2, 2, 2};
+        check_conv_case(t == 1 ? "3x3 s2 d2 multi-block, 1 thread" : "3x3 s2 d2 multi-block, 3 threads", d, 1, 80);
+    }
+    omp_set_num_threads(keep);
 }
 
-static void test_gemm(void **state) {
-    const int m = 7, n = 5, k = 9, pad = 3;
+static void check_gemm(int m, int n, int k) {
+    const int pad = 3;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
@@ -111,10 +118,21 @@ static void test_gemm(void **state) {
                 }
             mrcnn_gemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, -2.0f, c, ldc);
             char what[64];
-            snprintf(what, sizeof what, "gemm trans_a=%d trans_b=%d (padded ld, untouched pad)", ta, tb);
+            snprintf(what, sizeof what, "gemm %dx%dx%d trans_a=%d trans_b=%d, padded ld", m, n, k, ta, tb);
             expect_close(what, rel_f_d(c, ref, m * ldc), TOL_F32);
             free(a), free(b), free(c), free(ref);
         }
+}
+
+/* Small (one call), and large enough to be split across threads by rows (m >= n)
+ * or by columns (m < n), including slabs that end off the 16-row tile grid. */
+static void test_gemm(void **state) {
+    int keep = omp_get_max_threads();
+    omp_set_num_threads(3);
+    check_gemm(7, 5, 9);
+    check_gemm(301, 37, 203);
+    check_gemm(37, 301, 203);
+    omp_set_num_threads(keep);
 }
 
 static void test_deconv2x2_forward(void **state) {
