@@ -24,9 +24,10 @@ sys.path.insert(0, os.path.join(ROOT, "data_prep"))
 import weights  # noqa: E402
 
 from torchvision.models import resnet50  # noqa: E402
-from torchvision.models.detection import MaskRCNN  # noqa: E402
-from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor  # noqa: E402
 from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import net_tv_models  # noqa: E402
 
 FAILURES = []
 
@@ -68,20 +69,15 @@ def c_sets(s):
 
 
 def build_r50(seed, h, w):
-    torch.manual_seed(seed)
-    body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
-    backbone = _resnet_fpn_extractor(body, 3)
     s = R50_SETTINGS
-    model = MaskRCNN(backbone, num_classes=s["num_classes"], min_size=h, max_size=w,
-                     image_mean=[0.0, 0.0, 0.0], image_std=[1.0, 1.0, 1.0],
-                     rpn_pre_nms_top_n_train=s["rpn_pre_nms_top_n_train"],
-                     rpn_post_nms_top_n_train=s["rpn_post_nms_top_n_train"],
-                     rpn_pre_nms_top_n_test=s["rpn_pre_nms_top_n_test"],
-                     rpn_post_nms_top_n_test=s["rpn_post_nms_top_n_test"],
-                     rpn_batch_size_per_image=s["rpn_batch_size_per_image"],
-                     box_batch_size_per_image=s["box_batch_size_per_image"])
+    model = net_tv_models.build_r50(seed, h, w, num_classes=s["num_classes"],
+                                    rpn_pre_nms_top_n_train=s["rpn_pre_nms_top_n_train"],
+                                    rpn_post_nms_top_n_train=s["rpn_post_nms_top_n_train"],
+                                    rpn_pre_nms_top_n_test=s["rpn_pre_nms_top_n_test"],
+                                    rpn_post_nms_top_n_test=s["rpn_post_nms_top_n_test"],
+                                    rpn_batch_size_per_image=s["rpn_batch_size_per_image"],
+                                    box_batch_size_per_image=s["box_batch_size_per_image"])
     randomize(model, seed)
-    model.transform.resize = lambda image, target=None: (image, target)
     return model
 
 
@@ -254,6 +250,98 @@ def parity_r50():
             out.close()
 
 
+def make_shapes(seed, n, h, w, num_classes):
+    """Coloured rectangles and ellipses on faint noise: learnable by the tiny model in a
+    few hundred CPU steps."""
+    rng = np.random.default_rng(seed)
+    imgs = (0.2 * (rng.random((n, 3, h, w)) - 0.5)).astype(np.float32)
+    targets = []
+    yy, xx = np.mgrid[0:h, 0:w]
+    for i in range(n):
+        boxes, labels, masks = [], [], []
+        for g in range(3):
+            bw, bh = rng.uniform(24, 64), rng.uniform(24, 64)
+            x1, y1 = np.floor(rng.uniform(0, w - bw)), np.floor(rng.uniform(0, h - bh))
+            x2, y2 = np.floor(x1 + bw), np.floor(y1 + bh)
+            cls = 1 + (g + i) % (num_classes - 1)
+            m = (xx >= x1) & (xx < x2) & (yy >= y1) & (yy < y2)
+            if g % 2 == 1:
+                cx, cy, rx, ry = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
+                m &= ((xx + 0.5 - cx) / rx) ** 2 + ((yy + 0.5 - cy) / ry) ** 2 <= 1
+            for c in range(3):
+                imgs[i, c][m] = 1.0 if c == cls - 1 else -0.5
+            boxes.append([x1, y1, x2, y2])
+            labels.append(cls)
+            masks.append(m.astype(np.uint8))
+        targets.append(dict(boxes=np.array(boxes, np.float32), labels=np.array(labels, np.int32),
+                            masks=np.stack(masks)))
+    return imgs, targets
+
+
+def parity_detect():
+    """Train the tiny config in C on synthetic shapes, export the checkpoint to a
+    torchvision state_dict, and compare eval-mode detections."""
+    h = w = 128
+    n = 3
+    t = net_tv_models.TINY
+    imgs, targets = make_shapes(4, n, h, w, t["num_classes"])
+    det_per_img, score_thresh = 20, 0.05
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, out, ck = (os.path.join(tmp, x) for x in ("in.h5", "out.h5", "ck.h5"))
+        write_inputs(inp, imgs, targets)
+        cmd = [os.path.join(BUILD, "tests/model/prog_net_run"), os.path.join(ROOT, "configs/tiny.yaml"), "random",
+               inp, out, "--mode", "fit", "--steps", "300", "--save", ck, "--set", "SOLVER.BASE_LR=0.02"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+            sys.exit(f"prog_net_run failed with {r.returncode}")
+        print("  C:", " | ".join(r.stdout.strip().splitlines()))
+        model = net_tv_models.build_tiny(0, h, w, rpn_pre_nms_top_n_test=100, rpn_post_nms_top_n_test=50,
+                                         box_detections_per_img=det_per_img, box_score_thresh=score_thresh)
+        sd = weights.export_state_dict(ck)
+        model.load_state_dict(sd, strict=True)
+        model.eval()
+        with torch.no_grad():
+            ref = model([torch.from_numpy(x) for x in imgs])
+        f = h5py.File(out, "r")
+        cb, cs, cl = np.array(f["det/boxes"]), np.array(f["det/scores"]), np.array(f["det/labels"]).astype(int)
+        cc, cm = np.array(f["det/counts"]).astype(int), np.array(f["det/masks"])
+        total = 0
+        for i in range(n):
+            tb, ts, tlab = ref[i]["boxes"].numpy(), ref[i]["scores"].numpy(), ref[i]["labels"].numpy()
+            tm = (ref[i]["masks"][:, 0] > 0.5).numpy()
+            k = cc[i]
+            check(f"image {i}: detection count", abs(k - len(tb)) <= 1, f"C {k} torch {len(tb)}")
+            low = ts.min() if len(ts) == det_per_img else -1
+            used = set()
+            bad = []
+            for j in range(len(tb)):
+                side = min(tb[j, 2] - tb[j, 0], tb[j, 3] - tb[j, 1])
+                near_cut = abs(ts[j] - score_thresh) < 2e-3 or abs(ts[j] - low) < 2e-3
+                tie = np.any((np.abs(ts - ts[j]) < 1e-4) & (np.arange(len(ts)) != j))
+                if side < 4 or near_cut or tie:
+                    continue
+                same = [q for q in range(k) if cl[i, q] == tlab[j] and q not in used]
+                if not same:
+                    bad.append(f"torch det {j} (label {tlab[j]}, score {ts[j]:.4f}) unmatched")
+                    continue
+                ious = box_iou(tb[j:j + 1], cb[i, same])[0]
+                q = same[int(np.argmax(ious))]
+                used.add(q)
+                berr = np.abs(cb[i, q] - tb[j]).max() / np.abs(tb[j]).max()
+                serr = abs(cs[i, q] - ts[j])
+                inter = np.logical_and(cm[i, q] > 0, tm[j]).sum()
+                union = np.logical_or(cm[i, q] > 0, tm[j]).sum()
+                miou = 1.0 if union == 0 else inter / union
+                total += 1
+                if berr > 1e-3 or serr > 1e-4 or miou <= 0.99:
+                    bad.append(f"det {j}: box rel {berr:.1e}, score diff {serr:.1e}, mask IoU {miou:.4f}")
+            check(f"image {i}: detections match", not bad and total > 0, "; ".join(bad[:4]) or
+                  f"{len(tb)} torch detections, top scores {np.round(ts[:3], 3).tolist()}")
+        f.close()
+        check("detections compared", total >= 3, f"{total} matched")
+
+
 def roundtrip():
     print("weights: .pth -> h5 -> .pth, new and old torchvision key styles, ImageNet ResNet")
     model = build_r50(5, 128, 160)
@@ -306,7 +394,7 @@ def roundtrip():
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "r50"
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    {"r50": parity_r50, "roundtrip": roundtrip}[what]()
+    {"r50": parity_r50, "roundtrip": roundtrip, "detect": parity_detect}[what]()
     if FAILURES:
         print(f"FAILED: {len(FAILURES)} checks: {', '.join(FAILURES)}")
         sys.exit(1)

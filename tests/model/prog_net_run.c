@@ -1,6 +1,8 @@
 /* Runs the model on the CPU backend for the parity scripts.
- *   prog_net_run CONFIG WEIGHTS.h5 INPUT.h5 OUTPUT.h5 [--mode train|detect]
- *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5]
+ *   prog_net_run CONFIG WEIGHTS.h5|random INPUT.h5 OUTPUT.h5 [--mode train|detect|fit]
+ *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5] [--steps K]
+ * fit: K steps of SGD (momentum 0.9, LR SOLVER.BASE_LR with a 20-step warmup and x0.1
+ * at 3K/4, global-norm clip 5) on the input batch, then --save, then detect.
  * INPUT.h5: /images (N, H, W, 3) f32, /image_hw (N, 2) i32 and for training
  * /gt/<i>/boxes (n, 4) f32, /gt/<i>/labels (n) i32, /gt/<i>/masks (n, h, w) u8.
  * OUTPUT.h5: /p/<l>, /rpn/logits/<l>, /rpn/deltas/<l> (NHWC), /proposals (N, P, 4),
@@ -10,7 +12,10 @@
 #include "mrcnn/config.h"
 #include "mrcnn/model.h"
 
+#include "mrcnn/postprocess.h"
+
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +48,56 @@ static void write_f32(hid_t f, const char *name, int ndim, const int64_t *shape,
     H5Pclose(lcpl);
 }
 
+static void write_u8(hid_t f, const char *name, int ndim, const int64_t *shape, const uint8_t *data) {
+    hsize_t dims[8];
+    for (int d = 0; d < ndim; d++) dims[d] = (hsize_t)shape[d];
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t sp = H5Screate_simple(ndim, dims, NULL);
+    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2(f, name, H5T_STD_U8LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT), name);
+    MRCNN_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
+    H5Dclose(ds);
+    H5Sclose(sp);
+    H5Pclose(lcpl);
+}
+
+/* Plain SGD with momentum on the host copy of the flat arenas. */
+static void fit(mrcnn_model *m, mrcnn_ws *ws, mrcnn_batch *b, const float *img, const int64_t *ishape,
+                int steps) {
+    const mrcnn_backend *be = m->be;
+    int64_t n = (int64_t)(m->params.values.size / sizeof(float));
+    float *w = MRCNN_MALLOC((size_t)n * sizeof(float), "fit"), *g = MRCNN_MALLOC((size_t)n * sizeof(float), "fit");
+    float *mom = MRCNN_CALLOC((size_t)n, sizeof(float), "fit");
+    mrcnn_tensor tw = mrcnn_tensor_view(m->params.values.base, MRCNN_DTYPE_F32, be->device, 1, &n);
+    mrcnn_tensor tg = mrcnn_tensor_view(m->params.grads.base, MRCNN_DTYPE_F32, be->device, 1, &n);
+    for (int it = 0; it < steps; it++) {
+        mrcnn_ws_reset(ws);
+        b->images = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, ishape);
+        be->write(be, &b->images, img);
+        mrcnn_model_zero_grads(m);
+        mrcnn_step st;
+        mrcnn_model_train_step(m, ws, b, true, &st);
+        if (it % 50 == 0 || it == steps - 1) printf("fit step %d loss %.5f\n", it, st.losses.total);
+        mrcnn_step_free(&st);
+        be->read(be, &tw, w);
+        be->read(be, &tg, g);
+        double gn = 0;
+        for (int64_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
+        gn = sqrt(gn);
+        float lr = m->cfg.solver_base_lr * (it < 20 ? (it + 1) / 20.0f : it >= 3 * steps / 4 ? 0.1f : 1.0f);
+        if (gn > 5.0) lr *= (float)(5.0 / gn);
+        for (int64_t i = 0; i < n; i++) {
+            mom[i] = 0.9f * mom[i] + g[i];
+            w[i] -= lr * mom[i];
+        }
+        be->write(be, &tw, w);
+    }
+    mrcnn_ws_reset(ws);
+    free(w);
+    free(g);
+    free(mom);
+}
+
 static void write_tensor(hid_t f, const char *name, const mrcnn_backend *be, const mrcnn_tensor *t) {
     int64_t n = mrcnn_tensor_numel(t);
     float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
@@ -59,19 +114,20 @@ int main(int argc, char **argv) {
     mrcnn_config_load(&cfg, argv[1]);
     const char *mode = "train", *save = NULL;
     const char *grads[64];
-    int n_grads = 0;
+    int n_grads = 0, steps = 0;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) mode = argv[++i];
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) mrcnn_config_set(&cfg, argv[++i], "--set");
         else if (strcmp(argv[i], "--grad") == 0 && i + 1 < argc && n_grads < 64) grads[n_grads++] = argv[++i];
         else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else MRCNN_CHECK(0, "unknown argument '%s'", argv[i]);
     }
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     mrcnn_model m;
     mrcnn_model_init(&m, &cfg, be);
-    mrcnn_checkpoint_load_model(&m, argv[2]);
-    if (save) mrcnn_checkpoint_save_model(&m, save);
+    if (strcmp(argv[2], "random") == 0) mrcnn_model_init_random(&m, (uint64_t)cfg.seed);
+    else mrcnn_checkpoint_load_model(&m, argv[2]);
 
     hid_t in = H5Fopen(argv[3], H5F_ACC_RDONLY, H5P_DEFAULT);
     MRCNN_CHECK(in >= 0, "cannot open %s", argv[3]);
@@ -83,8 +139,9 @@ int main(int argc, char **argv) {
     int64_t ishape[4] = {(int64_t)dims[0], (int64_t)dims[1], (int64_t)dims[2], 3};
     int *hw = read_all(in, "image_hw", H5T_NATIVE_INT, sizeof(int), &nd, dims);
     mrcnn_image_gt *gt = MRCNN_CALLOC((size_t)N, sizeof *gt, "gt");
-    bool train = strcmp(mode, "train") == 0;
-    for (int i = 0; train && i < N; i++) {
+    bool train = strcmp(mode, "train") == 0, do_fit = strcmp(mode, "fit") == 0;
+    MRCNN_CHECK(train || do_fit || strcmp(mode, "detect") == 0, "--mode %s: expected train, detect or fit", mode);
+    for (int i = 0; (train || do_fit) && i < N; i++) {
         char name[64];
         snprintf(name, sizeof name, "gt/%d/boxes", i);
         gt[i].boxes = read_all(in, name, H5T_NATIVE_FLOAT, sizeof(float), &nd, dims);
@@ -98,7 +155,9 @@ int main(int argc, char **argv) {
 
     mrcnn_ws ws;
     mrcnn_ws_init(&ws, be);
-    mrcnn_batch b = {.image_hw = hw, .gt = train ? gt : NULL};
+    mrcnn_batch b = {.image_hw = hw, .gt = gt};
+    if (do_fit) fit(&m, &ws, &b, img, ishape, steps);
+    if (save) mrcnn_checkpoint_save_model(&m, save);
     b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, ishape);
     be->write(be, &b.images, img);
     mrcnn_step st;
@@ -154,12 +213,22 @@ int main(int argc, char **argv) {
         write_f32(out, "det/counts", 1, (int64_t[]){N}, lab);
         free(lab);
         write_f32(out, "det/mask_probs", 4, (int64_t[]){N, D, M, M}, det.mask_probs);
+        // masks pasted into the image as torchvision's postprocess does, at 0.5
+        int H = (int)ishape[1], W = (int)ishape[2];
+        uint8_t *pm = MRCNN_CALLOC((size_t)N * D * H * W, 1, "pasted masks");
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < det.counts[i]; j++)
+                mrcnn_paste_mask_u8(det.mask_probs + ((size_t)i * D + j) * M * M, M,
+                                    det.boxes + ((size_t)i * D + j) * 4, hw[2 * i], hw[2 * i + 1], 0.5f,
+                                    pm + ((size_t)i * D + j) * H * W);
+        write_u8(out, "det/masks", 4, (int64_t[]){N, D, H, W}, pm);
+        free(pm);
         mrcnn_detections_free(&det);
     }
     H5Fclose(out);
     mrcnn_step_free(&st);
     mrcnn_ws_free(&ws);
-    for (int i = 0; train && i < N; i++) {
+    for (int i = 0; i < N; i++) {
         free((void *)gt[i].boxes);
         free((void *)gt[i].labels);
         free((void *)gt[i].masks);
