@@ -62,12 +62,14 @@ static double read_number(parser *p, const char *field) {
     return mrcnn_json_double(p->j);
 }
 
-static char *xstrdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = MRCNN_MALLOC(n, "coco string");
-    memcpy(d, s, n);
+static char *xstrndup(const char *s, size_t len) {
+    char *d = MRCNN_MALLOC(len + 1, "coco string");
+    memcpy(d, s, len);
+    d[len] = 0;
     return d;
 }
+
+static char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
 
 /* [x, y, w, h]; [] counts as no box, as loadRes treats it. */
 static int read_bbox(parser *p, double bbox[4]) {
@@ -135,7 +137,9 @@ static void read_rle_object(parser *p, mrcnn_coco_segm *s) {
             if (t == MRCNN_JSON_STRING) {
                 s->kind = MRCNN_SEGM_STRING;
                 free(s->str);
-                s->str = xstrdup(mrcnn_json_text(p->j, NULL));
+                size_t len;
+                const char *txt = mrcnn_json_text(p->j, &len);
+                s->str = xstrndup(txt, len);
             } else if (t == MRCNN_JSON_ARRAY_BEGIN) {
                 s->kind = MRCNN_SEGM_COUNTS;
                 int64_t cap = 16;

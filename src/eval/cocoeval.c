@@ -273,29 +273,35 @@ static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, cons
     int64_t *idx = MRCNN_MALLOC(sizeof(int64_t) * 2 * (size_t)(cap + 1), "accumulate order");
     double *rc = MRCNN_MALLOC(sizeof(double) * (size_t)(cap + 1), "recall curve");
     double *pr = MRCNN_MALLOC(sizeof(double) * (size_t)(cap + 1), "precision curve");
-    for (int a = 0; a < A_; a++) {
-        for (int mi = 0; mi < M_; mi++) {
-            int64_t maxdet = k_max_dets[mi], nd = 0, npig = 0, any = 0;
-            for (int64_t i = 0; i < I; i++) {
-                int64_t c = k * I + i;
-                if (!x->present[c]) continue;
-                any = 1;
-                npig += x->npig[c * A_ + a];
-                int64_t n = x->kept_start[c + 1] - x->kept_start[c];
-                if (n > maxdet) n = maxdet;
-                for (int64_t d = 0; d < n; d++) {
-                    sc[nd] = x->kept_score[x->kept_start[c] + d];
-                    src[nd] = x->kept_start[c] + d;
-                    nd++;
-                }
+    uint8_t *st = MRCNN_MALLOC((size_t)(cap + 1) * A_ * T_, "sorted detection states");
+    int any = 0; // some image has a gt or a detection of this category (an evalImg that is not None)
+    for (int64_t i = 0; i < I && !any; i++) any = x->present[k * I + i];
+    if (!any) goto done;
+    /* The concatenation and its score order depend on maxDets only, not on the area range. */
+    for (int mi = 0; mi < M_; mi++) {
+        int64_t maxdet = k_max_dets[mi], nd = 0;
+        for (int64_t i = 0; i < I; i++) {
+            int64_t c = k * I + i;
+            int64_t n = x->kept_start[c + 1] - x->kept_start[c];
+            if (n > maxdet) n = maxdet;
+            for (int64_t d = 0; d < n; d++) {
+                sc[nd] = x->kept_score[x->kept_start[c] + d];
+                src[nd] = x->kept_start[c] + d;
+                nd++;
             }
-            if (!any || npig == 0) continue;
-            for (int64_t d = 0; d < nd; d++) idx[d] = d;
-            sort_desc_stable(idx, nd, sc, idx + nd);
+        }
+        for (int64_t d = 0; d < nd; d++) idx[d] = d;
+        sort_desc_stable(idx, nd, sc, idx + nd);
+        for (int64_t d = 0; d < nd; d++) // states in score order, read sequentially below
+            memcpy(st + d * A_ * T_, x->kept_state + src[idx[d]] * A_ * T_, A_ * T_);
+        for (int a = 0; a < A_; a++) {
+            int64_t npig = 0;
+            for (int64_t i = 0; i < I; i++) npig += x->present[k * I + i] ? x->npig[(k * I + i) * A_ + a] : 0;
+            if (npig == 0) continue;
             for (int t = 0; t < T_; t++) {
                 double tp = 0, fp = 0;
                 for (int64_t d = 0; d < nd; d++) {
-                    int s = x->kept_state[(src[idx[d]] * A_ + a) * T_ + t];
+                    int s = st[(d * A_ + a) * T_ + t];
                     if (s == DT_TP) tp += 1;
                     else if (s == DT_FP) fp += 1;
                     rc[d] = tp / (double)npig;
@@ -313,7 +319,8 @@ static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, cons
             }
         }
     }
-    free(sc), free(src), free(idx), free(rc), free(pr);
+done:
+    free(sc), free(src), free(idx), free(rc), free(pr), free(st);
 }
 
 void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, mrcnn_iou_type type,
