@@ -1,4 +1,4 @@
-/* Loader throughput: bench_loader INDEX [--workers N] [--batch B] [--steps S]
+/* Loader throughput: bench_loader [INDEX] [--workers N] [--batch B] [--steps S]
  * [--warmup W] [--no-masks] [--min 800] [--max 1333]. Training transforms (multi-scale
  * off, flip on), steady state after the warm-up; prints images/s and the per-image
  * milliseconds of each stage (read = HDF5 on the I/O thread; decode, resize =
@@ -25,14 +25,37 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     mrcnn_log_set_rank(rank, size);
-    if (argc < 2 || argv[1][0] == '-') {
-        fprintf(stderr, "usage: bench_loader INDEX [--workers N] [--batch B] [--steps S] [--warmup W] [--no-masks] [--min S] [--max S]\n");
-        MPI_Finalize();
-        return 2;
+    /* Without an INDEX (as bench/run_bench.sh runs it): 64 COCO-like images made by the
+     * mrcnn-prep next to this build, in a temporary folder. */
+    char index[4200] = "", tmp[64] = "";
+    int first_opt = 2;
+    if (argc >= 2 && argv[1][0] != '-') {
+        snprintf(index, sizeof index, "%s", argv[1]);
+    } else {
+        first_opt = 1;
+        if (rank == 0) {
+            snprintf(tmp, sizeof tmp, "/tmp/mrcnn_bench_loader_XXXXXX");
+            if (!mkdtemp(tmp)) MPI_Abort(MPI_COMM_WORLD, 1);
+            char dir[4096], cmd[12288];
+            snprintf(dir, sizeof dir, "%s", argv[0]);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
+            snprintf(cmd, sizeof cmd,
+                     "%s/../mrcnn-prep shapes --out %s --train 64 --val 0 --size 480x640 --quality 90 --noise 32 > /dev/null && "
+                     "%s/../mrcnn-prep coco --annotations %s/annotations/instances_train.json --images %s/train --out %s --name b > /dev/null",
+                     dir, tmp, dir, tmp, tmp, tmp);
+            printf("bench_loader: no INDEX given; making 64 images of 640x480 in %s\n", tmp);
+            if (system(cmd) != 0) {
+                fprintf(stderr, "bench_loader: could not make the data: %s\n", cmd);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            snprintf(index, sizeof index, "%s/b-index.h5", tmp);
+        }
+        MPI_Bcast(index, sizeof index, MPI_CHAR, 0, MPI_COMM_WORLD);
     }
     mrcnn_loader_opts o;
     memset(&o, 0, sizeof o);
-    o.index_path = argv[1];
+    o.index_path = index;
     o.comm = MPI_COMM_WORLD;
     o.batch_size = 2;
     o.train = 1;
@@ -49,7 +72,7 @@ int main(int argc, char **argv) {
     o.masks = 1;
     o.prefetch = 2;
     int steps = 100, warmup = 5;
-    for (int i = 2; i < argc; i++) {
+    for (int i = first_opt; i < argc; i++) {
         if (!strcmp(argv[i], "--workers") && i + 1 < argc) o.num_workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) o.batch_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -91,6 +114,11 @@ int main(int argc, char **argv) {
         printf("  per step    next() waited %.2f ms on average (%d steps)\n", 1e3 * (s1.wait_s - s0.wait_s) / steps, steps);
     }
     mrcnn_loader_destroy(l);
+    if (rank == 0 && tmp[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd) != 0) fprintf(stderr, "bench_loader: could not remove %s\n", tmp);
+    }
     MPI_Finalize();
     return 0;
 }

@@ -10,6 +10,14 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+for c in coco shapes inspect export; do
+    "$PREP" $c --help > "$T/help.txt" || fail "$c --help exits non-zero"
+    grep -q "usage: .*mrcnn-prep $c" "$T/help.txt" || fail "$c --help prints no usage"
+done
+"$PREP" --help | grep -q "inspect" || fail "mrcnn-prep --help lists no commands"
+"$PREP" nonsense > /dev/null 2>&1 && fail "an unknown command exits 0"
+"$PREP" coco --shards 2 > /dev/null 2>&1 && fail "coco without --annotations exits 0"
+
 "$PREP" shapes --out "$T/a" --train 24 --val 8 --size 96x128 --seed 5 >/dev/null || fail "shapes"
 "$PREP" shapes --out "$T/b" --train 24 --val 8 --size 96x128 --seed 5 >/dev/null || fail "shapes again"
 "$PREP" shapes --out "$T/c" --train 24 --val 8 --size 96x128 --seed 6 >/dev/null || fail "shapes seed 6"
