@@ -194,8 +194,8 @@ int prep_cmd_inspect(int argc, char **argv) {
            set.name, MRCNN_SHARD_SCHEMA_VERSION, set.num_shards, (long long)set.num_images,
            (long long)set.num_annotations, bytes / 1e6, set.num_classes);
     for (int s = 0; s < set.num_shards; s++)
-        printf("  %-40s %8lld images %9lld annotations %10.1f MB\n", set.files[s], (long long)set.shard_images[s],
-               (long long)set.shard_annotations[s], set.shard_bytes[s] / 1e6);
+        printf("  %-40s %8lld images %9lld annotations %13lld bytes\n", set.files[s], (long long)set.shard_images[s],
+               (long long)set.shard_annotations[s], (long long)set.shard_bytes[s]);
     printf("  categories (class index: id name [supercategory]):");
     for (int c = 0; c < set.num_classes; c++)
         printf("%s%d: %lld %s [%s]", c % 4 ? ", " : "\n    ", c, (long long)set.category_ids[c], set.category_names[c],

@@ -31,6 +31,11 @@ grep -q "24 written of 24" "$T/r1.log" || { cat "$T/r1.log"; fail "not all image
 grep -q "bad input    none" "$T/r1.log" || { cat "$T/r1.log"; fail "clean input reported as bad"; }
 "$PREP" inspect "$T/r1/instances_train-index.h5" --check > "$T/check.log" || { cat "$T/check.log"; fail "inspect --check"; }
 grep -q "check: ok" "$T/check.log" || fail "inspect --check did not say ok"
+# Balanced by bytes: shard sizes differ by at most the largest image.
+biggest=$(ls -l "$T/a/train" | awk 'NR > 1 && $5 > m { m = $5 } END { print m }')
+awk -v big="$biggest" '/ bytes$/ { b = $(NF-1); if (min == "" || b < min) min = b; if (b > max) max = b }
+    END { if (max - min > big || min <= 0) { print "shards unbalanced: " min " .. " max " bytes (largest image " big ")"; exit 1 } }' \
+    "$T/check.log" || fail "shards are not balanced by bytes"
 "$PREP" export "$T/r1/instances_train-index.h5" --out "$T/r1.json" >/dev/null || fail "export"
 $PY_COCO "$ROOT/tests/data/coco_compare.py" "$S" "$T/r1.json" | tail -3 || fail "export differs from the source (pycocotools)"
 
