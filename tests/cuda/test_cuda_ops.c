@@ -187,6 +187,7 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
                 tp_poison(&y);
                 C->conv2d_forward(C, &d, &x.c, &w.c, with_bias ? &b.c : NULL, (mrcnn_activation)act, &y.c);
                 g->conv2d_forward(g, &d, &x.g, &w.g, with_bias ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+                g->sync(g); // GF runs on its own stream; reads go through G's
                 tp_expect(&y, op);
             }
         }

@@ -1,0 +1,53 @@
+/* CUDA-only entry points beyond the backend interface: the detection ops that run
+ * on device arrays (boxes.h / roi_targets.h semantics, same float arithmetic), and
+ * CUDA backend settings. Defined in libmrcnn_cuda.so, so only GPU=1 builds have them
+ * (the Makefile defines MRCNN_HAVE_CUDA_HEADERS there); host code guards calls with
+ * that macro. Every pointer is device memory; every call is asynchronous on the
+ * backend's stream, like the backend's ops. `be` must be a CUDA backend. */
+#ifndef MRCNN_CUDA_OPS_H
+#define MRCNN_CUDA_OPS_H
+
+#include <stdint.h>
+
+#include "mrcnn/backend.h"
+#include "mrcnn/boxes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* TF32 tensor cores for fp32 convolutions and GEMMs (off by default; MRCNN_TF32=1 at
+ * creation sets it too). */
+void mrcnn_backend_cuda_set_tf32(mrcnn_backend *be, int on);
+
+/* iou (n, m) of a (n, 4) against b (m, 4), as mrcnn_box_iou (bit-identical). */
+void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m, float *iou);
+
+/* As mrcnn_box_encode / mrcnn_box_decode / mrcnn_box_clip (same order of operations;
+ * logf/expf may differ from the host's by an ulp). */
+void mrcnn_cuda_box_encode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, const float *targets,
+                           const float *boxes, float *deltas);
+void mrcnn_cuda_box_decode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, int k, const float *deltas,
+                           const float *boxes, float *out);
+void mrcnn_cuda_box_clip(const mrcnn_backend *be, int64_t n, float *boxes, int img_h, int img_w);
+
+/* As mrcnn_matcher_match: iou (g, n) -> matches (n). */
+void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, int64_t n, float high, float low,
+                              int allow_low_quality, int32_t *matches);
+
+/* As mrcnn_batched_nms (idxs NULL: plain NMS) for n <= MRCNN_CUDA_NMS_MAX boxes: keep (n)
+ * gets the kept indices in descending score order (ties: lower index first), *count
+ * (one device int64) their number; keep rows past the count are -1. */
+#define MRCNN_CUDA_NMS_MAX 4096
+void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
+                    float thresh, int64_t *keep, int64_t *count);
+
+/* As mrcnn_mask_targets: gt_masks (n_gt, img_h, img_w) uint8, boxes (n, 4), gt_index (n)
+ * -> targets (n, m, m). gt_index is not range-checked on the device. */
+void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
+                             const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,377 @@
+/* Detection ops on device arrays (cuda_ops.h), with the float arithmetic of their host
+ * references (src/model/box_iou.c, box_coder.c, matcher.c, nms.c, mask_targets.c).
+ * Where the host code has a * b + c, the kernels spell it with __fmul_rn/__fadd_rn so
+ * that nvcc cannot contract it into an FMA: IoU values and hence matches and NMS
+ * decisions then agree bit for bit. */
+#include <math.h>
+
+#include "cuda_internal.h"
+#include "mrcnn/cuda_ops.h"
+
+#define CU_THREADS 256
+
+static cu_state *cuda_state_of(const mrcnn_backend *be, const char *op) {
+    MRCNN_CHECK(be && be->name && be->name[0] == 'c' && be->name[1] == 'u' && be->state,
+                "%s: needs the CUDA backend", op);
+    return cu_st(be);
+}
+
+/* ---- IoU ------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float box_area(const float *p) {
+    return __fmul_rn(__fsub_rn(p[2], p[0]), __fsub_rn(p[3], p[1]));
+}
+
+__global__ void k_box_iou(const float *a, int64_t n, const float *b, int64_t m, float *iou) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n * m; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / m, j = t % m;
+        const float *p = a + 4 * i, *q = b + 4 * j;
+        float area1 = box_area(p), area2 = box_area(q);
+        float w = __fsub_rn(p[2] < q[2] ? p[2] : q[2], p[0] > q[0] ? p[0] : q[0]);
+        float h = __fsub_rn(p[3] < q[3] ? p[3] : q[3], p[1] > q[1] ? p[1] : q[1]);
+        w = w > 0.0f ? w : 0.0f;
+        h = h > 0.0f ? h : 0.0f;
+        float inter = __fmul_rn(w, h);
+        iou[t] = __fdiv_rn(inter, __fsub_rn(__fadd_rn(area1, area2), inter));
+    }
+}
+
+extern "C" void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m,
+                                   float *iou) {
+    cu_state *s = cuda_state_of(be, "cuda_box_iou");
+    MRCNN_CHECK(n >= 0 && m >= 0, "cuda_box_iou: negative box count (%lld, %lld)", (long long)n, (long long)m);
+    if (n * m == 0) return;
+    k_box_iou<<<cu_blocks(n * m, CU_THREADS), CU_THREADS, 0, s->stream>>>(a, n, b, m, iou);
+    MRCNN_CHECK_LAUNCH("box_iou");
+}
+
+/* ---- box coder ---------------------------------------------------------------------------- */
+
+__global__ void k_box_encode(mrcnn_box_coder c, int64_t n, const float *targets, const float *boxes, float *deltas) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float *p = boxes + 4 * i, *g = targets + 4 * i;
+        float ew = __fsub_rn(p[2], p[0]), eh = __fsub_rn(p[3], p[1]);
+        float ex = __fadd_rn(p[0], __fmul_rn(0.5f, ew)), ey = __fadd_rn(p[1], __fmul_rn(0.5f, eh));
+        float gw = __fsub_rn(g[2], g[0]), gh = __fsub_rn(g[3], g[1]);
+        float gx = __fadd_rn(g[0], __fmul_rn(0.5f, gw)), gy = __fadd_rn(g[1], __fmul_rn(0.5f, gh));
+        float *d = deltas + 4 * i;
+        d[0] = __fdiv_rn(__fmul_rn(c.wx, __fsub_rn(gx, ex)), ew);
+        d[1] = __fdiv_rn(__fmul_rn(c.wy, __fsub_rn(gy, ey)), eh);
+        d[2] = __fmul_rn(c.ww, logf(__fdiv_rn(gw, ew)));
+        d[3] = __fmul_rn(c.wh, logf(__fdiv_rn(gh, eh)));
+    }
+}
+
+__global__ void k_box_decode(mrcnn_box_coder c, int64_t n, int k, const float *deltas, const float *boxes,
+                             float *out) {
+    const int64_t total = n * k;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const float *b = boxes + 4 * (t / k);
+        float w = __fsub_rn(b[2], b[0]), h = __fsub_rn(b[3], b[1]);
+        float cx = __fadd_rn(b[0], __fmul_rn(0.5f, w)), cy = __fadd_rn(b[1], __fmul_rn(0.5f, h));
+        const float *d = deltas + 4 * t;
+        float dx = __fdiv_rn(d[0], c.wx), dy = __fdiv_rn(d[1], c.wy);
+        float dw = __fdiv_rn(d[2], c.ww), dh = __fdiv_rn(d[3], c.wh);
+        dw = dw > c.clip ? c.clip : dw;
+        dh = dh > c.clip ? c.clip : dh;
+        float px = __fadd_rn(__fmul_rn(dx, w), cx), py = __fadd_rn(__fmul_rn(dy, h), cy);
+        float pw = __fmul_rn(expf(dw), w), ph = __fmul_rn(expf(dh), h);
+        float hw = __fmul_rn(0.5f, pw), hh = __fmul_rn(0.5f, ph);
+        float *o = out + 4 * t; // may alias d: every read of d is above
+        o[0] = __fsub_rn(px, hw);
+        o[1] = __fsub_rn(py, hh);
+        o[2] = __fadd_rn(px, hw);
+        o[3] = __fadd_rn(py, hh);
+    }
+}
+
+__global__ void k_box_clip(int64_t n, float *boxes, float img_h, float img_w) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < 4 * n; t += (int64_t)gridDim.x * blockDim.x) {
+        const float hi = (t & 1) ? img_h : img_w; // x1, y1, x2, y2
+        float v = boxes[t];
+        boxes[t] = v < 0.0f ? 0.0f : (v > hi ? hi : v);
+    }
+}
+
+extern "C" void mrcnn_cuda_box_encode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n,
+                                      const float *targets, const float *boxes, float *deltas) {
+    cu_state *s = cuda_state_of(be, "cuda_box_encode");
+    MRCNN_CHECK(c && n >= 0, "cuda_box_encode: NULL coder or negative count");
+    if (n == 0) return;
+    k_box_encode<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(*c, n, targets, boxes, deltas);
+    MRCNN_CHECK_LAUNCH("box_encode");
+}
+
+extern "C" void mrcnn_cuda_box_decode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, int k,
+                                      const float *deltas, const float *boxes, float *out) {
+    cu_state *s = cuda_state_of(be, "cuda_box_decode");
+    MRCNN_CHECK(c && n >= 0 && k > 0, "cuda_box_decode: NULL coder, negative count or k %d", k);
+    if (n == 0) return;
+    k_box_decode<<<cu_blocks(n * k, CU_THREADS), CU_THREADS, 0, s->stream>>>(*c, n, k, deltas, boxes, out);
+    MRCNN_CHECK_LAUNCH("box_decode");
+}
+
+extern "C" void mrcnn_cuda_box_clip(const mrcnn_backend *be, int64_t n, float *boxes, int img_h, int img_w) {
+    cu_state *s = cuda_state_of(be, "cuda_box_clip");
+    MRCNN_CHECK(img_h > 0 && img_w > 0, "cuda_box_clip: image size %dx%d must be positive", img_h, img_w);
+    if (n <= 0) return;
+    k_box_clip<<<cu_blocks(4 * n, CU_THREADS), CU_THREADS, 0, s->stream>>>(n, boxes, (float)img_h, (float)img_w);
+    MRCNN_CHECK_LAUNCH("box_clip");
+}
+
+/* ---- matcher ---------------------------------------------------------------------------------- */
+
+/* rowmax[i] = the host's sequential max of row i: start at row[0], take q > hi. That is
+ * fmaxf over the row (NaNs never win) unless row[0] itself is NaN, which then stays. */
+__global__ void k_row_max(const float *iou, int64_t n, float *rowmax) {
+    __shared__ float sh[CU_THREADS];
+    const float *row = iou + (int64_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += CU_THREADS) m = fmaxf(m, row[j]);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (int w = CU_THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = isnan(row[0]) ? row[0] : sh[0];
+}
+
+__global__ void k_match(const float *iou, int g, int64_t n, float high, float low, const float *rowmax,
+                        int32_t *matches) {
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
+        float v = iou[j];
+        int32_t arg = 0;
+        for (int i = 1; i < g; i++) {
+            float q = iou[(int64_t)i * n + j];
+            if (q > v) {
+                v = q;
+                arg = i;
+            }
+        }
+        int32_t m = v < low ? MRCNN_MATCH_BELOW_LOW : (v < high ? MRCNN_MATCH_BETWEEN : arg);
+        if (rowmax)
+            for (int i = 0; i < g; i++)
+                if (iou[(int64_t)i * n + j] == rowmax[i]) m = arg;
+        matches[j] = m;
+    }
+}
+
+__global__ void k_fill_i32(int32_t *p, int64_t n, int32_t v) {
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) p[j] = v;
+}
+
+extern "C" void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, int64_t n, float high,
+                                         float low, int allow_low_quality, int32_t *matches) {
+    cu_state *s = cuda_state_of(be, "cuda_matcher_match");
+    MRCNN_CHECK(g >= 0 && n >= 0, "cuda_matcher_match: negative size (%d gt, %lld predictions)", g, (long long)n);
+    MRCNN_CHECK(low <= high, "cuda_matcher_match: low threshold %g above high threshold %g", (double)low, (double)high);
+    if (n == 0) return;
+    if (g == 0) {
+        k_fill_i32<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(matches, n, MRCNN_MATCH_BELOW_LOW);
+        MRCNN_CHECK_LAUNCH("matcher fill");
+        return;
+    }
+    float *rowmax = NULL;
+    if (allow_low_quality) {
+        rowmax = (float *)cu_scratch(s, CU_SCRATCH_REDUCE, (size_t)g * sizeof(float));
+        k_row_max<<<(unsigned)g, CU_THREADS, 0, s->stream>>>(iou, n, rowmax);
+        MRCNN_CHECK_LAUNCH("matcher row max");
+    }
+    k_match<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(iou, g, n, high, low, rowmax, matches);
+    MRCNN_CHECK_LAUNCH("matcher");
+}
+
+/* ---- NMS ------------------------------------------------------------------------------------------ */
+
+#define NMS_SORT_THREADS 1024
+
+/* One block: a bitonic sort of (score descending, index ascending), which is the host's
+ * stable descending order, padded to a power of two with entries that sort last. */
+__global__ void k_nms_sort(const float *scores, int n, int padded, int *order) {
+    __shared__ float key[MRCNN_CUDA_NMS_MAX];
+    __shared__ int idx[MRCNN_CUDA_NMS_MAX];
+    for (int i = threadIdx.x; i < padded; i += NMS_SORT_THREADS) {
+        key[i] = i < n ? scores[i] : -INFINITY;
+        idx[i] = i < n ? i : 0x7fffffff;
+    }
+    __syncthreads();
+    for (int size = 2; size <= padded; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < padded; i += NMS_SORT_THREADS) {
+                int j = i ^ stride;
+                if (j > i) {
+                    /* "before": i's entry precedes j's in the final order. */
+                    int before = key[i] > key[j] || (key[i] == key[j] && idx[i] < idx[j]);
+                    int ascending = (i & size) == 0; // this half wants i before j
+                    if (before != ascending) {
+                        float tk = key[i];
+                        key[i] = key[j];
+                        key[j] = tk;
+                        int ti = idx[i];
+                        idx[i] = idx[j];
+                        idx[j] = ti;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = threadIdx.x; i < n; i += NMS_SORT_THREADS) order[i] = idx[i];
+}
+
+/* Block (row block rb, column block cb), 64 threads: bit c of mask[(rb*64 + t) * blocks + cb]
+ * is set when sorted box cb*64 + c comes after sorted box rb*64 + t, has its class, and
+ * overlaps it by IoU > thresh (the host's nms_sorted arithmetic). */
+__global__ void k_nms_mask(const float *boxes, const int32_t *idxs, const int *order, int n, float thresh,
+                           unsigned long long *mask) {
+    __shared__ float cb_box[64][4];
+    __shared__ int cb_cls[64];
+    const int rb = blockIdx.y, cb = blockIdx.x, blocks = gridDim.x;
+    const int c0 = cb * 64, r = rb * 64 + threadIdx.x;
+    if (c0 + (int)threadIdx.x < n) {
+        int o = order[c0 + threadIdx.x];
+        for (int k = 0; k < 4; k++) cb_box[threadIdx.x][k] = boxes[4 * o + k];
+        cb_cls[threadIdx.x] = idxs ? idxs[o] : 0;
+    }
+    __syncthreads();
+    if (r >= n) return;
+    const int o = order[r];
+    const float *bi = boxes + 4 * o;
+    const int cls = idxs ? idxs[o] : 0;
+    const float iarea = box_area(bi);
+    unsigned long long bits = 0;
+    const int cn = n - c0 < 64 ? n - c0 : 64;
+    for (int c = 0; c < cn; c++) {
+        if (c0 + c <= r || cb_cls[c] != cls) continue;
+        const float *bj = cb_box[c];
+        float jarea = box_area(bj);
+        float xx1 = bi[0] > bj[0] ? bi[0] : bj[0], yy1 = bi[1] > bj[1] ? bi[1] : bj[1];
+        float xx2 = bi[2] < bj[2] ? bi[2] : bj[2], yy2 = bi[3] < bj[3] ? bi[3] : bj[3];
+        float w = __fsub_rn(xx2, xx1), h = __fsub_rn(yy2, yy1);
+        w = w > 0.0f ? w : 0.0f;
+        h = h > 0.0f ? h : 0.0f;
+        float inter = __fmul_rn(w, h);
+        float ovr = __fdiv_rn(inter, __fsub_rn(__fadd_rn(iarea, jarea), inter));
+        if (ovr > thresh) bits |= 1ULL << c;
+    }
+    mask[(int64_t)r * blocks + cb] = bits;
+}
+
+/* One block: the greedy pass in sorted order; a kept box removes what its mask row marks. */
+__global__ void k_nms_reduce(const int *order, int n, int blocks, const unsigned long long *mask, int64_t *keep,
+                             int64_t *count) {
+    __shared__ unsigned long long removed[MRCNN_CUDA_NMS_MAX / 64];
+    __shared__ int kept;
+    for (int w = threadIdx.x; w < blocks; w += blockDim.x) removed[w] = 0;
+    if (threadIdx.x == 0) kept = 0;
+    __syncthreads();
+    for (int i = 0; i < n; i++) {
+        const int is_removed = (removed[i >> 6] >> (i & 63)) & 1ULL;
+        __syncthreads(); // everyone has read bit i before anyone ORs row i in
+        if (!is_removed) {
+            for (int w = threadIdx.x; w < blocks; w += blockDim.x) removed[w] |= mask[(int64_t)i * blocks + w];
+            if (threadIdx.x == 0) keep[kept++] = order[i];
+        }
+        __syncthreads();
+    }
+    for (int i = kept + threadIdx.x; i < n; i += blockDim.x) keep[i] = -1;
+    if (threadIdx.x == 0) *count = kept;
+}
+
+extern "C" void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs,
+                               int64_t n, float thresh, int64_t *keep, int64_t *count) {
+    cu_state *s = cuda_state_of(be, "cuda_nms");
+    MRCNN_CHECK(n >= 0 && n <= MRCNN_CUDA_NMS_MAX, "cuda_nms: %lld boxes, at most %d", (long long)n,
+                MRCNN_CUDA_NMS_MAX);
+    if (n == 0) {
+        MRCNN_CHECK_CUDA(cudaMemsetAsync(count, 0, sizeof(int64_t), s->stream));
+        return;
+    }
+    int padded = 1;
+    while (padded < n) padded <<= 1;
+    const int blocks = (int)((n + 63) / 64);
+    /* Scratch: the sorted order (n ints), then the masks (n x blocks words). */
+    size_t order_bytes = ((size_t)n * sizeof(int) + 255) / 256 * 256;
+    char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, order_bytes + (size_t)n * blocks * 8);
+    int *order = (int *)scratch;
+    unsigned long long *mask = (unsigned long long *)(scratch + order_bytes);
+    k_nms_sort<<<1, NMS_SORT_THREADS, 0, s->stream>>>(scores, (int)n, padded, order);
+    MRCNN_CHECK_LAUNCH("nms sort");
+    k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks), 64, 0, s->stream>>>(boxes, idxs, order, (int)n, thresh, mask);
+    MRCNN_CHECK_LAUNCH("nms mask");
+    k_nms_reduce<<<1, 64, 0, s->stream>>>(order, (int)n, blocks, mask, keep, count);
+    MRCNN_CHECK_LAUNCH("nms reduce");
+}
+
+/* ---- mask targets ------------------------------------------------------------------------------------ */
+
+static __device__ float mask_bilinear(const uint8_t *m, int H, int W, float y, float x) {
+    if (y < -1.0f || y > (float)H || x < -1.0f || x > (float)W) return 0.0f;
+    if (y <= 0) y = 0;
+    if (x <= 0) x = 0;
+    int yl = (int)y, xl = (int)x, yh, xh;
+    if (yl >= H - 1) {
+        yh = yl = H - 1;
+        y = (float)yl;
+    } else {
+        yh = yl + 1;
+    }
+    if (xl >= W - 1) {
+        xh = xl = W - 1;
+        x = (float)xl;
+    } else {
+        xh = xl + 1;
+    }
+    float ly = __fsub_rn(y, (float)yl), lx = __fsub_rn(x, (float)xl);
+    float hy = __fsub_rn(1.0f, ly), hx = __fsub_rn(1.0f, lx);
+    float v1 = m[(int64_t)yl * W + xl] ? 1.0f : 0.0f, v2 = m[(int64_t)yl * W + xh] ? 1.0f : 0.0f;
+    float v3 = m[(int64_t)yh * W + xl] ? 1.0f : 0.0f, v4 = m[(int64_t)yh * W + xh] ? 1.0f : 0.0f;
+    float a = __fmul_rn(__fmul_rn(hy, hx), v1), b = __fmul_rn(__fmul_rn(hy, lx), v2);
+    float c = __fmul_rn(__fmul_rn(ly, hx), v3), d = __fmul_rn(__fmul_rn(ly, lx), v4);
+    return __fadd_rn(__fadd_rn(__fadd_rn(a, b), c), d);
+}
+
+__global__ void k_mask_targets(const uint8_t *gt_masks, int img_h, int img_w, const float *boxes,
+                               const int32_t *gt_index, int n, int m, float *targets) {
+    const int64_t total = (int64_t)n * m * m;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int pw = (int)(t % m), ph = (int)(t / m % m);
+        const int i = (int)(t / ((int64_t)m * m));
+        const uint8_t *mask = gt_masks + (int64_t)gt_index[i] * img_h * img_w;
+        const float *b = boxes + 4 * i;
+        float x0 = b[0], y0 = b[1];
+        float rw = __fsub_rn(b[2], b[0]), rh = __fsub_rn(b[3], b[1]);
+        rw = rw > 1.0f ? rw : 1.0f;
+        rh = rh > 1.0f ? rh : 1.0f;
+        float bh = __fdiv_rn(rh, (float)m), bw = __fdiv_rn(rw, (float)m);
+        int gh = (int)ceilf(__fdiv_rn(rh, (float)m)), gw = (int)ceilf(__fdiv_rn(rw, (float)m));
+        float cnt = (float)(gh * gw > 1 ? gh * gw : 1);
+        float acc = 0.0f;
+        for (int iy = 0; iy < gh; iy++) {
+            /* y0 + ph * bh + (iy + .5) * bh / gh, left to right as in C. */
+            float y = __fadd_rn(__fadd_rn(y0, __fmul_rn((float)ph, bh)),
+                                __fdiv_rn(__fmul_rn((float)(iy + .5f), bh), (float)gh));
+            for (int ix = 0; ix < gw; ix++) {
+                float x = __fadd_rn(__fadd_rn(x0, __fmul_rn((float)pw, bw)),
+                                    __fdiv_rn(__fmul_rn((float)(ix + .5f), bw), (float)gw));
+                acc = __fadd_rn(acc, mask_bilinear(mask, img_h, img_w, y, x));
+            }
+        }
+        targets[t] = __fdiv_rn(acc, cnt);
+    }
+}
+
+extern "C" void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h,
+                                        int img_w, const float *boxes, const int32_t *gt_index, int n, int m,
+                                        float *targets) {
+    cu_state *s = cuda_state_of(be, "cuda_mask_targets");
+    MRCNN_CHECK(n >= 0 && m > 0 && img_h > 0 && img_w > 0 && n_gt >= 0,
+                "cuda_mask_targets: %d rois, size %d, image %dx%d, %d gt", n, m, img_h, img_w, n_gt);
+    if (n == 0) return;
+    MRCNN_CHECK(n_gt > 0, "cuda_mask_targets: %d rois but no gt masks", n);
+    const int64_t total = (int64_t)n * m * m;
+    k_mask_targets<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(gt_masks, img_h, img_w, boxes, gt_index,
+                                                                                 n, m, targets);
+    MRCNN_CHECK_LAUNCH("mask_targets");
+}

@@ -1,0 +1,239 @@
+/* The CUDA detection ops (cuda_ops.h) against their host references (boxes.h,
+ * roi_targets.h) on random data with ties: IoU, matches, NMS keep lists and mask
+ * targets must agree exactly (the kernels pin the host's float arithmetic); the box
+ * coder within 1e-5 (device logf/expf differ by an ulp). Outputs are poisoned first.
+ * Without a GPU, or in a GPU=0 build, it prints "skip: ..." and exits 77. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/backend.h"
+#include "mrcnn/boxes.h"
+#include "mrcnn/check.h"
+#include "mrcnn/roi_targets.h"
+#include "test_util.h"
+#ifdef MRCNN_HAVE_CUDA_HEADERS
+#include "mrcnn/cuda_ops.h"
+
+static mrcnn_backend *G;
+static uint64_t g_seed = 5000;
+
+/* A device copy of n bytes of host data (or of 0xff bytes, a NaN / -1 poison, when h is NULL). */
+static void *up(const void *h, size_t bytes) {
+    void *d = G->alloc(G, bytes + 16, "test buffer");
+    unsigned char *tmp = NULL;
+    if (!h) {
+        tmp = malloc(bytes + 1);
+        memset(tmp, 0xff, bytes + 1);
+        h = tmp;
+    }
+    int64_t n = (int64_t)bytes;
+    mrcnn_tensor t = mrcnn_tensor_view(d, MRCNN_DTYPE_U8, G->device, 1, &n);
+    G->write(G, &t, h);
+    G->sync(G);
+    free(tmp);
+    return d;
+}
+
+static void down(void *h, const void *d, size_t bytes) {
+    int64_t n = (int64_t)bytes;
+    mrcnn_tensor t = mrcnn_tensor_view((void *)d, MRCNN_DTYPE_U8, G->device, 1, &n);
+    G->read(G, &t, h);
+}
+
+/* n boxes in a 200 x 300 image; every 7th repeats an earlier one (IoU ties). */
+static float *random_boxes(int64_t n) {
+    float *b = malloc((size_t)n * 4 * sizeof(float)), *u = malloc((size_t)n * 4 * sizeof(float));
+    test_fill_uniform(u, n * 4, 0, 1, g_seed++);
+    for (int64_t i = 0; i < n; i++) {
+        float w = 4 + 80 * u[4 * i], h = 4 + 60 * u[4 * i + 1];
+        float x = -10 + 300 * u[4 * i + 2], y = -10 + 200 * u[4 * i + 3];
+        b[4 * i] = x;
+        b[4 * i + 1] = y;
+        b[4 * i + 2] = x + w;
+        b[4 * i + 3] = y + h;
+        if (i % 7 == 6) memcpy(b + 4 * i, b + 4 * (i / 2), 4 * sizeof(float));
+    }
+    free(u);
+    return b;
+}
+
+static void test_box_iou(void **state) {
+    const int64_t n = 301, m = 37;
+    float *a = random_boxes(n), *b = random_boxes(m);
+    float *ref = malloc((size_t)(n * m) * sizeof(float)), *got = malloc((size_t)(n * m) * sizeof(float));
+    mrcnn_box_iou(a, n, b, m, ref);
+    void *da = up(a, (size_t)n * 16), *db = up(b, (size_t)m * 16), *dio = up(NULL, (size_t)(n * m) * 4);
+    mrcnn_cuda_box_iou(G, da, n, db, m, dio);
+    down(got, dio, (size_t)(n * m) * 4);
+    int64_t nz = 0;
+    for (int64_t i = 0; i < n * m; i++) {
+        if (memcmp(&got[i], &ref[i], 4) != 0) fail_msg("iou[%lld]: gpu %.9g, cpu %.9g", (long long)i, got[i], ref[i]);
+        nz += ref[i] > 0;
+    }
+    printf("  box_iou %lldx%lld bit-identical (%lld overlaps)\n", (long long)n, (long long)m, (long long)nz);
+    assert_true(nz > 0);
+    G->free(G, da), G->free(G, db), G->free(G, dio);
+    free(a), free(b), free(ref), free(got);
+}
+
+static void test_box_coder(void **state) {
+    const int64_t n = 513;
+    const int k = 3;
+    float *boxes = random_boxes(n), *targets = random_boxes(n);
+    mrcnn_box_coder c = mrcnn_box_coder_make(10, 10, 5, 5);
+    float *ref = malloc((size_t)n * 4 * k * sizeof(float)), *got = malloc((size_t)n * 4 * k * sizeof(float));
+    mrcnn_box_encode(&c, n, targets, boxes, ref);
+    void *db = up(boxes, (size_t)n * 16), *dt = up(targets, (size_t)n * 16), *dd = up(NULL, (size_t)n * 16 * k);
+    mrcnn_cuda_box_encode(G, &c, n, dt, db, dd);
+    down(got, dd, (size_t)n * 16);
+    double e = test_max_rel_err(got, ref, n * 4);
+    printf("  box_encode max rel err %.3g\n", e);
+    assert_true(e < 1e-5);
+    /* Decode k deltas per box, some past the clip. */
+    float *deltas = malloc((size_t)n * 4 * k * sizeof(float));
+    test_fill_uniform(deltas, n * 4 * k, -6, 6, g_seed++);
+    G->free(G, dd);
+    dd = up(deltas, (size_t)n * 16 * k);
+    void *dout = up(NULL, (size_t)n * 16 * k);
+    mrcnn_box_decode(&c, n, k, deltas, boxes, ref);
+    mrcnn_cuda_box_decode(G, &c, n, k, dd, db, dout);
+    down(got, dout, (size_t)n * 16 * k);
+    e = test_max_rel_err(got, ref, n * 4 * k);
+    printf("  box_decode max rel err %.3g\n", e);
+    assert_true(e < 1e-5);
+    /* Clip in place, of the same (GPU-decoded) boxes on both sides: exact. */
+    mrcnn_box_clip(n * k, got, 180, 250);
+    mrcnn_cuda_box_clip(G, n * k, dout, 180, 250);
+    float *got2 = malloc((size_t)n * 4 * k * sizeof(float));
+    down(got2, dout, (size_t)n * 16 * k);
+    for (int64_t i = 0; i < n * 4 * k; i++)
+        if (got2[i] != got[i]) fail_msg("clip[%lld]: gpu %g, cpu %g", (long long)i, got2[i], got[i]);
+    G->free(G, db), G->free(G, dt), G->free(G, dd), G->free(G, dout);
+    free(boxes), free(targets), free(ref), free(got), free(got2), free(deltas);
+}
+
+static void test_matcher(void **state) {
+    const int g = 9;
+    const int64_t n = 2000;
+    float *gt = random_boxes(g), *pred = random_boxes(n);
+    /* Some predictions equal to a gt box: IoU 1 ties for that gt's best. */
+    memcpy(pred + 4 * 10, gt, 16);
+    memcpy(pred + 4 * 20, gt, 16);
+    memcpy(pred + 4 * 30, gt + 8, 16);
+    float *iou = malloc((size_t)g * n * sizeof(float));
+    mrcnn_box_iou(gt, g, pred, n, iou);
+    void *diou = up(iou, (size_t)g * n * 4);
+    int32_t *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    const float th[3][2] = {{0.7f, 0.3f}, {0.5f, 0.5f}, {0.4f, 0.1f}};
+    for (int t = 0; t < 3; t++) {
+        for (int allow = 0; allow < 2; allow++) {
+            for (int gg = 0; gg <= g; gg += g) { // g = 0 and g = 9
+                void *dm = up(NULL, (size_t)n * 4);
+                mrcnn_matcher_match(iou, gg, n, th[t][0], th[t][1], allow, ref);
+                mrcnn_cuda_matcher_match(G, diou, gg, n, th[t][0], th[t][1], allow, dm);
+                down(got, dm, (size_t)n * 4);
+                for (int64_t j = 0; j < n; j++)
+                    if (got[j] != ref[j])
+                        fail_msg("matcher (g %d, %g/%g, allow %d) pred %lld: gpu %d, cpu %d", gg, th[t][0], th[t][1],
+                                 allow, (long long)j, got[j], ref[j]);
+                G->free(G, dm);
+            }
+        }
+    }
+    printf("  matcher: 12 settings identical\n");
+    G->free(G, diou);
+    free(gt), free(pred), free(iou), free(ref), free(got);
+}
+
+static void nms_case(int64_t n, int classes, float thresh) {
+    float *boxes = random_boxes(n), *scores = malloc((size_t)n * sizeof(float));
+    test_fill_uniform(scores, n, 0, 1, g_seed++);
+    for (int64_t i = 0; i < n; i += 5) scores[i] = 0.5f; // ties: lower index first
+    int32_t *cls = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) cls[i] = (int32_t)(i * 7 % (classes ? classes : 1));
+    int64_t *ref = malloc((size_t)n * 8), *got = malloc((size_t)n * 8), cnt = -5;
+    int64_t nref = classes ? mrcnn_batched_nms(boxes, scores, cls, n, thresh, ref) : mrcnn_nms(boxes, scores, n, thresh, ref);
+    void *db = up(boxes, (size_t)n * 16), *ds = up(scores, (size_t)n * 4), *dc = up(cls, (size_t)n * 4);
+    void *dk = up(NULL, (size_t)n * 8), *dn = up(NULL, 8);
+    mrcnn_cuda_nms(G, db, ds, classes ? dc : NULL, n, thresh, dk, dn);
+    down(got, dk, (size_t)n * 8);
+    down(&cnt, dn, 8);
+    printf("  nms n=%lld classes=%d thresh %.2f: cpu keeps %lld, gpu %lld\n", (long long)n, classes, thresh,
+           (long long)nref, (long long)cnt);
+    assert_int_equal(cnt, nref);
+    if (n > 100) assert_true(nref < n); // something was suppressed
+    for (int64_t i = 0; i < n; i++) {
+        int64_t want = i < nref ? ref[i] : -1;
+        if (got[i] != want) fail_msg("nms keep[%lld]: gpu %lld, cpu %lld", (long long)i, (long long)got[i], (long long)want);
+    }
+    G->free(G, db), G->free(G, ds), G->free(G, dc), G->free(G, dk), G->free(G, dn);
+    free(boxes), free(scores), free(cls), free(ref), free(got);
+}
+
+static void test_nms(void **state) {
+    nms_case(1, 0, 0.7f);
+    nms_case(700, 0, 0.5f);
+    nms_case(1000, 5, 0.3f);
+    nms_case(MRCNN_CUDA_NMS_MAX, 0, 0.7f);
+    nms_case(MRCNN_CUDA_NMS_MAX - 37, 3, 0.6f);
+}
+
+static void test_mask_targets(void **state) {
+    const int n_gt = 5, H = 64, W = 80, n = 50, m = 28;
+    uint8_t *masks = calloc((size_t)n_gt * H * W, 1);
+    float *u = malloc((size_t)n_gt * H * W * sizeof(float));
+    test_fill_uniform(u, (int64_t)n_gt * H * W, 0, 1, g_seed++);
+    for (int g = 0; g < n_gt; g++) /* an ellipse-ish blob plus speckle */
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                float dy = (y - 20.0f - 4 * g) / 15.0f, dx = (x - 30.0f - 5 * g) / 22.0f;
+                int64_t i = ((int64_t)g * H + y) * W + x;
+                masks[i] = (dx * dx + dy * dy < 1.0f) ^ (u[i] < 0.05f) ? (uint8_t)(1 + g) : 0;
+            }
+    float *boxes = random_boxes(n);
+    for (int i = 0; i < n; i++) /* boxes within (and a little past) the 80 x 64 image */
+        for (int k = 0; k < 4; k++) boxes[4 * i + k] *= (k & 1) ? 64.0f / 200.0f : 80.0f / 300.0f;
+    boxes[0] = boxes[1] = 10.0f, boxes[2] = boxes[3] = 10.5f; // smaller than a pixel
+    int32_t *gi = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) gi[i] = (i * 3) % n_gt;
+    float *ref = malloc((size_t)n * m * m * sizeof(float)), *got = malloc((size_t)n * m * m * sizeof(float));
+    mrcnn_mask_targets(masks, n_gt, H, W, boxes, gi, n, m, ref);
+    void *dm = up(masks, (size_t)n_gt * H * W), *db = up(boxes, (size_t)n * 16), *dg = up(gi, (size_t)n * 4);
+    void *dt = up(NULL, (size_t)n * m * m * 4);
+    mrcnn_cuda_mask_targets(G, dm, n_gt, H, W, db, dg, n, m, dt);
+    down(got, dt, (size_t)n * m * m * 4);
+    double mx = 0;
+    for (int64_t i = 0; i < (int64_t)n * m * m; i++) {
+        if (!(fabsf(got[i] - ref[i]) <= 1e-6f))
+            fail_msg("mask target %lld: gpu %.9g, cpu %.9g", (long long)i, got[i], ref[i]);
+        mx = ref[i] > mx ? ref[i] : mx;
+    }
+    printf("  mask_targets %dx%dx%d agree (max value %.3f)\n", n, m, m, mx);
+    assert_true(mx > 0.5);
+    G->free(G, dm), G->free(G, db), G->free(G, dg), G->free(G, dt);
+    free(masks), free(u), free(boxes), free(gi), free(ref), free(got);
+}
+
+int main(void) {
+    const char *why = NULL;
+    G = mrcnn_backend_cuda_create(0, &why);
+    if (!G) {
+        printf("skip: no GPU (%s)\n", why ? why : "?");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
+        cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    mrcnn_backend_destroy(G);
+    return rc;
+}
+#else
+int main(void) {
+    printf("skip: no GPU (this build has no CUDA (built with GPU=0))\n");
+    return 77;
+}
+#endif
