@@ -25,8 +25,10 @@ int mrcnn_roi_sample(const mrcnn_roi_sample_params *p, const float *proposals, i
                 p->max_fg);
     const int64_t n = (int64_t)n_prop + n_gt;
     MRCNN_CHECK(n > 0, "roi_sample: no proposals and no gt boxes");
+    for (int g = 0; g < n_gt; g++)
+        MRCNN_CHECK(gt_labels[g] > 0, "roi_sample: gt %d has label %d, must be >= 1 (0 is background)", g, gt_labels[g]);
     float *cand = MRCNN_MALLOC((size_t)n * 4 * sizeof(float), "roi candidates");
-    memcpy(cand, proposals, (size_t)n_prop * 4 * sizeof(float));
+    if (n_prop) memcpy(cand, proposals, (size_t)n_prop * 4 * sizeof(float));
     if (n_gt) memcpy(cand + (int64_t)n_prop * 4, gt_boxes, (size_t)n_gt * 4 * sizeof(float));
     int32_t *match = MRCNN_MALLOC((size_t)n * sizeof(int32_t), "roi matches");
     int32_t *lab = MRCNN_MALLOC((size_t)n * sizeof(int32_t), "roi labels");
@@ -41,7 +43,6 @@ int mrcnn_roi_sample(const mrcnn_roi_sample_params *p, const float *proposals, i
     for (int64_t i = 0; i < n; i++) {
         if (match[i] >= 0) {
             lab[i] = gt_labels[match[i]];
-            MRCNN_CHECK(lab[i] > 0, "roi_sample: gt %d has label %d, must be >= 1 (0 is background)", match[i], lab[i]);
         } else {
             lab[i] = match[i] == MRCNN_MATCH_BELOW_LOW ? 0 : -1;
         }
@@ -53,10 +54,15 @@ int mrcnn_roi_sample(const mrcnn_roi_sample_params *p, const float *proposals, i
     memcpy(sel + np, neg, (size_t)nn * sizeof(int64_t));
     free(neg);
     const int64_t count = np + nn;
+    if (np > p->max_fg) {
+        free(cand);
+        free(match);
+        free(lab);
+        free(sel);
+        MRCNN_CHECK(0, "roi_sample: %lld sampled positives exceed MODEL.ROI_MASK_HEAD.MAX_FG_PER_IMAGE = %d",
+                    (long long)np, p->max_fg);
+    }
     qsort(sel, (size_t)count, sizeof(int64_t), cmp_i64);
-    MRCNN_CHECK(np <= p->max_fg,
-                "roi_sample: %lld sampled positives exceed MODEL.ROI_MASK_HEAD.MAX_FG_PER_IMAGE = %d", (long long)np,
-                p->max_fg);
     memset(rois, 0, (size_t)S * 4 * sizeof(float));
     memset(reg_targets, 0, (size_t)S * 4 * sizeof(float));
     memset(matched_gt, 0, (size_t)S * sizeof(int32_t));

@@ -15,7 +15,7 @@ void mrcnn_rpn_assign_targets(const float *anchors, int64_t n_anchors, const flo
     if (n_gt == 0) {
         /* Background image: all negatives; zero targets (never used, and finite). */
         for (int64_t i = 0; i < n_anchors; i++) labels[i] = 0.0f;
-        memset(reg_targets, 0, (size_t)n_anchors * 4 * sizeof(float));
+        if (n_anchors) memset(reg_targets, 0, (size_t)n_anchors * 4 * sizeof(float));
         return;
     }
     MRCNN_CHECK(gt_boxes, "rpn_assign_targets: NULL gt_boxes");
@@ -44,8 +44,10 @@ int64_t mrcnn_rpn_sample(const float *labels, int64_t n_anchors, int batch_size,
     for (int64_t i = 0; i < n_anchors; i++) lab[i] = labels[i] > 0.5f ? 1 : (labels[i] == 0.0f ? 0 : -1);
     int64_t np = 0, nn = 0;
     mrcnn_sample_balanced(lab, n_anchors, batch_size, positive_fraction, rng, pos, &np, neg, &nn);
-    memset(obj_weight, 0, (size_t)n_anchors * sizeof(float));
-    memset(box_weight, 0, (size_t)n_anchors * 4 * sizeof(float));
+    if (n_anchors) {
+        memset(obj_weight, 0, (size_t)n_anchors * sizeof(float));
+        memset(box_weight, 0, (size_t)n_anchors * 4 * sizeof(float));
+    }
     for (int64_t i = 0; i < np; i++) {
         obj_weight[pos[i]] = 1.0f;
         for (int k = 0; k < 4; k++) box_weight[pos[i] * 4 + k] = 1.0f;

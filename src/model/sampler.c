@@ -34,14 +34,10 @@ void mrcnn_sample_balanced(const int32_t *labels, int64_t n, int batch_size, flo
                 (double)positive_fraction);
     MRCNN_CHECK(n_pos && n_neg && (n == 0 || labels), "sample_balanced: NULL argument");
     MRCNN_CHECK(n < (int64_t)UINT32_MAX, "sample_balanced: %lld candidates exceed the RNG's 32-bit range", (long long)n);
-    int64_t *pos = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(int64_t), "sampler positives");
-    int64_t *neg = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(int64_t), "sampler negatives");
     int64_t np = 0, nn = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (labels[i] > 0)
-            pos[np++] = i;
-        else if (labels[i] == 0)
-            neg[nn++] = i;
+        np += labels[i] > 0;
+        nn += labels[i] == 0;
     }
     /* int(batch * fraction) in Python truncates the double product. */
     int64_t want_pos = (int64_t)((double)batch_size * (double)positive_fraction);
@@ -51,6 +47,15 @@ void mrcnn_sample_balanced(const int32_t *labels, int64_t n, int batch_size, flo
     MRCNN_CHECK(kp == 0 || pos_idx, "sample_balanced: NULL pos_idx");
     MRCNN_CHECK(kn == 0 || neg_idx, "sample_balanced: NULL neg_idx");
     MRCNN_CHECK(rng || (kp == np && kn == nn), "sample_balanced: NULL rng but random choices are needed");
+    int64_t *pos = MRCNN_MALLOC((size_t)(np ? np : 1) * sizeof(int64_t), "sampler positives");
+    int64_t *neg = MRCNN_MALLOC((size_t)(nn ? nn : 1) * sizeof(int64_t), "sampler negatives");
+    np = nn = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (labels[i] > 0)
+            pos[np++] = i;
+        else if (labels[i] == 0)
+            neg[nn++] = i;
+    }
     choose(pos, np, kp, rng, 0, pos_idx);
     choose(neg, nn, kn, rng, (uint64_t)1 << 40, neg_idx);
     *n_pos = kp;
