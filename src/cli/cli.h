@@ -11,6 +11,7 @@ typedef struct {
 int mrcnn_cmd_version(int argc, char **argv);
 int mrcnn_cmd_eval(int argc, char **argv);
 int mrcnn_cmd_config(int argc, char **argv);
+int mrcnn_cmd_bench(int argc, char **argv);
 int mrcnn_cmd_train(int argc, char **argv);
 
 #endif

@@ -103,6 +103,9 @@ MpiDefault=pmix
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# Look at pending jobs every 2 s (defaults: 60 s main loop, 30 s backfill), so that a
+# requeued job starts as soon as its cred_expire hold ends.
+SchedulerParameters=sched_interval=2,bf_interval=2
 SwitchType=switch/none
 ReturnToService=2
 JobRequeue=1

@@ -1,0 +1,145 @@
+/* The all-reduce probe of `mrcnn bench scaling`, one process per rank under the same
+ * launcher as the training runs. It builds the model's gradient arena from the config
+ * (the trainer's exact layout and bucket cut) and times, through the trainer's own
+ * bucket code (dist.h):
+ *   alone:  every bucket launched at once and waited for, nothing else running: the
+ *           all-reduce cost per step;
+ *   behind backward: parameters marked ready one by one in backward order, spread over a
+ *           synthetic backward of D ms (spinning, like compute), then the wait: the
+ *           exposed part. hidden = 1 - exposed / alone.
+ * Medians over the repetitions. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_scaling.h"
+#include "mrcnn/check.h"
+#include "mrcnn/dist.h"
+#include "mrcnn/log.h"
+#include "mrcnn/model.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill_ones(mrcnn_arena *g) {
+    float *p = (float *)g->base;
+    for (size_t i = 0; i < g->size / sizeof(float); i++) p[i] = 1.0f;
+}
+
+int bench_scaling_probe(int argc, char **argv) {
+    const char *config_path = NULL, *result = NULL;
+    double bucket_mb = 0, backward_ms = 0;
+    int reps = 7;
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    char err[1024];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--probe")) continue;
+        if (!v) {
+            fprintf(stderr, "mrcnn bench scaling --probe: '%s' wants a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--config")) {
+            config_path = v;
+            if (!mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
+                fprintf(stderr, "mrcnn bench scaling --probe: %s\n", err);
+                return 1;
+            }
+        } else if (!strcmp(a, "--set")) {
+            if (!mrcnn_config_try_set(&cfg, v, "--set", err, sizeof err)) {
+                fprintf(stderr, "mrcnn bench scaling --probe: %s\n", err);
+                return 1;
+            }
+        } else if (!strcmp(a, "--bucket-mb")) bucket_mb = atof(v);
+        else if (!strcmp(a, "--backward-ms")) backward_ms = atof(v);
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--result")) result = v;
+        else {
+            fprintf(stderr, "mrcnn bench scaling --probe: unexpected argument '%s'\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!result || reps < 1 || reps > 1000 || bucket_mb < 0 || backward_ms < 0) {
+        fprintf(stderr, "mrcnn bench scaling --probe: needs --result FILE, --reps 1..1000, --bucket-mb >= 0, "
+                        "--backward-ms >= 0\n");
+        return 2;
+    }
+    mrcnn_dist d;
+    mrcnn_dist_init(&d, &argc, &argv, MPI_THREAD_FUNNELED, 0, 120.0);
+    mrcnn_log_set_rank(d.rank, d.world_size);
+    mrcnn_backend *be = mrcnn_backend_cpu_create();
+    mrcnn_model m;
+    mrcnn_model_init(&m, &cfg, be);
+    mrcnn_arena *g = &m.params.grads;
+    size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * (1 << 20)) : MRCNN_BUCKET_BYTES_DEFAULT;
+    mrcnn_buckets bk;
+    mrcnn_buckets_init(&bk, &d, be, g, bucket_bytes);
+    double total = 0;
+    for (int i = 0; i < g->n_entries; i++) total += (double)mrcnn_tensor_nbytes(&g->entries[i].tensor);
+
+    double *alone = MRCNN_CALLOC((size_t)reps, sizeof(double), "probe times");
+    double *exposed = MRCNN_CALLOC((size_t)reps, sizeof(double), "probe times");
+    double *bwd = MRCNN_CALLOC((size_t)reps, sizeof(double), "probe times");
+    for (int r = 0; r < reps; r++) {
+        fill_ones(g);
+        mrcnn_dist_barrier(&d, "probe barrier");
+        double t0 = mrcnn_time_now();
+        mrcnn_buckets_reset(&bk);
+        mrcnn_buckets_wait(&bk);
+        alone[r] = 1e3 * (mrcnn_time_now() - t0);
+
+        fill_ones(g);
+        mrcnn_dist_barrier(&d, "probe barrier");
+        mrcnn_buckets_reset(&bk);
+        t0 = mrcnn_time_now();
+        double done = 0;
+        for (int i = g->n_entries - 1; i >= 0; i--) {
+            done += (double)mrcnn_tensor_nbytes(&g->entries[i].tensor);
+            double until = t0 + 1e-3 * backward_ms * done / total;
+            while (mrcnn_time_now() < until) {
+            }
+            mrcnn_buckets_mark_ready(&bk, i);
+        }
+        double tw = mrcnn_time_now();
+        mrcnn_buckets_wait(&bk);
+        exposed[r] = 1e3 * (mrcnn_time_now() - tw);
+        bwd[r] = 1e3 * (tw - t0);
+    }
+    /* The rank that arrives last at a collective waits only for the communication; the
+     * others also wait for it (skew, stragglers). The minimum over ranks is the
+     * communication itself. */
+    double v[3] = {median(alone, reps), median(exposed, reps), -median(bwd, reps)};
+    MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MIN, d.comm));
+    v[2] = -v[2];
+    if (d.world_size == 1) v[0] = v[1] = 0; // nothing to reduce: only timer noise
+    int rc = 0;
+    if (d.rank == 0) {
+        FILE *f = fopen(result, "w");
+        if (f) {
+            fprintf(f, "ranks %d\nbuckets %d\nbytes %.0f\nallreduce_ms %.6f\nexposed_ms %.6f\nbackward_ms %.6f\n",
+                    d.world_size, bk.n_buckets, total, v[0], v[1], v[2]);
+            rc = fclose(f) == 0 ? 0 : 1;
+        } else {
+            rc = 1;
+        }
+        if (rc) fprintf(stderr, "mrcnn bench scaling --probe: cannot write %s\n", result);
+    }
+    free(alone);
+    free(exposed);
+    free(bwd);
+    mrcnn_buckets_free(&bk);
+    mrcnn_model_free(&m);
+    mrcnn_backend_destroy(be);
+    mrcnn_dist_finalize(&d);
+    return rc;
+}

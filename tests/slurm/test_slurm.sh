@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The real job scripts on a real (one-node, localhost) Slurm cluster:
+#   1. srun --mpi=pmix wires 2 MPI ranks together (prog_hello);
+#   2. jobs/prep.sbatch: the shapes dataset and its 2-rank conversion to shards;
+#   3. jobs/train.sbatch: a few steps of the tiny config, a checkpoint at the end;
+#   4. preemption: SIGUSR1 to the running job's tasks (what --signal=USR1@120 sends)
+#      -> checkpoint at step k, exit 99, `scontrol requeue`, the requeued run resumes
+#      from step k > 0 and finishes;
+#   5. jobs/scaling.sbatch: `mrcnn bench scaling` over 1 and 2 ranks through srun.
+# The test cluster has no GPUs: jobs are submitted with --gpus-per-task=0 (command-line
+# options override the scripts' #SBATCH lines). Daemons are stopped on exit.
+# If Slurm cannot run here, this fails with the reason (it never skips silently).
+set -u
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${BUILD:-build/release}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+T=$(mktemp -d /tmp/mrcnn-slurmtest.XXXXXX)
+JOBS=""
+t_start=$(date +%s)
+
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+cleanup() {
+    local rc=$?
+    if [ -n "${SLURM_CONF:-}" ] && [ -f "${SLURM_CONF:-/nonexistent}" ]; then
+        for j in $JOBS; do scancel "$j" 2>/dev/null; done
+        # Let slurmd end the job steps before it goes away (stepds outlive slurmd).
+        for _ in $(seq 50); do
+            [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+            sleep 0.2
+        done
+        tests/slurm/cluster.sh stop "$T/cluster"
+    fi
+    if [ $rc -ne 0 ]; then
+        for f in "$T"/*.out "$T"/cluster/log/slurmctld.log "$T"/cluster/log/slurmd.log; do
+            [ -f "$f" ] && { echo "---- $f (last 40 lines)"; tail -n 40 "$f"; }
+        done
+    fi
+    rm -rf "$T"
+    exit $rc
+}
+trap cleanup EXIT
+
+[ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-prep" ] && [ -x "$BUILD/tests/slurm/prog_hello" ] ||
+    fail "build first: $BUILD/mrcnn, mrcnn-prep and tests/slurm/prog_hello are needed"
+
+# ---- the cluster ----
+mkdir -p "$T/cluster"
+start_out=$(MRCNN_SLURM_DIR=$T/cluster tests/slurm/cluster.sh start 2>"$T/cluster-start.err")
+rc=$?
+cat "$T/cluster-start.err"
+if [ $rc -ne 0 ]; then
+    [ $rc -eq 3 ] && fail "Slurm is not installed here (run 'make deps'; see the message above)"
+    fail "the local Slurm cluster did not start (cluster.sh exit $rc; see above)"
+fi
+eval "$start_out"
+[ -n "${SLURM_CONF:-}" ] || fail "cluster.sh start printed no SLURM_CONF"
+echo "cluster up: $SLURM_CONF"
+export MRCNN_ROOT=$ROOT MRCNN_BUILD=$BUILD
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# No GPUs, 1 CPU per task, 2 tasks on the one node, a 5-minute limit.
+SB=(--nodes=1 --ntasks-per-node=2 --gpus-per-task=0 --cpus-per-task=1 --time=5)
+
+# ---- 1. PMIx: srun wires MPI ranks together ----
+out=$(timeout 60 srun --mpi=pmix -n 2 "$BUILD/tests/slurm/prog_hello" 2 2>&1) ||
+    fail "srun --mpi=pmix -n 2 prog_hello failed: $out"
+[ "$(echo "$out" | grep -c 'allreduce saw 2 ranks')" -eq 2 ] || fail "prog_hello: expected 2 ranks, got: $out"
+echo "ok: srun --mpi=pmix runs a 2-rank MPI job"
+
+# ---- 2. prep.sbatch: shapes + 2-rank conversion ----
+PREP_SHAPES_DIR=$T/shapes PREP_OUT=$T/shards timeout 120 \
+    sbatch --wait "${SB[@]}" -o "$T/prep.out" jobs/prep.sbatch --train 12 --val 4 --size 128x128 > "$T/prep.sub"
+rc=$?
+JOBS="$JOBS $(awk '{print $NF}' "$T/prep.sub")"
+[ $rc -eq 0 ] || fail "prep.sbatch exited with $rc"
+for f in instances_train-index.h5 instances_train-00000-of-00002.h5 instances_train-00001-of-00002.h5 \
+         instances_val-index.h5; do
+    [ -s "$T/shards/$f" ] || fail "prep.sbatch did not write $T/shards/$f"
+done
+grep -q "with 2 ranks, 2 shards" "$T/prep.out" || fail "prep.sbatch did not convert with 2 ranks"
+echo "ok: prep.sbatch wrote the shapes shards with 2 ranks"
+DATASET=$T/shards/instances_train-index.h5
+
+# ---- 3. train.sbatch: a few steps ----
+MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET MRCNN_OUTPUT_DIR=$T/run1 MRCNN_MAX_STEPS=4 timeout 120 \
+    sbatch --wait "${SB[@]}" -o "$T/train1.out" jobs/train.sbatch --set LOG_PERIOD=1 > "$T/train1.sub"
+rc=$?
+JOBS="$JOBS $(awk '{print $NF}' "$T/train1.sub")"
+[ $rc -eq 0 ] || fail "train.sbatch exited with $rc"
+[ -s "$T/run1/model_0000004.h5" ] || fail "train.sbatch left no step-4 checkpoint in $T/run1"
+grep -q "world size 2" "$T/train1.out" || fail "train.sbatch did not train on 2 ranks"
+grep -q "newest checkpoint: none" "$T/train1.out" || fail "a fresh train.sbatch run did not report a fresh start"
+echo "ok: train.sbatch trained 4 steps on 2 ranks and checkpointed"
+
+# ---- 4. preemption: signal -> checkpoint -> requeue -> resume ----
+# BASE_LR 0.002: the tiny config's 0.01 diverges after ~20 steps at global batch 2.
+MAX=60
+MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET MRCNN_OUTPUT_DIR=$T/run2 MRCNN_MAX_STEPS=$MAX \
+    sbatch --parsable "${SB[@]}" -o "$T/train2.out" jobs/train.sbatch --set LOG_PERIOD=1 \
+    --set SOLVER.CHECKPOINT_PERIOD=1000 --set SOLVER.BASE_LR=0.002 > "$T/train2.sub" || fail "sbatch train.sbatch (preemption run) failed"
+job=$(cut -d';' -f1 < "$T/train2.sub")
+JOBS="$JOBS $job"
+# Wait until it has trained a few steps, then send what --signal=USR1@120 sends: SIGUSR1
+# to the job's tasks (scancel -s without --batch signals the steps, not the batch shell).
+signalled=0
+for _ in $(seq 600); do
+    last=$(tail -n 1 "$T/run2/metrics.json" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+    if [ -n "$last" ] && [ "$last" -ge 3 ]; then
+        scancel -s USR1 "$job" || fail "scancel -s USR1 $job failed"
+        signalled=1
+        echo "signalled job $job after step $last"
+        break
+    fi
+    state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    case "$state" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY)
+        fail "job $job ended ($state) before it could be signalled (raise MAX)" ;;
+    esac
+    sleep 0.1
+done
+[ $signalled -eq 1 ] || fail "job $job logged no step >= 3 within 60 s"
+# The requeued job waits cred_expire + 1 s (11 s here) and then runs again to the end.
+state="" restarts=""
+for _ in $(seq 150); do
+    info=$(scontrol show job "$job" 2>/dev/null)
+    state=$(echo "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    restarts=$(echo "$info" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+    case "$state" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
+    sleep 1
+done
+[ "$state" = COMPLETED ] || fail "the preempted job $job ended as '$state', not COMPLETED"
+[ "${restarts:-0}" -ge 1 ] || fail "job $job completed without being requeued (Restarts=$restarts)"
+grep -q "exiting with 99 (requeue)" "$T/train2.out" || fail "the trainer did not checkpoint and exit 99 on SIGUSR1"
+grep -q "requeueing job $job" "$T/train2.out" || fail "train.sbatch did not requeue after exit 99"
+k=$(sed -n 's/.*resumed from .*model_[0-9]*\.h5 at step \([0-9]*\).*/\1/p' "$T/train2.out" | head -n 1)
+[ -n "$k" ] && [ "$k" -gt 0 ] || fail "the requeued run did not log 'resumed from ... at step k' with k > 0"
+grep -q "newest checkpoint: .*model_$(printf '%07d' "$k").h5" "$T/train2.out" ||
+    fail "train.sbatch did not name the step-$k checkpoint it resumes from"
+[ -s "$T/run2/model_$(printf '%07d' $MAX).h5" ] || fail "the resumed run did not reach step $MAX"
+echo "ok: job $job was signalled, checkpointed at step $k, requeued (Restarts=$restarts), resumed from step $k, finished"
+
+# ---- 5. scaling.sbatch: the benchmark through srun ----
+SCALING_RANKS=1,2 MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET SCALING_STEPS=5 SCALING_WARMUP=2 \
+    SCALING_PER_RANK_BATCH=1 SCALING_OUT=$T/scaling timeout 180 \
+    sbatch --wait "${SB[@]}" -o "$T/scaling.out" jobs/scaling.sbatch > "$T/scaling.sub"
+rc=$?
+JOBS="$JOBS $(awk '{print $NF}' "$T/scaling.sub")"
+[ $rc -eq 0 ] || fail "scaling.sbatch exited with $rc"
+csv=$T/scaling/scaling.csv
+[ "$(head -n 1 "$csv")" = "ranks,global_batch,timed_steps,img_per_s,step_ms,efficiency,allreduce_ms,exposed_ms,hidden_share,exposed_source,probe_backward_ms" ] ||
+    fail "scaling.csv header: $(head -n 1 "$csv")"
+[ "$(cut -d, -f1 "$csv" | tail -n +2 | tr '\n' ' ')" = "1 2 " ] || fail "scaling.csv rows: $(cat "$csv")"
+echo "ok: scaling.sbatch measured 1 and 2 ranks through srun"
+
+echo "PASS: slurm jobs on the local cluster in $(($(date +%s) - t_start)) s"
