@@ -26,7 +26,7 @@ cmp -s "$T/a/annotations/instances_train.json" "$T/c/annotations/instances_train
 cmp -s "$T/a/train/000000000001.jpg" "$T/c/train/000000000001.jpg" && fail "a different seed gives the same image"
 
 S=$T/a/annotations/instances_train.json
-"$PREP" coco --annotations "$S" --images "$T/a/train" --out "$T/r1" --shards 4 > "$T/r1.log" || { cat "$T/r1.log"; fail "convert, 1 rank"; }
+"$PREP" coco --annotations "$S" --images "$T/a/train" --out "$T/r1" --shards 4 > "$T/r1.log" 2>&1 || { cat "$T/r1.log"; fail "convert, 1 rank"; }
 grep -q "24 written of 24" "$T/r1.log" || { cat "$T/r1.log"; fail "not all images written"; }
 grep -q "bad input    none" "$T/r1.log" || { cat "$T/r1.log"; fail "clean input reported as bad"; }
 "$PREP" inspect "$T/r1/instances_train-index.h5" --check > "$T/check.log" || { cat "$T/check.log"; fail "inspect --check"; }
@@ -50,6 +50,15 @@ for np in 2 3; do
     done
     ls "$T/r$np" | grep -q tmp && fail "temporary files left behind ($np ranks)"
 done
+
+# Progress with an ETA only when stderr is a terminal.
+grep -q "ETA" "$T/r1.log" && fail "progress printed although not on a terminal"
+if command -v script > /dev/null; then
+    script -qec "'$PREP' coco --annotations '$S' --images '$T/a/train' --out '$T/tty' --shards 2" /dev/null > "$T/tty.log" 2>&1 \
+        || { cat "$T/tty.log"; fail "convert on a terminal"; }
+    grep -q "parse: 100.0% .*ETA" "$T/tty.log" && grep -q "write (rank 0): 100.0% .*ETA" "$T/tty.log" \
+        || { cat "$T/tty.log"; fail "no progress with ETA on a terminal"; }
+fi
 
 # The val split has the usual key order; extra.json adds multi-polygon, crowd
 # uncompressed RLE, a missing area and ids beyond 2^32.
