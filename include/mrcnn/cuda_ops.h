@@ -47,6 +47,14 @@ void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *sc
 void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
                              const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
 
+/* As mrcnn_sample_balanced for one image, with the same Philox draws (rng is the host
+ * struct, passed by value): labels (n) -> pos_idx (capacity min(n, (int)(batch *
+ * fraction))) and neg_idx (capacity batch_size) ascending, counts (2 device int64:
+ * n_pos, n_neg). n < 2^31. */
+void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
+                                float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
+                                int64_t *counts);
+
 #ifdef __cplusplus
 }
 #endif

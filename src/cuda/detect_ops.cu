@@ -375,3 +375,95 @@ extern "C" void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *
                                                                                  n, m, targets);
     MRCNN_CHECK_LAUNCH("mask_targets");
 }
+
+/* ---- balanced sampling ---------------------------------------------------------------------------------- */
+
+#define SAMPLE_THREADS 1024
+
+/* k of cand[0..m) by the host's partial Fisher-Yates (thread 0; k is a few hundred),
+ * then written ascending to out by a parallel rank sort (the indices are distinct). */
+static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, mrcnn_rng rng, uint64_t base, int64_t *out) {
+    if (k < m) {
+        if (threadIdx.x == 0)
+            for (int64_t i = 0; i < k; i++) {
+                int64_t j = i + (int64_t)mrcnn_rng_below(&rng, base + (uint64_t)i, (uint32_t)(m - i));
+                int32_t t = cand[i];
+                cand[i] = cand[j];
+                cand[j] = t;
+            }
+        __syncthreads();
+        for (int64_t a = threadIdx.x; a < k; a += SAMPLE_THREADS) {
+            int32_t v = cand[a];
+            int64_t rank = 0;
+            for (int64_t b = 0; b < k; b++) rank += cand[b] < v;
+            out[rank] = v;
+        }
+    } else {
+        for (int64_t a = threadIdx.x; a < k; a += SAMPLE_THREADS) out[a] = cand[a];
+    }
+}
+
+/* One block: stable compaction of positives (label > 0) and negatives (== 0) in index
+ * order, then the draws. */
+__global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos, mrcnn_rng rng,
+                                  int32_t *pos, int32_t *neg, int64_t *pos_idx, int64_t *neg_idx, int64_t *counts) {
+    __shared__ int warp_pos[SAMPLE_THREADS / 32], warp_neg[SAMPLE_THREADS / 32];
+    __shared__ int64_t total_pos, total_neg;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) total_pos = total_neg = 0;
+    __syncthreads();
+    for (int64_t base = 0; base < n; base += SAMPLE_THREADS) {
+        const int64_t i = base + threadIdx.x;
+        const int32_t lab = i < n ? labels[i] : -1;
+        const unsigned bp = __ballot_sync(0xffffffffu, lab > 0), bn = __ballot_sync(0xffffffffu, lab == 0);
+        const unsigned below = (1u << lane) - 1u;
+        if (lane == 0) {
+            warp_pos[warp] = __popc(bp);
+            warp_neg[warp] = __popc(bn);
+        }
+        __syncthreads();
+        int64_t op = total_pos, on = total_neg;
+        for (int w = 0; w < warp; w++) {
+            op += warp_pos[w];
+            on += warp_neg[w];
+        }
+        if (lab > 0) pos[op + __popc(bp & below)] = (int32_t)i;
+        if (lab == 0) neg[on + __popc(bn & below)] = (int32_t)i;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 0; w < SAMPLE_THREADS / 32; w++) {
+                total_pos += warp_pos[w];
+                total_neg += warp_neg[w];
+            }
+        __syncthreads();
+    }
+    const int64_t np = total_pos, nn = total_neg;
+    const int64_t kp = np < want_pos ? np : want_pos;
+    const int64_t want_neg = batch_size - kp;
+    const int64_t kn = nn < want_neg ? nn : want_neg;
+    sample_choose(pos, np, kp, rng, 0, pos_idx);
+    __syncthreads();
+    sample_choose(neg, nn, kn, rng, (uint64_t)1 << 40, neg_idx);
+    if (threadIdx.x == 0) {
+        counts[0] = kp;
+        counts[1] = kn;
+    }
+}
+
+extern "C" void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
+                                           float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx,
+                                           int64_t *neg_idx, int64_t *counts) {
+    cu_state *s = cuda_state_of(be, "cuda_sample_balanced");
+    MRCNN_CHECK(n >= 0 && n < 2147483647LL && batch_size >= 0, "cuda_sample_balanced: count %lld or batch size %d",
+                (long long)n, batch_size);
+    MRCNN_CHECK(positive_fraction >= 0 && positive_fraction <= 1,
+                "cuda_sample_balanced: positive fraction %g outside [0, 1]", (double)positive_fraction);
+    MRCNN_CHECK(rng != NULL, "cuda_sample_balanced: NULL rng");
+    /* int(batch * fraction) in Python truncates the double product, as on the host. */
+    const int64_t want_pos = (int64_t)((double)batch_size * (double)positive_fraction);
+    size_t half = ((size_t)(n ? n : 1) * sizeof(int32_t) + 255) / 256 * 256;
+    char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, 2 * half);
+    k_sample_balanced<<<1, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, *rng, (int32_t *)scratch,
+                                                            (int32_t *)(scratch + half), pos_idx, neg_idx, counts);
+    MRCNN_CHECK_LAUNCH("sample_balanced");
+}

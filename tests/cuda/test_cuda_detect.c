@@ -1,6 +1,6 @@
 /* The CUDA detection ops (cuda_ops.h) against their host references (boxes.h,
- * roi_targets.h) on random data with ties: IoU, matches, NMS keep lists and mask
- * targets must agree exactly (the kernels pin the host's float arithmetic); the box
+ * roi_targets.h) on random data with ties: IoU, matches, NMS keep lists, mask
+ * targets and the Philox-keyed balanced sampling must agree exactly (the kernels pin the host's float arithmetic); the box
  * coder within 1e-5 (device logf/expf differ by an ulp). Outputs are poisoned first.
  * Without a GPU, or in a GPU=0 build, it prints "skip: ..." and exits 77. */
 #include <math.h>
@@ -231,11 +231,46 @@ static void test_mask_targets_body(void) {
     free(masks), free(u), free(boxes), free(gi), free(ref), free(got);
 }
 
+static void sampler_case(int64_t n, float p_pos, float p_neg, int batch, float fraction, uint64_t seed) {
+    int32_t *labels = malloc((size_t)n * 4);
+    float *u = malloc((size_t)n * sizeof(float));
+    test_fill_uniform(u, n, 0, 1, g_seed++);
+    for (int64_t i = 0; i < n; i++) labels[i] = u[i] < p_pos ? 1 + (int32_t)(i % 3) : (u[i] < p_pos + p_neg ? 0 : -1);
+    mrcnn_rng rng = mrcnn_rng_make(seed, 3, 17, MRCNN_RNG_RPN_SAMPLE);
+    int64_t *rp = malloc((size_t)(batch + 1) * 8), *rn = malloc((size_t)(batch + 1) * 8), np = -1, nn = -1;
+    mrcnn_sample_balanced(labels, n, batch, fraction, &rng, rp, &np, rn, &nn);
+    void *dl = up(labels, (size_t)n * 4), *dp = up(NULL, (size_t)(batch + 1) * 8), *dn = up(NULL, (size_t)(batch + 1) * 8);
+    void *dc = up(NULL, 16);
+    mrcnn_cuda_sample_balanced(G, dl, n, batch, fraction, &rng, dp, dn, dc);
+    int64_t cnt[2], *gp = malloc((size_t)(batch + 1) * 8), *gn = malloc((size_t)(batch + 1) * 8);
+    down(cnt, dc, 16);
+    down(gp, dp, (size_t)(batch + 1) * 8);
+    down(gn, dn, (size_t)(batch + 1) * 8);
+    printf("  sample_balanced n=%lld batch %d: cpu %lld+%lld, gpu %lld+%lld\n", (long long)n, batch, (long long)np,
+           (long long)nn, (long long)cnt[0], (long long)cnt[1]);
+    assert_int_equal(cnt[0], np);
+    assert_int_equal(cnt[1], nn);
+    for (int64_t i = 0; i < np; i++)
+        if (gp[i] != rp[i]) fail_msg("positive %lld: gpu %lld, cpu %lld", (long long)i, (long long)gp[i], (long long)rp[i]);
+    for (int64_t i = 0; i < nn; i++)
+        if (gn[i] != rn[i]) fail_msg("negative %lld: gpu %lld, cpu %lld", (long long)i, (long long)gn[i], (long long)rn[i]);
+    G->free(G, dl), G->free(G, dp), G->free(G, dn), G->free(G, dc);
+    free(labels), free(u), free(rp), free(rn), free(gp), free(gn);
+}
+
+static void test_sampler_body(void) {
+    sampler_case(20000, 0.02f, 0.7f, 256, 0.5f, 1);  // both sides drawn at random
+    sampler_case(20000, 0.002f, 0.7f, 256, 0.5f, 2); // few positives: all taken, negatives drawn
+    sampler_case(700, 0.3f, 0.2f, 512, 0.25f, 3);   // ROI-head shape: negatives all taken
+    sampler_case(241101, 0.001f, 0.9f, 256, 0.5f, 4); // an R50-FPN image's anchors
+}
+
 GUARDED_TEST(test_box_iou)
 GUARDED_TEST(test_box_coder)
 GUARDED_TEST(test_matcher)
 GUARDED_TEST(test_nms)
 GUARDED_TEST(test_mask_targets)
+GUARDED_TEST(test_sampler)
 
 int main(void) {
     const char *why = NULL;
@@ -246,7 +281,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
-        cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets),
+        cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();
