@@ -3,12 +3,15 @@
  * off, flip on), steady state after the warm-up; prints images/s and the per-image
  * milliseconds of each stage (read = HDF5 on the I/O thread; decode, resize =
  * resize + flip + normalize + pad, masks = RLE decode + resize, on the workers) and
- * how long next() waited per step. Run under mpirun for several ranks. */
+ * how long next() waited per step; --step-ms X sleeps X ms after each batch, as a
+ * training step would, to show the prefetch overlap. Run under mpirun for several ranks. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "mrcnn/data.h"
 #include "mrcnn/log.h"
@@ -72,6 +75,7 @@ int main(int argc, char **argv) {
     o.masks = 1;
     o.prefetch = 2;
     int steps = 100, warmup = 5;
+    double step_ms = 0; /* a simulated training step (sleeping, as while a GPU computes) */
     for (int i = first_opt; i < argc; i++) {
         if (!strcmp(argv[i], "--workers") && i + 1 < argc) o.num_workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) o.batch_size = atoi(argv[++i]);
@@ -80,6 +84,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) o.min_sizes[0] = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) o.max_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-masks")) o.masks = 0;
+        else if (!strcmp(argv[i], "--step-ms") && i + 1 < argc) step_ms = atof(argv[++i]);
         else {
             fprintf(stderr, "bench_loader: unknown option %s\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -95,6 +100,10 @@ int main(int argc, char **argv) {
     for (int s = 0; s < steps; s++) {
         b = mrcnn_loader_next(l);
         inst += b->num_instances;
+        if (step_ms > 0) {
+            struct timespec ts = {(time_t)(step_ms / 1000), (long)(fmod(step_ms, 1000.0) * 1e6)};
+            nanosleep(&ts, NULL);
+        }
     }
     const double dt = mrcnn_time_now() - t0, cpu = process_cpu() - c0;
     mrcnn_loader_stats_get(l, &s1);
@@ -111,7 +120,10 @@ int main(int argc, char **argv) {
         printf("  per image   read %.2f ms (I/O thread, wall), CPU: decode %.2f ms, resize+flip+normalize+pad %.2f ms, masks %.2f ms\n",
                1e3 * (s1.read_s - s0.read_s) / done, 1e3 * (s1.decode_s - s0.decode_s) / done,
                1e3 * (s1.resize_s - s0.resize_s) / done, 1e3 * (s1.masks_s - s0.masks_s) / done);
-        printf("  per step    next() waited %.2f ms on average (%d steps)\n", 1e3 * (s1.wait_s - s0.wait_s) / steps, steps);
+        printf("  per step    next() waited %.2f ms on average (%d steps%s)\n", 1e3 * (s1.wait_s - s0.wait_s) / steps, steps,
+               step_ms > 0 ? ", each followed by a simulated step" : "");
+        if (step_ms > 0) printf("  simulated   %.1f ms steps: the caller spent %.1f%% of the wall time waiting for data\n", step_ms,
+                                100.0 * (s1.wait_s - s0.wait_s) / dt);
     }
     mrcnn_loader_destroy(l);
     if (rank == 0 && tmp[0]) {

@@ -32,6 +32,8 @@ echo "-- loader, 1 rank x 1 worker (masks on), 800x1067 output"
 mpirun -np 1 "$BL" "$T/s/b-index.h5" --workers 1 --batch 2 --steps 100 || exit 1
 echo "-- loader, 1 rank x 1 worker (masks off)"
 mpirun -np 1 "$BL" "$T/s/b-index.h5" --workers 1 --batch 2 --steps 100 --no-masks || exit 1
+echo "-- loader, 1 rank x 2 workers, each batch followed by a 60 ms simulated step (prefetch overlap)"
+mpirun -np 1 "$BL" "$T/s/b-index.h5" --workers 2 --batch 2 --steps 40 --step-ms 60 || exit 1
 echo "-- loader, 2 ranks x 1 worker (masks on)"
 mpirun --oversubscribe -np 2 "$BL" "$T/s/b-index.h5" --workers 1 --batch 2 --steps 60 || exit 1
 
