@@ -109,7 +109,8 @@ void OP(roi_align_forward)(const mrcnn_roi_align_desc *d, const real *const *fea
     for (int l = 0; l < d->n_levels; l++) MRCNN_CHECK(feats[l], "roi_align_forward: NULL feature level %d", l);
     const int C = d->channels;
     const int64_t bins = (int64_t)d->out_h * d->out_w;
-#pragma omp parallel
+    /* Small calls stay on one thread: forking costs more than the work. */
+#pragma omp parallel if (r * bins * C >= OPS_OMP_MIN)
     {
         roi_sample *buf = NULL;
         int64_t cap = 0;
@@ -151,7 +152,7 @@ void OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, const real
     /* Channel blocks per thread: each feature element has exactly one writer. */
     const int block = 16;
     const int n_blocks = (C + block - 1) / block;
-#pragma omp parallel
+#pragma omp parallel if (r * bins * C >= OPS_OMP_MIN)
     {
         roi_sample *buf = NULL;
         int64_t cap = 0;
