@@ -38,7 +38,7 @@ void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, 
 /* As mrcnn_batched_nms (idxs NULL: plain NMS) for n <= MRCNN_CUDA_NMS_MAX boxes: keep (n)
  * gets the kept indices in descending score order (ties: lower index first), *count
  * (one device int64) their number; keep rows past the count are -1. */
-#define MRCNN_CUDA_NMS_MAX 4096
+#define MRCNN_CUDA_NMS_MAX 16384 // 5 levels x 2000 pre-NMS boxes fit
 void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
                     float thresh, int64_t *keep, int64_t *count);
 

@@ -189,8 +189,9 @@ extern "C" void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *i
 /* One block: a bitonic sort of (score descending, index ascending), which is the host's
  * stable descending order, padded to a power of two with entries that sort last. */
 __global__ void k_nms_sort(const float *scores, int n, int padded, int *order) {
-    __shared__ float key[MRCNN_CUDA_NMS_MAX];
-    __shared__ int idx[MRCNN_CUDA_NMS_MAX];
+    extern __shared__ float nms_smem[]; // key[padded], then idx[padded]
+    float *key = nms_smem;
+    int *idx = (int *)(nms_smem + padded);
     for (int i = threadIdx.x; i < padded; i += NMS_SORT_THREADS) {
         key[i] = i < n ? scores[i] : -INFINITY;
         idx[i] = i < n ? i : 0x7fffffff;
@@ -296,11 +297,14 @@ extern "C" void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, cons
     char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, order_bytes + (size_t)n * blocks * 8);
     int *order = (int *)scratch;
     unsigned long long *mask = (unsigned long long *)(scratch + order_bytes);
-    k_nms_sort<<<1, NMS_SORT_THREADS, 0, s->stream>>>(scores, (int)n, padded, order);
+    /* Up to 128 KB of dynamic shared memory (sm_80 and sm_90 allow it on request). */
+    const int smem = padded * (int)(sizeof(float) + sizeof(int));
+    MRCNN_CHECK_CUDA(cudaFuncSetAttribute(k_nms_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k_nms_sort<<<1, NMS_SORT_THREADS, (size_t)smem, s->stream>>>(scores, (int)n, padded, order);
     MRCNN_CHECK_LAUNCH("nms sort");
     k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks), 64, 0, s->stream>>>(boxes, idxs, order, (int)n, thresh, mask);
     MRCNN_CHECK_LAUNCH("nms mask");
-    k_nms_reduce<<<1, 64, 0, s->stream>>>(order, (int)n, blocks, mask, keep, count);
+    k_nms_reduce<<<1, 256, 0, s->stream>>>(order, (int)n, blocks, mask, keep, count);
     MRCNN_CHECK_LAUNCH("nms reduce");
 }
 

@@ -191,8 +191,9 @@ static void test_nms_body(void) {
     nms_case(1, 0, 0.7f);
     nms_case(700, 0, 0.5f);
     nms_case(1000, 5, 0.3f);
+    nms_case(4096, 0, 0.7f);
     nms_case(MRCNN_CUDA_NMS_MAX, 0, 0.7f);
-    nms_case(MRCNN_CUDA_NMS_MAX - 37, 3, 0.6f);
+    nms_case(MRCNN_CUDA_NMS_MAX - 37, 5, 0.7f); // proposals: 5 levels of up to 2000 boxes
 }
 
 static void test_mask_targets_body(void) {
