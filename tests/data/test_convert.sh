@@ -37,6 +37,29 @@ awk -v big="$biggest" '/ bytes$/ { b = $(NF-1); if (min == "" || b < min) min = 
     END { if (max - min > big || min <= 0) { print "shards unbalanced: " min " .. " max " bytes (largest image " big ")"; exit 1 } }' \
     "$T/check.log" || fail "shards are not balanced by bytes"
 "$PREP" export "$T/r1/instances_train-index.h5" --out "$T/r1.json" >/dev/null || fail "export"
+# --check finds damage: an image's first bytes, then an RLE string, overwritten in place.
+for what in image rle; do
+    rm -rf "$T/bad" && cp -r "$T/r1" "$T/bad"
+    $PY_COCO - "$T/bad/instances_train-00001-of-00004.h5" "$T/r1.json" "$what" <<'PY' || fail "could not damage a shard"
+import json, sys
+path, exported, what = sys.argv[1:4]
+data = bytearray(open(path, "rb").read())
+if what == "image":
+    at = data.find(b"\xff\xd8\xff")
+    data[at:at + 3] = b"\0\0\0"
+else:
+    for a in json.load(open(exported))["annotations"]:
+        at = data.find(a["segmentation"]["counts"].encode())
+        if at >= 0 and len(a["segmentation"]["counts"]) > 4:
+            data[at + 2] = ord("0") if data[at + 2] != ord("0") else ord("1")
+            break
+    else:
+        sys.exit(1)
+open(path, "wb").write(data)
+PY
+    "$PREP" inspect "$T/bad/instances_train-index.h5" --check > "$T/bad.log" 2>&1 && { cat "$T/bad.log"; fail "--check passed a damaged $what"; }
+    grep -q "check: FAILED" "$T/bad.log" || fail "--check did not report the damaged $what"
+done
 $PY_COCO "$ROOT/tests/data/coco_compare.py" "$S" "$T/r1.json" | tail -3 || fail "export differs from the source (pycocotools)"
 
 for np in 2 3; do
