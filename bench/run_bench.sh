@@ -27,5 +27,16 @@ for name in $progs; do
     [ "$rc" -eq 0 ] || { echo "$name failed with exit code $rc"; failed="$failed $name"; }
     echo
 done
+# Scripted benchmarks (they time Python tools in the same run): COCO evaluation vs pycocotools.
+for sh in bench/bench_eval.sh; do
+    [ -f "$sh" ] || continue
+    name=$(basename "${sh%.sh}")
+    log=$logdir/$name.txt
+    echo "== $name ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee "$log"
+    BUILD=$BUILD bash "$sh" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || { echo "$name failed with exit code $rc"; failed="$failed $name"; }
+    echo
+done
 echo "bench output: $logdir/"
 [ -z "$failed" ] || { echo "failed:$failed"; exit 1; }
