@@ -142,6 +142,7 @@ int main(void) {
     printf("bench_model: training forward+backward per image, %d images of %dx%d per batch, %d threads "
            "(OMP_NUM_THREADS), OpenBLAS %s\n", NIMG, SIZE, SIZE, threads, getenv("OPENBLAS_NUM_THREADS") ?
            getenv("OPENBLAS_NUM_THREADS") : "(default threads)");
+    fflush(stdout);
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s bench/bench_model.py --dir %s --threads %d --size %d --images %d --iters %d", py,
              dir, threads, SIZE, NIMG, iters);
