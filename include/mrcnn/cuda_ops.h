@@ -55,6 +55,24 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
                                 float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
                                 int64_t *counts);
 
+/* As mrcnn_anchors_grid; cell (n_cell, 4) is a HOST array (n_cell <= 16), anchors
+ * (grid_h, grid_w, n_cell, 4) device memory. */
+void mrcnn_cuda_anchors_grid(const mrcnn_backend *be, const float *cell, int n_cell, int grid_h, int grid_w,
+                             int stride_h, int stride_w, float *anchors);
+
+/* As mrcnn_gather_class_deltas / _masks and their backward passes, with the logits in
+ * dtype dt (fp32, fp16 or bf16; the gathered values and their gradients fp32, as the
+ * losses run in fp32). Rows whose label is outside [0, k) are skipped (zero output,
+ * no gradient): labels are not range-checked on the device. */
+void mrcnn_cuda_gather_class_deltas(const mrcnn_backend *be, int n, int k, const void *deltas, mrcnn_dtype dt,
+                                    const int32_t *labels, float *out);
+void mrcnn_cuda_gather_class_deltas_backward(const mrcnn_backend *be, int n, int k, const float *dout,
+                                             const int32_t *labels, void *ddeltas, mrcnn_dtype dt);
+void mrcnn_cuda_gather_class_masks(const mrcnn_backend *be, int n, int m, int k, const void *logits, mrcnn_dtype dt,
+                                   const int32_t *labels, float *out);
+void mrcnn_cuda_gather_class_masks_backward(const mrcnn_backend *be, int n, int m, int k, const float *dout,
+                                            const int32_t *labels, void *dlogits, mrcnn_dtype dt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "mrcnn/backend.h"
+#include "mrcnn/anchors.h"
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
+#include "mrcnn/half.h"
 #include "mrcnn/roi_targets.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
@@ -266,12 +268,100 @@ static void test_sampler_body(void) {
     sampler_case(241101, 0.001f, 0.9f, 256, 0.5f, 4); // an R50-FPN image's anchors
 }
 
+static void test_anchors_body(void) {
+    const float ratios[3] = {0.5f, 1.0f, 2.0f};
+    float cell[12];
+    mrcnn_anchors_cell(64.0f, ratios, 3, cell);
+    const int gh = 25, gw = 38, st = 32;
+    const int64_t n = (int64_t)gh * gw * 3 * 4;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    mrcnn_anchors_grid(cell, 3, gh, gw, st, st, ref);
+    void *d = up(NULL, (size_t)n * 4);
+    mrcnn_cuda_anchors_grid(G, cell, 3, gh, gw, st, st, d);
+    down(got, d, (size_t)n * 4);
+    assert_memory_equal(got, ref, (size_t)n * 4);
+    printf("  anchors_grid %dx%dx3 identical\n", gh, gw);
+    G->free(G, d);
+    free(ref), free(got);
+}
+
+/* Host copy of x rounded to dt and its device encoding. */
+static void *up_dtype(float *x, int64_t n, mrcnn_dtype dt) {
+    if (dt == MRCNN_DTYPE_F32) return up(x, (size_t)n * 4);
+    uint16_t *b = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = mrcnn_round_to(x[i], dt);
+        b[i] = dt == MRCNN_DTYPE_F16 ? mrcnn_f32_to_f16(x[i]) : mrcnn_f32_to_bf16(x[i]);
+    }
+    void *d = up(b, (size_t)n * 2);
+    free(b);
+    return d;
+}
+
+static void down_dtype(float *x, const void *d, int64_t n, mrcnn_dtype dt) {
+    if (dt == MRCNN_DTYPE_F32) {
+        down(x, d, (size_t)n * 4);
+        return;
+    }
+    uint16_t *b = malloc((size_t)n * 2);
+    down(b, d, (size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) x[i] = dt == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(b[i]) : mrcnn_bf16_to_f32(b[i]);
+    free(b);
+}
+
+static void test_gathers_body(void) {
+    const int n = 37, k = 91, m = 28;
+    int32_t labels[37];
+    for (int i = 0; i < n; i++) labels[i] = i % 5 == 2 ? -1 : (i * 13) % k;
+    void *dl = up(labels, sizeof labels);
+    const mrcnn_dtype dts[2] = {MRCNN_DTYPE_F32, MRCNN_DTYPE_BF16};
+    for (int di = 0; di < 2; di++) {
+        const mrcnn_dtype dt = dts[di];
+        for (int masks = 0; masks < 2; masks++) {
+            const int64_t per = masks ? (int64_t)m * m : 4, nx = n * per * k, no = n * per;
+            float *x = malloc((size_t)nx * 4), *ref = malloc((size_t)nx * 4), *got = malloc((size_t)nx * 4);
+            float *dout = malloc((size_t)no * 4);
+            test_fill_uniform(x, nx, -3, 3, g_seed++);
+            test_fill_uniform(dout, no, -1, 1, g_seed++);
+            void *dx = up_dtype(x, nx, dt), *dd = up(dout, (size_t)no * 4), *dy = up(NULL, (size_t)no * 4);
+            if (masks) {
+                mrcnn_gather_class_masks(n, m, k, x, labels, ref);
+                mrcnn_cuda_gather_class_masks(G, n, m, k, dx, dt, dl, dy);
+            } else {
+                mrcnn_gather_class_deltas(n, k, x, labels, ref);
+                mrcnn_cuda_gather_class_deltas(G, n, k, dx, dt, dl, dy);
+            }
+            down(got, dy, (size_t)no * 4);
+            assert_memory_equal(got, ref, (size_t)no * 4);
+            /* Backward into the (prefilled) logits: one rounding of x + dout on both sides. */
+            memcpy(ref, x, (size_t)nx * 4);
+            if (masks) {
+                mrcnn_gather_class_masks_backward(n, m, k, dout, labels, ref);
+                mrcnn_cuda_gather_class_masks_backward(G, n, m, k, dd, dl, dx, dt);
+            } else {
+                mrcnn_gather_class_deltas_backward(n, k, dout, labels, ref);
+                mrcnn_cuda_gather_class_deltas_backward(G, n, k, dd, dl, dx, dt);
+            }
+            mrcnn_round_array(ref, (size_t)nx, dt);
+            down_dtype(got, dx, nx, dt);
+            assert_memory_equal(got, ref, (size_t)nx * 4);
+            printf("  gather_class_%s %s forward and backward identical\n", masks ? "masks" : "deltas",
+                   mrcnn_dtype_name(dt));
+            G->free(G, dx), G->free(G, dd), G->free(G, dy);
+            free(x), free(ref), free(got), free(dout);
+        }
+    }
+    G->free(G, dl);
+}
+
 GUARDED_TEST(test_box_iou)
 GUARDED_TEST(test_box_coder)
 GUARDED_TEST(test_matcher)
 GUARDED_TEST(test_nms)
 GUARDED_TEST(test_mask_targets)
 GUARDED_TEST(test_sampler)
+GUARDED_TEST(test_anchors)
+GUARDED_TEST(test_gathers)
 
 int main(void) {
     const char *why = NULL;
@@ -283,6 +373,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
         cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_anchors), cmocka_unit_test(test_gathers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();
