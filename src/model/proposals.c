@@ -21,6 +21,48 @@ static int by_value_desc(const void *pa, const void *pb) {
     return (a->i > b->i) - (a->i < b->i);
 }
 
+/* The k-th largest of v[0..n) (1 <= k <= n) by quickselect on scratch (n floats). */
+static float kth_largest(const float *v, int64_t n, int64_t k, float *scratch) {
+    memcpy(scratch, v, (size_t)n * sizeof(float));
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = scratch[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (scratch[i] > pivot) i++;
+            while (scratch[j] < pivot) j--;
+            if (i <= j) {
+                float t = scratch[i];
+                scratch[i] = scratch[j];
+                scratch[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            break;
+    }
+    return scratch[want];
+}
+
+/* items gets the top k of v (descending, ties by lower index), as a stable top-k:
+ * everything above the k-th value, then the equal ones in index order. */
+static int64_t top_k(const float *v, int64_t n, int64_t k, topk_item *items, float *scratch) {
+    if (k <= 0) return 0;
+    float kth = kth_largest(v, n, k, scratch);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] > kth) items[m++] = (topk_item){v[i], i};
+    for (int64_t i = 0; i < n && m < k; i++)
+        if (v[i] == kth) items[m++] = (topk_item){v[i], i};
+    qsort(items, (size_t)m, sizeof(topk_item), by_value_desc);
+    return m; // below k only when NaN logits make the order undefined
+}
+
 void mrcnn_rpn_proposals(const mrcnn_proposal_params *p, int n_images, int n_levels, const int64_t *level_counts,
                          const float *const *objectness, const float *const *deltas, const float *anchors,
                          const int *image_hw, float *boxes, float *scores, int64_t *counts) {
@@ -37,6 +79,7 @@ void mrcnn_rpn_proposals(const mrcnn_proposal_params *p, int n_images, int n_lev
     }
     const int64_t P = p->post_nms_top_n;
     topk_item *items = MRCNN_MALLOC((size_t)(max_level ? max_level : 1) * sizeof(topk_item), "rpn top-k");
+    float *scratch = MRCNN_MALLOC((size_t)(max_level ? max_level : 1) * sizeof(float), "rpn top-k scratch");
     float *cb = MRCNN_MALLOC((size_t)(cand_cap ? cand_cap : 1) * 4 * sizeof(float), "rpn candidate boxes");
     float *cs = MRCNN_MALLOC((size_t)(cand_cap ? cand_cap : 1) * sizeof(float), "rpn candidate scores");
     int32_t *cl = MRCNN_MALLOC((size_t)(cand_cap ? cand_cap : 1) * sizeof(int32_t), "rpn candidate levels");
@@ -49,9 +92,8 @@ void mrcnn_rpn_proposals(const mrcnn_proposal_params *p, int n_images, int n_lev
             const int64_t cnt = level_counts[l];
             const float *obj = objectness[l] + (int64_t)n * cnt;
             const float *del = deltas[l] + (int64_t)n * cnt * 4;
-            for (int64_t i = 0; i < cnt; i++) items[i] = (topk_item){obj[i], i};
             int64_t k = cnt < p->pre_nms_top_n ? cnt : p->pre_nms_top_n;
-            qsort(items, (size_t)cnt, sizeof(topk_item), by_value_desc);
+            k = top_k(obj, cnt, k, items, scratch);
             for (int64_t t = 0; t < k; t++) {
                 int64_t i = items[t].i;
                 float box[4];
@@ -79,6 +121,7 @@ void mrcnn_rpn_proposals(const mrcnn_proposal_params *p, int n_images, int n_lev
         counts[n] = nk;
     }
     free(items);
+    free(scratch);
     free(cb);
     free(cs);
     free(cl);

@@ -5,6 +5,9 @@
  * element has one writer and the result does not depend on the thread count. */
 #include <math.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "mrcnn/roi_align.h"
 #include "ops_real.h"
@@ -149,8 +152,15 @@ void OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, const real
     MRCNN_CHECK(dfeats, "roi_align_backward: NULL gradient list");
     const int C = d->channels;
     const int64_t bins = (int64_t)d->out_h * d->out_w;
-    /* Channel blocks per thread: each feature element has exactly one writer. */
-    const int block = 16;
+    /* One channel block per thread: each feature element has exactly one writer, the
+     * sum order per element is the same for any thread count, and the blocks stay wide
+     * enough to vectorize. Each block recomputes the sampling points (cheap). */
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    int block = (C + threads - 1) / threads;
+    block = (block + 15) / 16 * 16;
     const int n_blocks = (C + block - 1) / block;
 #pragma omp parallel if (r * bins * C >= OPS_OMP_MIN)
     {

@@ -239,6 +239,28 @@ static void test_argument_errors(void **state) {
     EXPECT_FAIL(mrcnn_detect_postprocess(&dp, 0, NULL, NULL, NULL, 10, 10, b, s, l), "1 classes");
 }
 
+static void test_proposals_topk_ties(void **state) {
+    /* Equal logits: the per-level top-k keeps the lower anchor indices (a stable
+     * top-k), whatever the quickselect pivots do. Anchors are disjoint, so NMS keeps all. */
+    enum { A = 40 };
+    float anchors[A * 4], obj[A], del[A * 4] = {0};
+    for (int i = 0; i < A; i++) {
+        anchors[4 * i + 0] = (float)(20 * i), anchors[4 * i + 1] = 0;
+        anchors[4 * i + 2] = (float)(20 * i + 10), anchors[4 * i + 3] = 10;
+        obj[i] = i % 7 == 3 ? 2.0f : 1.0f; // indices 3, 10, 17, 24, 31, 38 on top
+    }
+    int64_t counts[1] = {A};
+    const float *o[1] = {obj}, *d[1] = {del};
+    int hw[2] = {20, 1000};
+    mrcnn_proposal_params p = {9, 9, 0.7f, 1e-3f, 0.0f};
+    float boxes[9 * 4], scores[9];
+    int64_t n;
+    mrcnn_rpn_proposals(&p, 1, 1, counts, o, d, anchors, hw, boxes, scores, &n);
+    assert_int_equal(n, 9);
+    int want[9] = {3, 10, 17, 24, 31, 38, 0, 1, 2};
+    for (int t = 0; t < 9; t++) assert_true(boxes[4 * t] == anchors[4 * want[t]]);
+}
+
 static void test_backend_roi_align(void **state) {
     /* The CPU backend's entries: the same numbers as the op, accumulation into the
      * gradients, rounded storage at bf16, and shape errors that name the tensor. */
@@ -307,6 +329,7 @@ int main(void) {
         cmocka_unit_test(test_roi_sample_capacity),
         cmocka_unit_test(test_class_gathers),
         cmocka_unit_test(test_argument_errors),
+        cmocka_unit_test(test_proposals_topk_ties),
         cmocka_unit_test(test_backend_roi_align),
     };
     return cmocka_run_group_tests_name("detect", tests, NULL, NULL);
