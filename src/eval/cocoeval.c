@@ -53,22 +53,33 @@ static void sort_desc_stable(int64_t *idx, int64_t n, const double *key, int64_t
     }
 }
 
-/* Everything evaluate needs, grouped per cell c = k * I + i. */
+typedef struct {
+    int64_t key, index;
+} cell_pair;
+
+static int cmp_cell_pair(const void *a, const void *b) {
+    const cell_pair *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Everything evaluate needs, grouped per cell: one (category, image) pair that has a
+ * gt or a detection (pycocotools' evalImgs that are not None). Cells are ordered by
+ * category, then image id, so each category's cells are one run in image order. */
 typedef struct {
     const mrcnn_coco_gt *gt;
     const mrcnn_coco_dets *dets;
     mrcnn_iou_type type;
-    int64_t I, K;
-    int64_t *img_index;   // (I) index into gt->images, sorted by id
-    int64_t *gt_start;    // (K*I + 1) cell offsets into gt_list
+    int64_t I, K, NC;     // images, categories, cells
+    int64_t *cat_start;   // (K + 1) first cell of each category
+    int64_t *gt_start;    // (NC + 1) cell offsets into gt_list
     int64_t *gt_list;     // gt annotation indices, grouped by cell, file order within
-    int64_t *dt_start;    // (K*I + 1)
+    int64_t *dt_start;    // (NC + 1)
     int64_t *dt_list;     // detection indices, grouped by cell, results order within
-    int64_t *kept_start;  // (K*I + 1) offsets of the kept (top-100) detections
+    int64_t *kept_start;  // (NC + 1) offsets of the kept (top-100) detections
     double *kept_score;   // (total kept) scores, sorted within a cell
     uint8_t *kept_state;  // (total kept, A, T) DT_FP / DT_TP / DT_IGNORED
-    int64_t *npig;        // (K*I, A) non-ignored gts
-    uint8_t *present;     // (K*I) the cell has a gt or a detection (evalImg is not None)
+    int64_t *npig;        // (NC, A) non-ignored gts
     double iou_thrs[T_];
     char error[512];      // first failure inside the parallel region
 } eval_ctx;
@@ -138,9 +149,7 @@ static void eval_cell(eval_ctx *x, int64_t c) {
     int64_t G = x->gt_start[c + 1] - x->gt_start[c], Dall = x->dt_start[c + 1] - x->dt_start[c];
     const int64_t *gl = x->gt_list + x->gt_start[c];
     int64_t D = x->kept_start[c + 1] - x->kept_start[c];
-    x->present[c] = G > 0 || Dall > 0;
     for (int a = 0; a < A_; a++) x->npig[c * A_ + a] = 0;
-    if (!x->present[c]) return;
 
     /* Detections by score, stable, cut at 100. */
     int64_t *order = MRCNN_MALLOC(sizeof(int64_t) * 2 * (size_t)(Dall + 1), "detection order");
@@ -266,22 +275,19 @@ static void eval_cell(eval_ctx *x, int64_t c) {
 
 /* accumulate() for category k: precision (T, R, K, A, M) and recall (T, K, A, M). */
 static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, const double *rec_thrs) {
-    int64_t I = x->I, K = x->K;
-    int64_t cap = x->kept_start[(k + 1) * I] - x->kept_start[k * I];
+    int64_t K = x->K, c0 = x->cat_start[k], c1 = x->cat_start[k + 1];
+    int64_t cap = x->kept_start[c1] - x->kept_start[c0];
     double *sc = MRCNN_MALLOC(sizeof(double) * (size_t)(cap + 1), "accumulate scores");
     int64_t *src = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "accumulate sources");
     int64_t *idx = MRCNN_MALLOC(sizeof(int64_t) * 2 * (size_t)(cap + 1), "accumulate order");
     double *rc = MRCNN_MALLOC(sizeof(double) * (size_t)(cap + 1), "recall curve");
     double *pr = MRCNN_MALLOC(sizeof(double) * (size_t)(cap + 1), "precision curve");
     uint8_t *st = MRCNN_MALLOC((size_t)(cap + 1) * A_ * T_, "sorted detection states");
-    int any = 0; // some image has a gt or a detection of this category (an evalImg that is not None)
-    for (int64_t i = 0; i < I && !any; i++) any = x->present[k * I + i];
-    if (!any) goto done;
-    /* The concatenation and its score order depend on maxDets only, not on the area range. */
-    for (int mi = 0; mi < M_; mi++) {
+    /* No cell: every evalImg of this category is None and its entries stay -1. The
+     * concatenation and its score order depend on maxDets only, not on the area range. */
+    for (int mi = 0; mi < M_ && c1 > c0; mi++) {
         int64_t maxdet = k_max_dets[mi], nd = 0;
-        for (int64_t i = 0; i < I; i++) {
-            int64_t c = k * I + i;
+        for (int64_t c = c0; c < c1; c++) {
             int64_t n = x->kept_start[c + 1] - x->kept_start[c];
             if (n > maxdet) n = maxdet;
             for (int64_t d = 0; d < n; d++) {
@@ -296,7 +302,7 @@ static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, cons
             memcpy(st + d * A_ * T_, x->kept_state + src[idx[d]] * A_ * T_, A_ * T_);
         for (int a = 0; a < A_; a++) {
             int64_t npig = 0;
-            for (int64_t i = 0; i < I; i++) npig += x->present[k * I + i] ? x->npig[(k * I + i) * A_ + a] : 0;
+            for (int64_t c = c0; c < c1; c++) npig += x->npig[c * A_ + a];
             if (npig == 0) continue;
             for (int t = 0; t < T_; t++) {
                 double tp = 0, fp = 0;
@@ -319,7 +325,6 @@ static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, cons
             }
         }
     }
-done:
     free(sc), free(src), free(idx), free(rc), free(pr), free(st);
 }
 
@@ -341,7 +346,7 @@ void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, m
     x.I = gt->n_images;
     x.K = gt->n_cats;
     memcpy(x.iou_thrs, out->iou_thrs, sizeof x.iou_thrs);
-    int64_t I = x.I, K = x.K, C = I * K;
+    int64_t I = x.I, K = x.K;
     out->K = K;
     out->cat_ids = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(K + 1), "category ids");
     for (int64_t k = 0; k < K; k++) out->cat_ids[k] = gt->cats[gt->cat_by_id[k]].id;
@@ -357,49 +362,62 @@ void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, m
     for (int64_t r = 0; r < I; r++) img_rank[gt->image_by_id[r]] = r;
     for (int64_t r = 0; r < K; r++) cat_rank[gt->cat_by_id[r]] = r;
 
-    /* Group gts (only those of known images and categories, as getAnnIds does) and
-     * detections per cell, keeping file order. */
-    int64_t *gcell = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(gt->n_anns + 1), "gt cells");
-    int64_t *dcell = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(dets->n + 1), "detection cells");
-    x.gt_start = MRCNN_CALLOC((size_t)C + 1, sizeof(int64_t), "gt cell starts");
-    x.dt_start = MRCNN_CALLOC((size_t)C + 1, sizeof(int64_t), "detection cell starts");
-    x.kept_start = MRCNN_CALLOC((size_t)C + 1, sizeof(int64_t), "kept detection starts");
+    /* (cell key k * I + i, index) pairs: gts of known images and categories only, as
+     * getAnnIds selects them; sorted by key with file order kept within a key. */
+    cell_pair *gp = MRCNN_MALLOC(sizeof(cell_pair) * (size_t)(gt->n_anns + 1), "gt cells");
+    cell_pair *dp = MRCNN_MALLOC(sizeof(cell_pair) * (size_t)(dets->n + 1), "detection cells");
+    int64_t ng = 0, nd = dets->n;
     for (int64_t n = 0; n < gt->n_anns; n++) {
         int64_t i = mrcnn_coco_gt_find_image(gt, gt->anns[n].image_id);
         int64_t k = mrcnn_coco_gt_find_category(gt, gt->anns[n].category_id);
-        gcell[n] = i < 0 || k < 0 ? -1 : cat_rank[k] * I + img_rank[i];
-        if (gcell[n] >= 0) x.gt_start[gcell[n] + 1]++;
+        if (i >= 0 && k >= 0) gp[ng++] = (cell_pair){cat_rank[k] * I + img_rank[i], n};
     }
-    for (int64_t n = 0; n < dets->n; n++) {
+    for (int64_t n = 0; n < nd; n++) {
         int64_t i = mrcnn_coco_gt_find_image(gt, dets->anns[n].image_id);
         int64_t k = mrcnn_coco_gt_find_category(gt, dets->anns[n].category_id);
-        dcell[n] = cat_rank[k] * I + img_rank[i];
-        x.dt_start[dcell[n] + 1]++;
+        dp[n] = (cell_pair){cat_rank[k] * I + img_rank[i], n};
     }
-    for (int64_t c = 0; c < C; c++) {
-        int64_t nd = x.dt_start[c + 1];
-        x.kept_start[c + 1] = x.kept_start[c] + (nd < k_max_dets[M_ - 1] ? nd : k_max_dets[M_ - 1]);
-        x.gt_start[c + 1] += x.gt_start[c];
-        x.dt_start[c + 1] += x.dt_start[c];
-    }
-    x.gt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(x.gt_start[C] + 1), "gt lists");
-    x.dt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(x.dt_start[C] + 1), "detection lists");
-    int64_t *fill = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(C + 1), "cell fill");
-    memcpy(fill, x.gt_start, sizeof(int64_t) * (size_t)C);
-    for (int64_t n = 0; n < gt->n_anns; n++)
-        if (gcell[n] >= 0) x.gt_list[fill[gcell[n]]++] = n;
-    memcpy(fill, x.dt_start, sizeof(int64_t) * (size_t)C);
-    for (int64_t n = 0; n < dets->n; n++) x.dt_list[fill[dcell[n]]++] = n;
-    free(fill), free(gcell), free(dcell), free(img_rank), free(cat_rank);
+    free(img_rank), free(cat_rank);
+    qsort(gp, (size_t)ng, sizeof(cell_pair), cmp_cell_pair);
+    qsort(dp, (size_t)nd, sizeof(cell_pair), cmp_cell_pair);
 
-    int64_t kept = x.kept_start[C];
+    /* Merge the two sorted lists into cells. */
+    int64_t cap = ng + nd + 1;
+    x.gt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "gt cell starts");
+    x.dt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "detection cell starts");
+    x.kept_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "kept detection starts");
+    x.cat_start = MRCNN_CALLOC((size_t)K + 1, sizeof(int64_t), "category cell starts");
+    x.gt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ng + 1), "gt lists");
+    x.dt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(nd + 1), "detection lists");
+    for (int64_t n = 0; n < ng; n++) x.gt_list[n] = gp[n].index;
+    for (int64_t n = 0; n < nd; n++) x.dt_list[n] = dp[n].index;
+    int64_t gi = 0, di = 0, nc = 0;
+    x.kept_start[0] = 0;
+    while (gi < ng || di < nd) {
+        int64_t key = gi < ng ? gp[gi].key : INT64_MAX;
+        if (di < nd && dp[di].key < key) key = dp[di].key;
+        x.gt_start[nc] = gi;
+        x.dt_start[nc] = di;
+        while (gi < ng && gp[gi].key == key) gi++;
+        while (di < nd && dp[di].key == key) di++;
+        int64_t n = di - x.dt_start[nc];
+        x.kept_start[nc + 1] = x.kept_start[nc] + (n < k_max_dets[M_ - 1] ? n : k_max_dets[M_ - 1]);
+        x.cat_start[key / I + 1]++;
+        nc++;
+    }
+    x.gt_start[nc] = gi;
+    x.dt_start[nc] = di;
+    x.NC = nc;
+    for (int64_t k = 0; k < K; k++) x.cat_start[k + 1] += x.cat_start[k];
+    free(gp), free(dp);
+
+    int64_t kept = x.kept_start[nc];
     x.kept_score = MRCNN_MALLOC(sizeof(double) * (size_t)(kept + 1), "kept scores");
     x.kept_state = MRCNN_MALLOC((size_t)(kept + 1) * A_ * T_, "kept states");
-    x.npig = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(C + 1) * A_, "non-ignored gt counts");
-    x.present = MRCNN_MALLOC((size_t)C + 1, "cell presence");
+    x.npig = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(nc + 1) * A_, "non-ignored gt counts");
 
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
-    for (int64_t c = 0; c < C; c++) {
+    for (int64_t c = 0; c < nc; c++) {
         if (!x.error[0]) eval_cell(&x, c);
     }
     MRCNN_CHECK(!x.error[0], "coco eval (%s): %s", type == MRCNN_IOU_SEGM ? "segm" : "bbox", x.error);
@@ -408,7 +426,7 @@ void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, m
     for (int64_t k = 0; k < K; k++) accumulate_category(&x, k, out, out->rec_thrs);
 
     free(x.gt_start), free(x.gt_list), free(x.dt_start), free(x.dt_list), free(x.kept_start);
-    free(x.kept_score), free(x.kept_state), free(x.npig), free(x.present);
+    free(x.cat_start), free(x.kept_score), free(x.kept_state), free(x.npig);
     mrcnn_coco_eval_compute_stats(out);
     out->seconds = mrcnn_time_now() - t0;
 }
