@@ -131,7 +131,7 @@ def write_inputs(path, imgs, targets):
             f[f"gt/{i}/masks"] = t["masks"]
 
 
-def run_c(tmp, model, imgs, targets, sets, grads, mode="train"):
+def run_c(tmp, model, imgs, targets, sets, grads, mode="train", config=None):
     pth = os.path.join(tmp, "w.pth")
     h5w = os.path.join(tmp, "w.h5")
     inp = os.path.join(tmp, "in.h5")
@@ -139,8 +139,9 @@ def run_c(tmp, model, imgs, targets, sets, grads, mode="train"):
     torch.save(model.state_dict(), pth)
     weights.import_state_dict(weights.load_state_dict(pth), h5w)
     write_inputs(inp, imgs, targets)
-    cfg = os.path.join(tmp, "empty.yaml")
-    open(cfg, "w").write("SEED: 1\n")
+    cfg = config or os.path.join(tmp, "empty.yaml")
+    if config is None:
+        open(cfg, "w").write("SEED: 1\n")
     cmd = [os.path.join(BUILD, "tests/model/prog_net_run"), cfg, h5w, inp, out, "--mode", mode]
     for s in sets:
         cmd += ["--set", s]
@@ -193,6 +194,56 @@ def folded_grad(model, name, g):
     return g / scale.reshape(-1, 1, 1, 1)
 
 
+def compare_train(label, model, imgs, targets, sets, grad_names, config=None):
+    """One training step on both sides with the same weights and batch."""
+    ref = torch_train(model, imgs, targets)
+    n = imgs.shape[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = run_c(tmp, model, imgs, targets, sets, grad_names, config=config)
+        names = ["P2", "P3", "P4", "P5", "P6"]
+        for l in range(5):
+            a = np.array(out[f"p/{l}"])
+            b = ref["features"][l].permute(0, 2, 3, 1).numpy()
+            e = rel_err(a, b)
+            check(f"{label} feature {names[l]} {b.shape}", a.shape == b.shape and e < 1e-4, f"max rel err {e:.2e}")
+        for l in range(5):
+            a = np.array(out[f"rpn/logits/{l}"])
+            b = ref["obj"][l].permute(0, 2, 3, 1).numpy()
+            e1 = rel_err(a, b)
+            o = ref["deltas"][l]
+            N, A4, hh, ww = o.shape
+            b2 = o.view(N, A4 // 4, 4, hh, ww).permute(0, 3, 4, 1, 2).reshape(N, hh, ww, A4).numpy()
+            a2 = np.array(out[f"rpn/deltas/{l}"])
+            e2 = rel_err(a2, b2)
+            check(f"{label} RPN {names[l]} objectness/deltas", e1 < 1e-4 and e2 < 1e-4, f"{e1:.2e} / {e2:.2e}")
+        props = np.array(out["proposals"])
+        counts = np.array(out["proposal_counts"]).astype(int)
+        for i in range(n):
+            b = ref["proposals"][i].numpy()
+            a = props[i, : counts[i]]
+            ok = a.shape == b.shape
+            worst = 0.0
+            if ok and len(a):
+                iou = box_iou(a, b)
+                worst = float(min(iou.max(1).min(), iou.max(0).min()))
+                ok = worst > 0.999
+            check(f"{label} proposals image {i}", ok, f"C {len(a)} torch {len(b)}, worst best-IoU {worst:.6f}")
+        lc = np.array(out["losses"])
+        keys = ["loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"]
+        for k, v in zip(keys, lc):
+            t = float(ref["losses"][k])
+            e = abs(v - t) / max(abs(t), 1e-12)
+            check(f"{label} {k}", e < 1e-4, f"C {v:.7g} torch {t:.7g} rel {e:.2e}")
+        sd = dict(model.named_parameters())
+        for g in grad_names:
+            tg = folded_grad(model, g, sd[g].grad)
+            b = weights.to_project(g, tg)
+            a = np.array(out[f"grads/{g}"])
+            e = rel_err(a, b)
+            check(f"{label} grad {g}", a.shape == b.shape and e < 1e-3, f"max rel err {e:.2e}")
+        out.close()
+
+
 def parity_r50():
     h, w, n = 128, 160, 2
     grad_names = ["roi_heads.box_head.fc6.weight", "rpn.head.conv.0.0.weight",
@@ -203,51 +254,73 @@ def parity_r50():
         print(f"R50-FPN, weight draw {draw} (seed {seed}), {n} images {h}x{w}")
         model = build_r50(seed, h, w)
         imgs, targets = make_inputs(seed, n, h, w, R50_SETTINGS["num_classes"])
-        ref = torch_train(model, imgs, targets)
-        with tempfile.TemporaryDirectory() as tmp:
-            out = run_c(tmp, model, imgs, targets, c_sets(R50_SETTINGS), grad_names)
-            names = ["P2", "P3", "P4", "P5", "P6"]
-            for l in range(5):
-                a = np.array(out[f"p/{l}"])
-                b = ref["features"][l].permute(0, 2, 3, 1).numpy()
-                e = rel_err(a, b)
-                check(f"feature {names[l]} {b.shape}", a.shape == b.shape and e < 1e-4, f"max rel err {e:.2e}")
-            for l in range(5):
-                a = np.array(out[f"rpn/logits/{l}"])
-                b = ref["obj"][l].permute(0, 2, 3, 1).numpy()
-                e1 = rel_err(a, b)
-                o = ref["deltas"][l]
-                N, A4, hh, ww = o.shape
-                b2 = o.view(N, A4 // 4, 4, hh, ww).permute(0, 3, 4, 1, 2).reshape(N, hh, ww, A4).numpy()
-                a2 = np.array(out[f"rpn/deltas/{l}"])
-                e2 = rel_err(a2, b2)
-                check(f"RPN {names[l]} objectness/deltas", e1 < 1e-4 and e2 < 1e-4, f"{e1:.2e} / {e2:.2e}")
-            props = np.array(out["proposals"])
-            counts = np.array(out["proposal_counts"]).astype(int)
-            for i in range(n):
-                b = ref["proposals"][i].numpy()
-                a = props[i, : counts[i]]
-                ok = a.shape == b.shape
-                worst = 0.0
-                if ok and len(a):
-                    iou = box_iou(a, b)
-                    worst = float(min(iou.max(1).min(), iou.max(0).min()))
-                    ok = worst > 0.999
-                check(f"proposals image {i}", ok, f"C {len(a)} torch {len(b)}, worst best-IoU {worst:.6f}")
-            lc = np.array(out["losses"])
-            keys = ["loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"]
-            for k, v in zip(keys, lc):
-                t = float(ref["losses"][k])
-                e = abs(v - t) / max(abs(t), 1e-12)
-                check(f"{k}", e < 1e-4, f"C {v:.7g} torch {t:.7g} rel {e:.2e}")
-            sd = dict(model.named_parameters())
-            for g in grad_names:
-                tg = folded_grad(model, g, sd[g].grad)
-                b = weights.to_project(g, tg)
-                a = np.array(out[f"grads/{g}"])
-                e = rel_err(a, b)
-                check(f"grad {g}", a.shape == b.shape and e < 1e-3, f"max rel err {e:.2e}")
-            out.close()
+        compare_train(f"r50/{draw}", model, imgs, targets, c_sets(R50_SETTINGS), grad_names)
+
+
+def parity_tiny():
+    """The tiny config, every layer trainable (FREEZE_AT 0: the stem's gradient too),
+    with the stride in the 3x3 (torchvision) and in the 1x1 (MSRA, detectron2); and
+    the R101 structure (names and shapes load, parameter count)."""
+    h, w, n = 128, 160, 2
+    kw = dict(rpn_pre_nms_top_n_train=200, rpn_post_nms_top_n_train=60, rpn_batch_size_per_image=100000,
+              box_batch_size_per_image=100000)
+    sets = ["MODEL.RPN.POST_NMS_TOPK_TRAIN=60", "MODEL.RPN.BATCH_SIZE_PER_IMAGE=100000",
+            "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE=100000", "MODEL.ROI_MASK_HEAD.MAX_FG_PER_IMAGE=2000"]
+    cfg = os.path.join(ROOT, "configs/tiny.yaml")
+    grads = ["backbone.body.conv1.weight", "backbone.body.layer1.0.conv2.weight",
+             "backbone.body.layer3.0.downsample.0.weight", "roi_heads.box_head.fc6.weight",
+             "rpn.head.bbox_pred.weight", "roi_heads.mask_head.0.0.weight"]
+    for stride_in_1x1 in (False, True):
+        label = "tiny/stride-1x1" if stride_in_1x1 else "tiny/stride-3x3"
+        print(f"{label}: {n} images {h}x{w}")
+        model = net_tv_models.build_tiny(7, h, w, **kw)
+        randomize_tiny(model, 7)
+        if stride_in_1x1:
+            for s in (2, 3, 4):
+                blk = model.backbone.body.get_submodule(f"layer{s}")[0]
+                blk.conv1.stride, blk.conv2.stride = (2, 2), (1, 1)
+        imgs, targets = make_shapes(9, n, h, w, net_tv_models.TINY["num_classes"])
+        compare_train(label, model, imgs, targets,
+                      sets + [f"MODEL.RESNETS.STRIDE_IN_1X1={'true' if stride_in_1x1 else 'false'}"], grads,
+                      config=cfg)
+    print("R101-FPN structure")
+    from torchvision.models import resnet101
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    m101 = MaskRCNN(_resnet_fpn_extractor(resnet101(weights=None, norm_layer=FrozenBatchNorm2d), 3), num_classes=81)
+    with tempfile.TemporaryDirectory() as tmp:
+        h5 = os.path.join(tmp, "r101.h5")
+        weights.import_state_dict(m101.state_dict(), h5)
+        r = subprocess.run([os.path.join(BUILD, "tests/model/prog_net_run"), os.path.join(ROOT, "configs/r101_fpn_1x.yaml"),
+                            h5, "-", "-", "--mode", "load"], capture_output=True, text=True)
+        sd = m101.state_dict()
+        n_bn = sum(1 for k in sd if k.endswith("running_mean"))
+        want_t = sum(1 for k in sd if "running" not in k and not re_bn(k)) + n_bn
+        want_f = sum(v.numel() for k, v in sd.items() if "running" not in k and not re_bn(k)) + \
+            sum(v.numel() for k, v in sd.items() if k.endswith("running_mean"))
+        check("r101 weights load by name and shape", r.returncode == 0 and
+              r.stdout.strip() == f"params {want_t} tensors {want_f} floats",
+              (r.stdout.strip() or r.stderr.strip()[-300:]) + f" (expected {want_t} tensors {want_f} floats)")
+
+
+def re_bn(key):
+    """BN weight/bias of the backbone (folded away in the C model)."""
+    import re
+    return re.search(r"(\.bn\d|downsample\.1)\.(weight|bias)$", key) is not None
+
+
+def randomize_tiny(model, seed):
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, FrozenBatchNorm2d):
+                k = mod.weight.numel()
+                mod.weight.copy_(0.5 + torch.rand(k, generator=g))
+                mod.bias.copy_(0.1 * torch.randn(k, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(k, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(k, generator=g))
+        model.rpn.head.cls_logits.weight.normal_(0, 0.3, generator=g)
+        model.rpn.head.bbox_pred.weight.normal_(0, 0.05, generator=g)
 
 
 def make_shapes(seed, n, h, w, num_classes):
@@ -394,7 +467,7 @@ def roundtrip():
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "r50"
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    {"r50": parity_r50, "roundtrip": roundtrip, "detect": parity_detect}[what]()
+    {"r50": parity_r50, "tiny": parity_tiny, "roundtrip": roundtrip, "detect": parity_detect}[what]()
     if FAILURES:
         print(f"FAILED: {len(FAILURES)} checks: {', '.join(FAILURES)}")
         sys.exit(1)

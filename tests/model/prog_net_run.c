@@ -1,5 +1,5 @@
 /* Runs the model on the CPU backend for the parity scripts.
- *   prog_net_run CONFIG WEIGHTS.h5|random INPUT.h5 OUTPUT.h5 [--mode train|detect|fit]
+ *   prog_net_run CONFIG WEIGHTS.h5|random INPUT.h5 OUTPUT.h5 [--mode train|detect|fit|load]
  *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5] [--steps K]
  * fit: K steps of SGD (momentum 0.9, LR SOLVER.BASE_LR with a 20-step warmup and x0.1
  * at 3K/4, global-norm clip 5) on the input batch, then --save, then detect.
@@ -129,6 +129,14 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "random") == 0) mrcnn_model_init_random(&m, (uint64_t)cfg.seed);
     else mrcnn_checkpoint_load_model(&m, argv[2]);
 
+    if (strcmp(mode, "load") == 0) {
+        // the weights matched the model by name and shape: report its size and stop
+        printf("params %d tensors %lld floats\n", mrcnn_params_count(&m.params),
+               (long long)mrcnn_params_numel(&m.params, false));
+        mrcnn_model_free(&m);
+        mrcnn_backend_destroy(be);
+        return 0;
+    }
     hid_t in = H5Fopen(argv[3], H5F_ACC_RDONLY, H5P_DEFAULT);
     MRCNN_CHECK(in >= 0, "cannot open %s", argv[3]);
     int nd;
