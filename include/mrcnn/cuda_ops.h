@@ -55,6 +55,17 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
                                 float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
                                 int64_t *counts);
 
+/* Top-k of each row of x (rows, n) fp32, as the proposal code's sort: value descending,
+ * lower index first on ties. values (rows, k) and indices (rows, k) get min(n, k)
+ * entries per row (rows past that untouched). k <= MRCNN_CUDA_TOPK_MAX. */
+#define MRCNN_CUDA_TOPK_MAX 16384
+void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t n, int k, float *values,
+                     int64_t *indices);
+
+/* y = x converted to y's dtype (fp32, fp16, bf16; round to nearest even), e.g. the bf16
+ * copy of fp32 master weights. Same element count; asynchronous. */
+void mrcnn_cuda_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
+
 /* As mrcnn_anchors_grid; cell (n_cell, 4) is a HOST array (n_cell <= 16), anchors
  * (grid_h, grid_w, n_cell, 4) device memory. */
 void mrcnn_cuda_anchors_grid(const mrcnn_backend *be, const float *cell, int n_cell, int grid_h, int grid_w,

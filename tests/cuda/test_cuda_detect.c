@@ -354,6 +354,72 @@ static void test_gathers_body(void) {
     G->free(G, dl);
 }
 
+typedef struct {
+    float v;
+    int64_t i;
+} topk_ref;
+
+static int topk_cmp(const void *pa, const void *pb) {
+    const topk_ref *a = pa, *b = pb;
+    if (a->v != b->v) return a->v > b->v ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+static void topk_case(int rows, int64_t n, int k) {
+    float *x = malloc((size_t)rows * n * 4);
+    test_fill_uniform(x, rows * n, -8, 8, g_seed++);
+    for (int64_t i = 0; i < rows * n; i++) x[i] = floorf(x[i] * 64.0f) / 64.0f; // many ties
+    x[0] = -0.0f, x[1] = 0.0f; // ties across the sign of zero
+    const int kk = (int64_t)k < n ? k : (int)n;
+    float *vals = malloc((size_t)rows * k * 4);
+    int64_t *idx = malloc((size_t)rows * k * 8);
+    void *dx = up(x, (size_t)rows * n * 4), *dv = up(NULL, (size_t)rows * k * 4), *di = up(NULL, (size_t)rows * k * 8);
+    mrcnn_cuda_topk(G, dx, rows, n, k, dv, di);
+    down(vals, dv, (size_t)rows * k * 4);
+    down(idx, di, (size_t)rows * k * 8);
+    topk_ref *ref = malloc((size_t)n * sizeof(topk_ref));
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) ref[i] = (topk_ref){x[r * n + i], i};
+        qsort(ref, (size_t)n, sizeof(topk_ref), topk_cmp);
+        for (int t = 0; t < kk; t++)
+            if (idx[(int64_t)r * k + t] != ref[t].i || vals[(int64_t)r * k + t] != ref[t].v)
+                fail_msg("topk row %d rank %d: gpu (%g, %lld), cpu (%g, %lld)", r, t, vals[(int64_t)r * k + t],
+                         (long long)idx[(int64_t)r * k + t], ref[t].v, (long long)ref[t].i);
+    }
+    printf("  topk rows %d n %lld k %d identical\n", rows, (long long)n, k);
+    G->free(G, dx), G->free(G, dv), G->free(G, di);
+    free(x), free(vals), free(idx), free(ref);
+}
+
+static void test_topk_body(void) {
+    topk_case(3, 50000, 2000);
+    topk_case(2, 700, 2000); // fewer than k: all, sorted
+    topk_case(8, 182400, 2000); // P2 of an 800x1216 batch
+    topk_case(1, 100000, MRCNN_CUDA_TOPK_MAX);
+}
+
+static void test_cast_body(void) {
+    const int64_t n = 10007;
+    float *x = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
+    test_fill_uniform(x, n, -70000, 70000, g_seed++); // past fp16's range: Inf, as on the host
+    void *dx = up(x, (size_t)n * 4), *dy = up(NULL, (size_t)n * 2);
+    const mrcnn_dtype dts[2] = {MRCNN_DTYPE_F16, MRCNN_DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        mrcnn_tensor tx = mrcnn_tensor_view(dx, MRCNN_DTYPE_F32, G->device, 1, &n);
+        mrcnn_tensor ty = mrcnn_tensor_view(dy, dts[d], G->device, 1, &n);
+        mrcnn_cuda_cast(G, &tx, &ty);
+        down_dtype(back, dy, n, dts[d]);
+        for (int64_t i = 0; i < n; i++) {
+            float want = mrcnn_round_to(x[i], dts[d]);
+            if (memcmp(&back[i], &want, 4) != 0)
+                fail_msg("cast %s [%lld]: gpu %g, host %g", mrcnn_dtype_name(dts[d]), (long long)i, back[i], want);
+        }
+    }
+    printf("  cast fp32 -> fp16/bf16 identical to half.h\n");
+    G->free(G, dx), G->free(G, dy);
+    free(x), free(back);
+}
+
 GUARDED_TEST(test_box_iou)
 GUARDED_TEST(test_box_coder)
 GUARDED_TEST(test_matcher)
@@ -362,6 +428,8 @@ GUARDED_TEST(test_mask_targets)
 GUARDED_TEST(test_sampler)
 GUARDED_TEST(test_anchors)
 GUARDED_TEST(test_gathers)
+GUARDED_TEST(test_topk)
+GUARDED_TEST(test_cast)
 
 int main(void) {
     const char *why = NULL;
@@ -374,6 +442,7 @@ int main(void) {
         cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
         cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_anchors), cmocka_unit_test(test_gathers),
+        cmocka_unit_test(test_topk),    cmocka_unit_test(test_cast),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();
