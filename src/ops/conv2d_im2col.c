@@ -1,5 +1,6 @@
 /* NHWC im2col / col2im for conv2d, over blocks of output rows so that the column
  * buffer stays bounded (a 800x1344 stem would need 300 MB in one piece). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops_real.h"
@@ -59,13 +60,30 @@ void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, 
     }
 }
 
-/* Gather form: each input row is owned by one thread, so no atomics are needed. */
+#define COL2IM_MAX_R 64
+
+/* Gather form: each input row is owned by one thread, so no atomics are needed.
+ * The (s, q) taps that reach each input column are listed once, as offsets into a
+ * column-matrix row, so the inner loops only visit taps that exist (a 7x7 s2
+ * window has ~12 of its 49 per pixel). */
 void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, int64_t in0,
                            int64_t in1, real *dx) {
     const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
     const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;
     const int sh = d->stride_h, sw = d->stride_w;
     const int64_t rsc = (int64_t)R * S * C;
+    MRCNN_CHECK(R <= COL2IM_MAX_R, "conv2d backward data: filter height %d above the supported %d", R, COL2IM_MAX_R);
+    int64_t *w_taps = MRCNN_MALLOC(sizeof(int64_t) * (size_t)W * S, "col2im column taps");
+    int *w_count = MRCNN_MALLOC(sizeof(int) * (size_t)W, "col2im column tap counts");
+    for (int w = 0; w < W; w++) {
+        int cnt = 0;
+        for (int s = 0; s < S; s++) {
+            int wq = w + d->pad_w - s * d->dil_w;
+            if (wq < 0 || wq % sw || wq / sw >= Q) continue;
+            w_taps[(int64_t)w * S + cnt++] = (int64_t)(wq / sw) * rsc + (int64_t)s * C;
+        }
+        w_count[w] = cnt;
+    }
     for (int n = (int)(row0 / P); n <= (int)((row1 - 1) / P); n++) {
         int pa = (int64_t)n * P < row0 ? (int)(row0 - (int64_t)n * P) : 0;
         int pb = (int64_t)(n + 1) * P > row1 ? (int)(row1 - (int64_t)n * P) : P;
@@ -76,23 +94,26 @@ void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t 
         if (h_hi > in1 - 1 - (int64_t)n * H) h_hi = (int)(in1 - 1 - (int64_t)n * H);
 #pragma omp parallel for schedule(static) if ((int64_t)(h_hi - h_lo + 1) * W * C * R * S >= OPS_OMP_MIN)
         for (int h = h_lo; h <= h_hi; h++) {
+            int64_t h_taps[COL2IM_MAX_R];
+            int n_h = 0;
+            for (int r = 0; r < R; r++) {
+                int hp = h + d->pad_h - r * d->dil_h;
+                if (hp < 0 || hp % sh) continue;
+                int p = hp / sh;
+                if (p < pa || p >= pb) continue;
+                h_taps[n_h++] = ((int64_t)n * P + p - row0) * Q * rsc + (int64_t)r * S * C;
+            }
             for (int w = 0; w < W; w++) {
                 real *out = dx + (((int64_t)n * H + h) * W + w) * C;
-                for (int r = 0; r < R; r++) {
-                    int hp = h + d->pad_h - r * d->dil_h;
-                    if (hp < 0 || hp % sh) continue;
-                    int p = hp / sh;
-                    if (p < pa || p >= pb) continue;
-                    for (int s = 0; s < S; s++) {
-                        int wq = w + d->pad_w - s * d->dil_w;
-                        if (wq < 0 || wq % sw) continue;
-                        int q = wq / sw;
-                        if (q >= Q) continue;
-                        const real *src = col + (((int64_t)n * P + p - row0) * Q + q) * rsc + ((int64_t)r * S + s) * C;
+                const int64_t *wt = w_taps + (int64_t)w * S;
+                for (int i = 0; i < n_h; i++)
+                    for (int j = 0; j < w_count[w]; j++) {
+                        const real *src = col + h_taps[i] + wt[j];
                         for (int c = 0; c < C; c++) out[c] += src[c];
                     }
-                }
             }
         }
     }
+    free(w_taps);
+    free(w_count);
 }
