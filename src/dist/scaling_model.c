@@ -35,7 +35,7 @@ int mrcnn_link_parse(const char *spec, mrcnn_link *out, char *err, size_t errlen
     double bw, lat;
     char tail;
     if (sscanf(spec, "%lf,%lf%c", &bw, &lat, &tail) == 2 && bw > 0 && lat >= 0) {
-        snprintf(out->name, sizeof out->name, "%g GB/s %g us", bw, lat);
+        snprintf(out->name, sizeof out->name, "%gGBps-%gus", bw, lat);
         out->bw_gbs = bw;
         out->latency_us = lat;
         return 1;
