@@ -25,6 +25,10 @@ void OP(ops_blas_serial)(void) {
     if (!omp_in_parallel() && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
+/* At load as well: the first gemm may come from inside someone's parallel region,
+ * where switching OpenBLAS's pool is not safe. */
+__attribute__((constructor)) static void blas_serial_at_load(void) { OP(ops_blas_serial)(); }
+
 void OP(gemm)(int trans_a, int trans_b, int m, int n, int k, real alpha, const real *a, int lda, const real *b, int ldb,
               real beta, real *c, int ldc) {
     MRCNN_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: sizes (m, n, k) = (%d, %d, %d) must not be negative", m, n, k);
