@@ -129,6 +129,11 @@ int bench_scaling_probe(int argc, char **argv) {
         if (f) {
             fprintf(f, "ranks %d\nbuckets %d\nbytes %.0f\nallreduce_ms %.6f\nexposed_ms %.6f\nbackward_ms %.6f\n",
                     d.world_size, bk.n_buckets, total, v[0], v[1], v[2]);
+            /* The layout, for writing a --model timeline: bucket, bytes, its parameters
+             * from the first to become ready (backward order) to the last. */
+            for (int b = 0; b < bk.n_buckets; b++)
+                fprintf(f, "bucket %d %zu %s %s\n", b, bk.b[b].bytes, g->entries[bk.b[b].last_param].name,
+                        g->entries[bk.b[b].first_param].name);
             rc = fclose(f) == 0 ? 0 : 1;
         } else {
             rc = 1;
