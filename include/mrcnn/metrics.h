@@ -61,6 +61,8 @@ void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled);
 /* Prints the log line, appends the JSON line and the TensorBoard scalars. */
 void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s);
 void mrcnn_metrics_close(mrcnn_metrics *m);
+/* mkdir -p; returns 0 and leaves errno set when a level cannot be created. */
+int mrcnn_mkdir_p(const char *path);
 /* Resident set size of this process in MiB (/proc/self/statm). */
 double mrcnn_rss_mb(void);
 

@@ -4,6 +4,7 @@
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
+#include "mrcnn/metrics.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,7 +35,8 @@ static void unlock(void) {
 static void attr_write(hid_t obj, const char *name, hid_t type, const void *v, const char *path) {
     hid_t sp = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), path);
     hid_t a = MRCNN_CHECK_HDF5(H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT), name);
-    MRCNN_CHECK_HDF5(H5Awrite(a, type, v), name);
+    hid_t mem = type == H5T_STD_I32LE ? H5T_NATIVE_INT32 : type;
+    MRCNN_CHECK_HDF5(H5Awrite(a, mem, v), name);
     H5Aclose(a);
     H5Sclose(sp);
 }
@@ -172,14 +174,15 @@ static int list_steps(const char *dir, long long **steps) {
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
                            const mrcnn_arena *momentum, const mrcnn_train_state *st, const mrcnn_config *cfg,
                            int keep, char *path) {
-    mkdir(dir, 0755);
+    MRCNN_CHECK(mrcnn_mkdir_p(dir), "checkpoint: cannot create the directory %s: %s", dir, strerror(errno));
     char tmp[1100];
     snprintf(path, 1024, "%s/model_%07lld.h5", dir, (long long)st->step);
     snprintf(tmp, sizeof tmp, "%s/.model_%07lld.h5.tmp", dir, (long long)st->step);
     lock();
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     MRCNN_CHECK(f >= 0, "checkpoint: cannot create %s (is OUTPUT_DIR writable?)", tmp);
-    attr_i64(f, "schema_version", CKPT_SCHEMA_VERSION, tmp);
+    int32_t schema = CKPT_SCHEMA_VERSION; // the model's schema (model.h), an int32 as it writes it
+    attr_write(f, "schema_version", H5T_STD_I32LE, &schema, tmp);
     write_group(f, "/model", be, params, tmp);
     if (momentum) write_group(f, "/optimizer/momentum", be, momentum, tmp);
     char *yaml = mrcnn_config_dump(cfg);

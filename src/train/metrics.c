@@ -4,12 +4,25 @@
 #include "mrcnn/metrics.h"
 #include "mrcnn/log.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+int mrcnn_mkdir_p(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return 0;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) == 0 || errno == EEXIST;
+}
 
 double mrcnn_rss_mb(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -31,7 +44,7 @@ void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled) {
     memset(m, 0, sizeof *m);
     m->enabled = enabled;
     if (!enabled) return;
-    mkdir(output_dir, 0755);
+    if (!mrcnn_mkdir_p(output_dir)) mrcnn_warn("cannot create OUTPUT_DIR %s: %s", output_dir, strerror(errno));
     snprintf(m->json_path, sizeof m->json_path, "%s/metrics.json", output_dir);
     mrcnn_tb_open(&m->tb, output_dir);
 }

@@ -99,7 +99,7 @@ static double wall_now(void) {
 
 int mrcnn_tb_open(mrcnn_tb_writer *w, const char *logdir) {
     memset(w, 0, sizeof *w);
-    mkdir(logdir, 0755);
+    mrcnn_mkdir_p(logdir);
     char host[128] = "localhost";
     gethostname(host, sizeof host - 1);
     snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", logdir, (long long)time(NULL), host,

@@ -6,6 +6,7 @@
 #    (loader cursor, momentum, schedule restored);
 #  - bf16 (rounded storage) stays within 5% of fp32 over 100 steps (20-step means, 8
 #    images per step), loss falling;
+#  - a training checkpoint loads as MODEL.WEIGHTS; OUTPUT_DIR is created with parents;
 #  - usage errors exit 2.
 set -u
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -21,8 +22,9 @@ COMMON="--config $ROOT/configs/tiny.yaml --set DATASETS.TRAIN=$tmp/shards/train-
         --set SOLVER.CLIP_GRADIENTS.ENABLED=true --set SOLVER.CLIP_GRADIENTS.CLIP_VALUE=5 --set SOLVER.CHECKPOINT_PERIOD=10"
 train() { # np out [args...]
     local np=$1 out=$2; shift 2
-    mpirun --oversubscribe -np "$np" "$M" train $COMMON --set OUTPUT_DIR="$tmp/$out" "$@" >> "$tmp/$out.log" 2>&1 \
-        || { echo "FAIL: train $out $*"; tail -30 "$tmp/$out.log"; exit 1; }
+    local log=$tmp/${out//\//_}.log
+    mpirun --oversubscribe -np "$np" "$M" train $COMMON --set OUTPUT_DIR="$tmp/$out" "$@" >> "$log" 2>&1 \
+        || { echo "FAIL: train $out $*"; tail -30 "$log"; exit 1; }
 }
 train 1 w0 --max-steps 1 --set SOLVER.BASE_LR=0
 # No clipping on the first update: it would hide a wrong gradient scale.
@@ -33,6 +35,9 @@ train 2 k2 --max-steps 10
 train 1 straight --max-steps 20
 train 1 resumed --max-steps 10
 train 1 resumed --max-steps 20 --resume
+# A training checkpoint is also a model checkpoint (MODEL.WEIGHTS, the model's loader).
+train 1 "sub/dir/weights" --max-steps 1 --set MODEL.WEIGHTS="$tmp/straight/model_0000020.h5"
+grep -q "initial weights: .*straight/model_0000020.h5" "$tmp/sub_dir_weights.log" || { echo "FAIL: MODEL.WEIGHTS"; exit 1; }
 grep -q "world size 2, per-rank batch 1 x 1 accumulation, global batch 2" "$tmp/k2.log" || { echo "FAIL: no world-size line"; cat "$tmp/k2.log"; exit 1; }
 grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { echo "FAIL: resume"; cat "$tmp/resumed.log"; exit 1; }
 BF="--set SOLVER.MAX_ITER=100 --set SOLVER.STEPS=[90] --set SOLVER.CHECKPOINT_PERIOD=0 --set SOLVER.IMS_PER_BATCH=8"
