@@ -124,6 +124,7 @@ void mrcnn_model_zero_grads(mrcnn_model *m);
 typedef struct mrcnn_ws {
     const mrcnn_backend *be;
     void **ptrs;
+    size_t *sizes; // (cap) bytes of each allocation
     int n, cap;
     size_t bytes, peak_bytes;
 } mrcnn_ws;
@@ -131,6 +132,9 @@ void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
 /* A zeroed contiguous tensor of the backend's device. */
 mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
 mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
+/* Frees one tensor of this workspace early (backward temporaries), so the peak stays
+ * near the forward's saved activations. t->data becomes NULL. */
+void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);
 void mrcnn_ws_reset(mrcnn_ws *ws);
 void mrcnn_ws_free(mrcnn_ws *ws);
 

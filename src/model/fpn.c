@@ -71,7 +71,9 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
         if (want && !dc[i].data) dc[i] = mrcnn_ws_like(ws, &o->c[i]);
         mrcnn_conv_layer_backward(m, ws, &f->inner[i], &o->c[i], NULL, MRCNN_ACT_NONE, &dinner[i],
                                   want ? &dc[i] : NULL);
+        mrcnn_ws_release(ws, &dinner[i]);
     }
+    mrcnn_ws_release(ws, &dp5);
 }
 
 void mrcnn_backbone_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,

@@ -18,8 +18,10 @@ mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const in
     if (ws->n == ws->cap) {
         ws->cap = ws->cap ? 2 * ws->cap : 256;
         ws->ptrs = MRCNN_REALLOC(ws->ptrs, (size_t)ws->cap * sizeof *ws->ptrs, "workspace list");
+        ws->sizes = MRCNN_REALLOC(ws->sizes, (size_t)ws->cap * sizeof *ws->sizes, "workspace list");
     }
     t.data = ws->be->alloc(ws->be, bytes ? bytes : 16, "activation");
+    ws->sizes[ws->n] = bytes;
     ws->ptrs[ws->n++] = t.data;
     ws->bytes += bytes;
     if (ws->bytes > ws->peak_bytes) ws->peak_bytes = ws->bytes;
@@ -31,6 +33,21 @@ mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t) {
     return mrcnn_ws_tensor(ws, t->dtype, t->ndim, t->shape);
 }
 
+void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t) {
+    if (!t->data) return;
+    for (int i = ws->n - 1; i >= 0; i--) {
+        if (ws->ptrs[i] != t->data) continue;
+        ws->be->free(ws->be, ws->ptrs[i]);
+        ws->bytes -= ws->sizes[i];
+        ws->ptrs[i] = ws->ptrs[ws->n - 1];
+        ws->sizes[i] = ws->sizes[ws->n - 1];
+        ws->n--;
+        t->data = NULL;
+        return;
+    }
+    MRCNN_CHECK(0, "workspace: releasing a tensor it does not hold");
+}
+
 void mrcnn_ws_reset(mrcnn_ws *ws) {
     for (int i = 0; i < ws->n; i++) ws->be->free(ws->be, ws->ptrs[i]);
     ws->n = 0;
@@ -40,6 +57,7 @@ void mrcnn_ws_reset(mrcnn_ws *ws) {
 void mrcnn_ws_free(mrcnn_ws *ws) {
     mrcnn_ws_reset(ws);
     free(ws->ptrs);
+    free(ws->sizes);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -89,4 +107,5 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
     m->be->conv2d_backward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w), g, dx, dw, db);
+    if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
 }

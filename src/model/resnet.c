@@ -168,6 +168,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             mrcnn_tensor da1 = mrcnn_ws_like(ws, &o->block_a1[s][b]);
             mrcnn_conv_layer_backward(m, ws, &k->conv2, &o->block_a1[s][b], &o->block_a2[s][b],
                                       MRCNN_ACT_RELU, &da2, &da1);
+            mrcnn_ws_release(ws, &da2);
             mrcnn_tensor dx = {0};
             if (want_dx) dx = mrcnn_ws_like(ws, xin);
             mrcnn_conv_layer_backward(m, ws, &k->conv1, xin, &o->block_a1[s][b], MRCNN_ACT_RELU,
@@ -177,6 +178,10 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
                                           want_dx ? &dx : NULL);
             else if (want_dx)
                 be->add_forward(be, &dx, &dsum, &dx);
+            mrcnn_ws_release(ws, &da1);
+            mrcnn_ws_release(ws, &dsum);
+            // dy is this block's own buffer unless it is the FPN's dc[s] (the caller's)
+            if (dy.data != dc[s].data) mrcnn_ws_release(ws, &dy);
             dnext = dx;
         }
     }

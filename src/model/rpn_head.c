@@ -43,5 +43,6 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
         if (!dp[l].data) dp[l] = mrcnn_ws_like(ws, &bb->p[l]);
         mrcnn_conv_layer_backward(m, ws, &h->conv, &bb->p[l], &out->t[l], MRCNN_ACT_RELU, &dt,
                                   &dp[l]);
+        mrcnn_ws_release(ws, &dt);
     }
 }
