@@ -8,6 +8,9 @@ PROG=$ROOT/$BUILD/tests/data/prog_loader
 [ -x "$PREP" ] && [ -x "$PROG" ] || { echo "not built: $PREP or $PROG"; exit 1; }
 $PY_COCO -c 'import pycocotools, PIL' 2>/dev/null || { echo "skip: pycocotools/PIL not importable by $PY_COCO"; exit 77; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
+# tests/lsan.supp; full unwinding lets the suppressions match.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
