@@ -126,6 +126,8 @@ void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s);
 void mrcnn_nccl_destroy(mrcnn_nccl *n);
 /* Visible CUDA devices (0 in GPU=0 builds or without a driver). */
 int mrcnn_cuda_device_count(void);
+/* Device memory in use on `device` (cudaMemGetInfo: total - free), MiB; 0 without CUDA. */
+double mrcnn_cuda_memory_used_mb(int device);
 /* "GPU-xxxxxxxx-...", or the reason there is none. */
 const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len);
 

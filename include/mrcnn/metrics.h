@@ -44,6 +44,7 @@ typedef struct mrcnn_step_metrics {
     double data_ms;     // mean loader wait per step
     double step_ms;     // mean wall time per step
     double mem_mb;      // resident memory of rank 0 (host RSS)
+    double gpu_mem_mb;  // device memory in use on rank 0's GPU (0: CPU run)
     double eta_s;
     double loss_scale;
     int64_t skipped;    // steps skipped (non-finite), in total

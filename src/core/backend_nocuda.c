@@ -31,6 +31,8 @@ void mrcnn_nccl_destroy(mrcnn_nccl *n) {}
 
 int mrcnn_cuda_device_count(void) { return 0; }
 
+double mrcnn_cuda_memory_used_mb(int device) { return 0; }
+
 const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len) {
     snprintf(buf, len, "none (built without CUDA)");
     return buf;

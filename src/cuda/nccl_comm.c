@@ -97,6 +97,16 @@ int mrcnn_cuda_device_count(void) {
     return n;
 }
 
+double mrcnn_cuda_memory_used_mb(int device) {
+    int prev = 0;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) return 0;
+    if (prev != device && cudaSetDevice(device) != cudaSuccess) return 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (prev != device) cudaSetDevice(prev);
+    return e == cudaSuccess ? (double)(total_b - free_b) / (1024.0 * 1024.0) : 0;
+}
+
 const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len) {
     struct cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {

@@ -61,6 +61,8 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
                       "  lr %.6g  %.2f img/s  data %.1f ms  step %.1f ms  mem %.0f MiB  eta %s", s->lr,
                       s->img_per_s, s->data_ms, s->step_ms, s->mem_mb,
                       mrcnn_format_duration(s->eta_s, eta, sizeof eta));
+    if (s->gpu_mem_mb > 0 && n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - n, "  gpu mem %.0f MiB", s->gpu_mem_mb);
     if (s->loss_scale != 1.0 && n < (int)sizeof line)
         n += snprintf(line + n, sizeof line - n, "  scale %g", s->loss_scale);
     if (s->skipped && n < (int)sizeof line)
@@ -80,6 +82,7 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
         json_num(f, "data_ms", s->data_ms, "%.4g");
         json_num(f, "step_ms", s->step_ms, "%.4g");
         json_num(f, "mem_mb", s->mem_mb, "%.1f");
+        if (s->gpu_mem_mb > 0) json_num(f, "gpu_mem_mb", s->gpu_mem_mb, "%.1f");
         json_num(f, "eta_s", s->eta_s, "%.1f");
         json_num(f, "loss_scale", s->loss_scale, "%.9g");
         fprintf(f, ", \"skipped\": %lld, \"time\": %.3f}\n", (long long)s->skipped, wall);
@@ -98,6 +101,7 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     mrcnn_tb_scalar(&m->tb, "perf/data_ms", s->step, (float)s->data_ms, wall);
     mrcnn_tb_scalar(&m->tb, "perf/step_ms", s->step, (float)s->step_ms, wall);
     mrcnn_tb_scalar(&m->tb, "perf/mem_mb", s->step, (float)s->mem_mb, wall);
+    if (s->gpu_mem_mb > 0) mrcnn_tb_scalar(&m->tb, "perf/gpu_mem_mb", s->step, (float)s->gpu_mem_mb, wall);
     mrcnn_tb_scalar(&m->tb, "loss_scale", s->step, (float)s->loss_scale, wall);
     mrcnn_tb_flush(&m->tb);
 }

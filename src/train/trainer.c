@@ -211,6 +211,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
             s.data_ms = steps_in ? 1e3 * win_data / steps_in : 0;
             s.step_ms = steps_in ? 1e3 * dt / steps_in : 0;
             s.mem_mb = mrcnn_rss_mb();
+            if (be->device == MRCNN_DEVICE_GPU && dist->device >= 0) s.gpu_mem_mb = mrcnn_cuda_memory_used_mb(dist->device);
             s.eta_s = (now - run_t0) / run_steps * (double)(max_steps - t.st.step);
             s.loss_scale = t.st.scaler.scale;
             s.skipped = t.st.scaler.skipped + t.st.nonfinite;
