@@ -1,17 +1,41 @@
 /* RPN training targets (assign_targets_to_anchors + encode) and the sampled-anchor
- * weights that turn torchvision's index-based losses into dense weighted sums. */
+ * weights that turn torchvision's index-based losses into dense weighted sums.
+ *
+ * The matching is torchvision's Matcher (IoU, thresholds, low-quality matches) fused
+ * over the anchors without the (gt, anchors) IoU matrix: one pass finds each anchor's
+ * best gt and each gt's best IoU, a second recomputes the IoUs (bitwise the same, one
+ * function) to find the anchors that tie for some gt's best. Memory stays O(anchors)
+ * instead of O(gt x anchors), which also is the shape a GPU kernel wants. */
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/proposals.h"
+
+/* IoU of one pair, in box_iou's order of operations; never inlined, so both passes
+ * compute identical values and the equality test of the low-quality rule is exact. */
+__attribute__((noinline)) static float iou_pair(const float *p, const float *q) {
+    float area1 = (p[2] - p[0]) * (p[3] - p[1]);
+    float area2 = (q[2] - q[0]) * (q[3] - q[1]);
+    float w = (p[2] < q[2] ? p[2] : q[2]) - (p[0] > q[0] ? p[0] : q[0]);
+    float h = (p[3] < q[3] ? p[3] : q[3]) - (p[1] > q[1] ? p[1] : q[1]);
+    w = w > 0.0f ? w : 0.0f;
+    h = h > 0.0f ? h : 0.0f;
+    float inter = w * h;
+    return inter / (area1 + area2 - inter);
+}
 
 void mrcnn_rpn_assign_targets(const float *anchors, int64_t n_anchors, const float *gt_boxes, int n_gt,
                               float fg_iou, float bg_iou, float *labels, float *reg_targets) {
     MRCNN_CHECK(n_anchors >= 0 && n_gt >= 0, "rpn_assign_targets: negative count (%lld anchors, %d gt)",
                 (long long)n_anchors, n_gt);
     MRCNN_CHECK(n_anchors == 0 || (anchors && labels && reg_targets), "rpn_assign_targets: NULL argument");
+    MRCNN_CHECK(bg_iou <= fg_iou, "rpn_assign_targets: bg threshold %g above fg threshold %g", (double)bg_iou,
+                (double)fg_iou);
     if (n_gt == 0) {
         /* Background image: all negatives; zero targets (never used, and finite). */
         for (int64_t i = 0; i < n_anchors; i++) labels[i] = 0.0f;
@@ -19,18 +43,60 @@ void mrcnn_rpn_assign_targets(const float *anchors, int64_t n_anchors, const flo
         return;
     }
     MRCNN_CHECK(gt_boxes, "rpn_assign_targets: NULL gt_boxes");
-    float *iou = MRCNN_MALLOC((size_t)n_gt * (size_t)n_anchors * sizeof(float), "rpn iou matrix");
-    int32_t *m = MRCNN_MALLOC((size_t)(n_anchors ? n_anchors : 1) * sizeof(int32_t), "rpn matches");
-    mrcnn_box_iou(gt_boxes, n_gt, anchors, n_anchors, iou);
-    mrcnn_matcher_match(iou, n_gt, n_anchors, fg_iou, bg_iou, 1, m);
-    free(iou);
-    mrcnn_box_coder coder = mrcnn_box_coder_make(1.0f, 1.0f, 1.0f, 1.0f);
-    for (int64_t i = 0; i < n_anchors; i++) {
-        int32_t g = m[i] < 0 ? 0 : m[i];
-        labels[i] = m[i] >= 0 ? 1.0f : (m[i] == MRCNN_MATCH_BELOW_LOW ? 0.0f : -1.0f);
-        mrcnn_box_encode(&coder, 1, gt_boxes + 4 * g, anchors + 4 * i, reg_targets + 4 * i);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    /* Per-thread maxima of each gt's IoU, combined after the pass (max is exact, so
+     * the result does not depend on the thread count). */
+    float *gt_max = MRCNN_MALLOC((size_t)threads * n_gt * sizeof(float), "rpn gt best iou");
+    int32_t *best = MRCNN_MALLOC((size_t)(n_anchors ? n_anchors : 1) * sizeof(int32_t), "rpn best gt");
+    for (int64_t k = 0; k < (int64_t)threads * n_gt; k++) gt_max[k] = -1.0f;
+#pragma omp parallel
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        float *mx = gt_max + (int64_t)t * n_gt;
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < n_anchors; j++) {
+            const float *a = anchors + 4 * j;
+            float v = 0;
+            int32_t arg = 0;
+            for (int g = 0; g < n_gt; g++) {
+                float q = iou_pair(gt_boxes + 4 * g, a);
+                if (g == 0 || q > v) { // torch.max: the first maximum
+                    v = q;
+                    arg = g;
+                }
+                if (q > mx[g]) mx[g] = q;
+            }
+            best[j] = arg;
+            labels[j] = v < bg_iou ? 0.0f : (v < fg_iou ? -1.0f : 1.0f);
+        }
     }
-    free(m);
+    for (int t = 1; t < threads; t++)
+        for (int g = 0; g < n_gt; g++)
+            if (gt_max[(int64_t)t * n_gt + g] > gt_max[g]) gt_max[g] = gt_max[(int64_t)t * n_gt + g];
+    const mrcnn_box_coder coder = mrcnn_box_coder_make(1.0f, 1.0f, 1.0f, 1.0f);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_anchors; j++) {
+        const float *a = anchors + 4 * j;
+        /* set_low_quality_matches_: an anchor tying for some gt's best IoU gets its
+         * best gt back, whatever its IoU. */
+        if (labels[j] != 1.0f)
+            for (int g = 0; g < n_gt; g++)
+                if (iou_pair(gt_boxes + 4 * g, a) == gt_max[g]) {
+                    labels[j] = 1.0f;
+                    break;
+                }
+        /* Targets of the best gt for every anchor (torchvision encodes gt 0 for the
+         * unmatched; no loss reads those rows). */
+        mrcnn_box_encode(&coder, 1, gt_boxes + 4 * (labels[j] == 1.0f ? best[j] : 0), a, reg_targets + 4 * j);
+    }
+    free(gt_max);
+    free(best);
 }
 
 int64_t mrcnn_rpn_sample(const float *labels, int64_t n_anchors, int batch_size, float positive_fraction,

@@ -182,8 +182,12 @@ def case_rpn_targets(g):
     grids = level_grids(H, W)
     il = ImageList(torch.zeros(1, 3, H, W), [(H, W)])
     anchors = gen(il, [torch.zeros(1, 1, h, w) for h, w in grids])[0]
-    for ng in (0, 1, 7):
+    for ng in (0, 1, 7, 12):
         gt = rand_boxes(g, ng, hi=250, min_wh=8, max_wh=150)
+        if ng == 12:
+            gt[8:10] = rand_boxes(g, 2, hi=250, min_wh=1, max_wh=3)  # tiny: low-quality ties only
+            gt[10] = anchors[5000].numpy()  # exactly an anchor
+            gt[11] = [3.0, 3.0, 4.5, 5.0]
         labels, matched = rpn.assign_targets_to_anchors([anchors], [dict(boxes=torch.from_numpy(gt))])
         r = Run()
         r.put("anchors", anchors.numpy())
@@ -258,6 +262,8 @@ def case_roi_sample(g):
         prop = rand_boxes(g, 400, hi=250, min_wh=4, max_wh=120)
         gt = rand_boxes(g, ng, hi=250, min_wh=8, max_wh=120)
         gl = g.integers(1, 6, ng).astype(np.int64)
+        if ng == 3:
+            gt[2], gl[2] = gt[0], gl[0] % 5 + 1  # duplicate box, other class: the first gt wins ties
         p2, matched, labels, reg = heads.select_training_samples(
             [torch.from_numpy(prop)], [dict(boxes=torch.from_numpy(gt), labels=torch.from_numpy(gl))])
         r = Run()
