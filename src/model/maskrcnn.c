@@ -66,8 +66,11 @@ void mrcnn_model_init_random(mrcnn_model *m, uint64_t seed) {
             if (stdev > 0) {
                 for (int64_t j = 0; j < n; j++) h[j] = stdev * mrcnn_rng_normal(&rng, (uint64_t)j);
             } else {
-                // He-uniform: keeps ReLU activations at a stable scale through depth
+                // He-uniform keeps ReLU activations at a stable scale through depth; the
+                // last conv of each residual branch starts small so that 16-33 blocks of
+                // sums do not grow the features by orders of magnitude
                 float bound = sqrtf(6.0f / (float)fan_in);
+                if (name_has(name, "backbone.body.layer") && name_has(name, ".conv3.")) bound *= 0.2f;
                 for (int64_t j = 0; j < n; j++)
                     h[j] = bound * (2.0f * mrcnn_rng_uniform(&rng, (uint64_t)j) - 1.0f);
             }
