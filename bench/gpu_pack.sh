@@ -19,24 +19,26 @@ for f in "$BUILD/mrcnn" "$BUILD/mrcnn-prep" "$BUILD"/bench/* "$BUILD"/tests/cuda
 done
 
 rm -rf "$PACK"
-mkdir -p "$PACK/lib"
+mkdir -p "$PACK"
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/lib"
 # Shared libraries of every program, less what the GPU host provides.
 for f in "${files[@]}"; do ldd "$f" 2>/dev/null || true; done | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libresolv|libstdc\+\+|libgcc_s|libmvec)\.so' |
     grep -v -E '/usr/local/cuda|/libcuda\.so|/libnvidia|/libcudnn|/libcublas|/libcudart|/libnccl|/libmrcnn_cuda' |
-    while read -r lib; do cp -L "$lib" "$PACK/lib/$(basename "$lib")"; done
+    while read -r lib; do cp -L "$lib" "$STAGE/lib/$(basename "$lib")"; done
 missing=$(for f in "${files[@]}"; do ldd "$f" 2>/dev/null; done | grep "not found" | sort -u || true)
 [ -z "$missing" ] || { echo "gpu_pack: unresolved libraries here:"; echo "$missing"; exit 1; } >&2
-echo "$BUILD" > "$PACK/BUILD"
-extra=()
-[ -d "$MPI_DIR" ] && extra+=("$MPI_DIR")
-tar -cf - "${files[@]}" "$PACK/lib" "$PACK/BUILD" "${extra[@]}" | xz -T2 -6 > "$PACK/pack.tar.xz.tmp"
-rm -rf "$PACK/lib"
+# Layout of the pack: <BUILD>/... (the programs), lib/ (their libraries), .mpi/, BUILD.
+for f in "${files[@]}"; do mkdir -p "$STAGE/$(dirname "$f")"; cp -a "$f" "$STAGE/$f"; done
+echo "$BUILD" > "$STAGE/BUILD"
+[ -d "$MPI_DIR" ] && cp -a "$MPI_DIR" "$STAGE/.mpi"
+tar -C "$STAGE" -cf - . | xz -T2 -6 > "$PACK/pack.tar.xz.tmp"
 mv "$PACK/pack.tar.xz.tmp" "$PACK/pack.tar.xz"
-echo "$BUILD" > "$PACK/BUILD"
 grep -qx '/.gpu-pack/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu-pack/' >> .git/info/exclude; }
 grep -qx '/gpu-check-out/' .git/info/exclude 2>/dev/null || echo '/gpu-check-out/' >> .git/info/exclude
 size=$(du -m "$PACK/pack.tar.xz" | cut -f1)
-echo "gpu_pack: $PACK/pack.tar.xz ${size} MB (${#files[@]} programs, $(tar -tJf "$PACK/pack.tar.xz" | grep -c "^$PACK/lib/.") libraries$([ ${#extra[@]} -gt 0 ] && echo ", $MPI_DIR"))"
+echo "gpu_pack: $PACK/pack.tar.xz ${size} MB (${#files[@]} programs, $(ls "$STAGE/lib" | wc -l) libraries$([ -d "$MPI_DIR" ] && echo ", $MPI_DIR"))"
 echo "gpu_pack: libmrcnn_cuda.so is $(du -k "$BUILD/libmrcnn_cuda.so" | cut -f1) KB"
 [ "$size" -lt 60 ] || { echo "gpu_pack: pack exceeds the 60 MB budget of a device call" >&2; exit 1; }
