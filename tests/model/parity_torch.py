@@ -391,7 +391,9 @@ def parity_detect():
             for j in range(len(tb)):
                 side = min(tb[j, 2] - tb[j, 0], tb[j, 3] - tb[j, 1])
                 near_cut = abs(ts[j] - score_thresh) < 2e-3 or abs(ts[j] - low) < 2e-3
-                tie = np.any((np.abs(ts - ts[j]) < 1e-4) & (np.arange(len(ts)) != j))
+                # NMS order matters only between near-equal scores of one class that overlap
+                ov = box_iou(tb[j:j + 1], tb)[0]
+                tie = np.any((np.abs(ts - ts[j]) < 1e-4) & (np.arange(len(ts)) != j) & (tlab == tlab[j]) & (ov > 0.3))
                 if side < 4 or near_cut or tie:
                     continue
                 same = [q for q in range(k) if cl[i, q] == tlab[j] and q not in used]
