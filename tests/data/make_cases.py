@@ -1,6 +1,6 @@
 """Builds COCO inputs for the converter tests from a `mrcnn-prep shapes` split:
   extra.json       valid, with what shapes lacks: multi-polygon annotations, crowd
-                   uncompressed RLE, missing area, ids above 2^32
+                   uncompressed RLE, missing area, ids above 2^32, a PNG image
   mixed.json       every kind of bad input at once (+ skip.json: the ids that must go)
   strict_<k>.json  exactly one bad input of kind k each
   broken_*.json    malformed JSON
@@ -61,6 +61,12 @@ extra["annotations"].append(new_ann(iid, iscrowd=1, segmentation={"size": [H, W]
 a = new_ann(iid)
 del a["area"]
 extra["annotations"].append(a)
+# A PNG image (the shards keep the bytes as given; the loader decodes PNG too).
+from PIL import Image
+Image.open(os.path.join(img_dir, first["file_name"])).save(os.path.join(img_dir, "as_png.png"))
+png = new_image("as_png.png")
+extra["images"].append(png)
+extra["annotations"].append(new_ann(png["id"]))
 dump("extra.json", extra)
 
 # ---- bad inputs ----

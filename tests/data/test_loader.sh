@@ -30,6 +30,13 @@ mkdir -p "$T/rv"
 $MPI -np 1 "$PROG" reproduce "$T/s/va-index.h5" "$T/rv" > /dev/null || fail "reproduce val"
 $PY_COCO "$ROOT/tests/data/loader_compare.py" "$T/d/annotations/instances_val.json" "$T/rv" "$T/d/val" > /dev/null || fail "val reproduce"
 
+# What shapes lacks: multi-polygon and crowd (uncompressed RLE) annotations, a PNG image.
+$PY_COCO "$ROOT/tests/data/make_cases.py" "$T/d/annotations/instances_train.json" "$T/d/train" "$T/c" > /dev/null || fail "make_cases.py"
+"$PREP" coco --annotations "$T/c/extra.json" --images "$T/d/train" --out "$T/s" --shards 2 --name ex > /dev/null || fail "convert extra"
+mkdir -p "$T/rx"
+$MPI -np 1 "$PROG" reproduce "$T/s/ex-index.h5" "$T/rx" > /dev/null || fail "reproduce extra"
+$PY_COCO "$ROOT/tests/data/loader_compare.py" "$T/c/extra.json" "$T/rx" "$T/d/train" | tail -1 || fail "extra reproduce"
+
 $MPI -np 1 "$PROG" cover "$IDX" 3 3 0 || fail "cover, 1 rank"
 $MPI -np 2 "$PROG" cover "$IDX" 2 3 0 || fail "cover, 2 ranks"
 $MPI -np 3 "$PROG" cover "$IDX" 2 3 0 || fail "cover, 3 ranks (20 images, global batch 6)"
