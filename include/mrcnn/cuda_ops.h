@@ -62,6 +62,14 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
 void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t n, int k, float *values,
                      int64_t *indices);
 
+/* COCO RLE (rle.h: runs over the column-major order, zeros first) to row-major uint8
+ * masks (n_masks, h, w) of one size, 1 inside: mask i's runs are cnts[offsets[i] ..
+ * offsets[i + 1]) (offsets (n_masks + 1) int64, device); n_runs = offsets[n_masks], the
+ * length of cnts (given so that no host round trip is needed). Pixels past the runs'
+ * total are 0. */
+void mrcnn_cuda_rle_decode(const mrcnn_backend *be, int n_masks, int h, int w, const uint32_t *cnts,
+                           const int64_t *offsets, int64_t n_runs, uint8_t *masks);
+
 /* y = x converted to y's dtype (fp32, fp16, bf16; round to nearest even), e.g. the bf16
  * copy of fp32 master weights. Same element count; asynchronous. */
 void mrcnn_cuda_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);

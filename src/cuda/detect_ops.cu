@@ -471,3 +471,66 @@ extern "C" void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_
                                                             (int32_t *)(scratch + half), pos_idx, neg_idx, counts);
     MRCNN_CHECK_LAUNCH("sample_balanced");
 }
+
+/* ---- RLE decode ------------------------------------------------------------------------------------------ */
+
+#define RLE_THREADS 1024
+
+/* One block per mask: ends[off + r] = inclusive prefix sum of the mask's run lengths. */
+__global__ void k_rle_scan(const uint32_t *cnts, const int64_t *offsets, int64_t *ends) {
+    __shared__ int64_t warp_sum[RLE_THREADS / 32];
+    __shared__ int64_t base;
+    const int64_t off = offsets[blockIdx.x], m = offsets[blockIdx.x + 1] - off;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) base = 0;
+    __syncthreads();
+    for (int64_t t0 = 0; t0 < m; t0 += RLE_THREADS) {
+        const int64_t r = t0 + threadIdx.x;
+        int64_t v = r < m ? (int64_t)cnts[off + r] : 0;
+        for (int o = 1; o < 32; o <<= 1) { // inclusive scan within the warp
+            int64_t u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        if (lane == 31) warp_sum[warp] = v;
+        __syncthreads();
+        int64_t before = base;
+        for (int w = 0; w < warp; w++) before += warp_sum[w];
+        if (r < m) ends[off + r] = before + v;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 0; w < RLE_THREADS / 32; w++) base += warp_sum[w];
+        __syncthreads();
+    }
+}
+
+/* One thread per output pixel: binary search of its column-major position among the
+ * run ends; odd runs are inside. */
+__global__ void k_rle_fill(int n_masks, int h, int w, const int64_t *offsets, const int64_t *ends, uint8_t *masks) {
+    const int64_t hw = (int64_t)h * w, total = n_masks * hw;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / hw, p = t % hw;
+        const int64_t y = p / w, x = p % w, q = x * h + y;
+        const int64_t off = offsets[i], m = offsets[i + 1] - off;
+        int64_t lo = 0, hi = m; // first run whose end exceeds q
+        while (lo < hi) {
+            int64_t mid = (lo + hi) >> 1;
+            if (ends[off + mid] > q) hi = mid;
+            else lo = mid + 1;
+        }
+        masks[t] = (lo < m && (lo & 1)) ? 1 : 0;
+    }
+}
+
+extern "C" void mrcnn_cuda_rle_decode(const mrcnn_backend *be, int n_masks, int h, int w, const uint32_t *cnts,
+                                      const int64_t *offsets, int64_t n_runs, uint8_t *masks) {
+    cu_state *s = cuda_state_of(be, "cuda_rle_decode");
+    MRCNN_CHECK(n_masks >= 0 && h > 0 && w > 0 && n_runs >= 0, "cuda_rle_decode: %d masks of %dx%d, %lld runs",
+                n_masks, h, w, (long long)n_runs);
+    if (n_masks == 0) return;
+    int64_t *ends = (int64_t *)cu_scratch(s, CU_SCRATCH_GEMM, (size_t)(n_runs ? n_runs : 1) * sizeof(int64_t));
+    k_rle_scan<<<(unsigned)n_masks, RLE_THREADS, 0, s->stream>>>(cnts, offsets, ends);
+    MRCNN_CHECK_LAUNCH("rle scan");
+    const int64_t pixels = (int64_t)n_masks * h * w;
+    k_rle_fill<<<cu_blocks(pixels, CU_THREADS), CU_THREADS, 0, s->stream>>>(n_masks, h, w, offsets, ends, masks);
+    MRCNN_CHECK_LAUNCH("rle fill");
+}

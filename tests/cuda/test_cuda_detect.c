@@ -13,6 +13,7 @@
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
+#include "mrcnn/rle.h"
 #include "mrcnn/roi_targets.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
@@ -420,6 +421,39 @@ static void test_cast_body(void) {
     free(x), free(back);
 }
 
+static void test_rle_decode_body(void) {
+    const int n = 6, h = 37, w = 53;
+    uint8_t *masks = calloc((size_t)n * h * w, 1), *got = malloc((size_t)n * h * w);
+    float *u = malloc((size_t)n * h * w * sizeof(float));
+    test_fill_uniform(u, (int64_t)n * h * w, 0, 1, g_seed++);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int64_t at = ((int64_t)i * h + y) * w + x;
+                int inside = (x - 20 - 2 * i) * (x - 20 - 2 * i) + (y - 15) * (y - 15) < 100 + 40 * i;
+                if (i == 0) inside = 0;          // empty mask: one run
+                if (i == 1) inside = 1;          // full mask: a zero-length first run
+                if (i == 5) inside = u[at] < 0.5f; // noise: many short runs
+                masks[at] = inside ? 1 : 0;
+            }
+    mrcnn_rle rles[6];
+    int64_t offsets[7] = {0};
+    for (int i = 0; i < n; i++) {
+        mrcnn_rle_from_mask(&rles[i], masks + (int64_t)i * h * w, h, w);
+        offsets[i + 1] = offsets[i] + rles[i].m;
+    }
+    uint32_t *cnts = malloc((size_t)offsets[n] * 4);
+    for (int i = 0; i < n; i++) memcpy(cnts + offsets[i], rles[i].cnts, (size_t)rles[i].m * 4);
+    void *dc = up(cnts, (size_t)offsets[n] * 4), *doff = up(offsets, sizeof offsets), *dm = up(NULL, (size_t)n * h * w);
+    mrcnn_cuda_rle_decode(G, n, h, w, dc, doff, offsets[n], dm);
+    down(got, dm, (size_t)n * h * w);
+    assert_memory_equal(got, masks, (size_t)n * h * w);
+    printf("  rle_decode %d masks %dx%d (%lld runs) identical\n", n, h, w, (long long)offsets[n]);
+    for (int i = 0; i < n; i++) mrcnn_rle_free(&rles[i]);
+    G->free(G, dc), G->free(G, doff), G->free(G, dm);
+    free(masks), free(got), free(u), free(cnts);
+}
+
 GUARDED_TEST(test_box_iou)
 GUARDED_TEST(test_box_coder)
 GUARDED_TEST(test_matcher)
@@ -430,6 +464,7 @@ GUARDED_TEST(test_anchors)
 GUARDED_TEST(test_gathers)
 GUARDED_TEST(test_topk)
 GUARDED_TEST(test_cast)
+GUARDED_TEST(test_rle_decode)
 
 int main(void) {
     const char *why = NULL;
@@ -443,6 +478,7 @@ int main(void) {
         cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_anchors), cmocka_unit_test(test_gathers),
         cmocka_unit_test(test_topk),    cmocka_unit_test(test_cast),
+        cmocka_unit_test(test_rle_decode),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();
