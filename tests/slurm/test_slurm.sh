@@ -45,6 +45,34 @@ cleanup() {
 }
 trap cleanup EXIT
 
+ok() { echo "ok ($(($(date +%s) - t_start)) s): $*"; }
+
+# Job state and exit code from scontrol (no accounting database here, so no sacct).
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+terminal() { case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) return 0 ;; esac; return 1; }
+
+# submit_wait NAME TIMEOUT [sbatch args...]: submits, polls every 0.5 s (sbatch --wait
+# backs off to 10 s between polls), returns the batch script's exit code.
+submit_wait() {
+    local name=$1 limit=$2 job state i
+    shift 2
+    job=$(sbatch --parsable "$@" 2> "$T/$name.sub.err") || fail "sbatch $name: $(cat "$T/$name.sub.err")"
+    job=${job%%;*}
+    JOBS="$JOBS $job"
+    for i in $(seq $((limit * 2))); do
+        state=$(job_state "$job")
+        terminal "$state" && break
+        sleep 0.5
+    done
+    terminal "$state" || fail "$name (job $job) still '$state' after $limit s"
+    local code
+    code=$(scontrol show job "$job" | sed -n 's/.* ExitCode=\([0-9]*\):\([0-9]*\).*/\1 \2/p')
+    echo "$name: job $job $state, exit code ${code% *}, signal ${code#* }"
+    [ "$state" = COMPLETED ] && return 0
+    [ "${code% *}" -gt 0 ] 2>/dev/null && return "${code% *}"
+    return 1
+}
+
 [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-prep" ] && [ -x "$BUILD/tests/slurm/prog_hello" ] ||
     fail "build first: $BUILD/mrcnn, mrcnn-prep and tests/slurm/prog_hello are needed"
 
@@ -69,32 +97,28 @@ SB=(--nodes=1 --ntasks-per-node=2 --gpus-per-task=0 --cpus-per-task=1 --time=5)
 out=$(timeout 60 srun --mpi=pmix -n 2 "$BUILD/tests/slurm/prog_hello" 2 2>&1) ||
     fail "srun --mpi=pmix -n 2 prog_hello failed: $out"
 [ "$(echo "$out" | grep -c 'allreduce saw 2 ranks')" -eq 2 ] || fail "prog_hello: expected 2 ranks, got: $out"
-echo "ok: srun --mpi=pmix runs a 2-rank MPI job"
+ok "srun --mpi=pmix runs a 2-rank MPI job"
 
 # ---- 2. prep.sbatch: shapes + 2-rank conversion ----
-PREP_SHAPES_DIR=$T/shapes PREP_OUT=$T/shards timeout 120 \
-    sbatch --wait "${SB[@]}" -o "$T/prep.out" jobs/prep.sbatch --train 12 --val 4 --size 128x128 > "$T/prep.sub"
-rc=$?
-JOBS="$JOBS $(awk '{print $NF}' "$T/prep.sub")"
-[ $rc -eq 0 ] || fail "prep.sbatch exited with $rc"
+PREP_SHAPES_DIR=$T/shapes PREP_OUT=$T/shards \
+    submit_wait prep 120 "${SB[@]}" -o "$T/prep.out" jobs/prep.sbatch --train 12 --val 4 --size 128x128 ||
+    fail "prep.sbatch failed"
 for f in instances_train-index.h5 instances_train-00000-of-00002.h5 instances_train-00001-of-00002.h5 \
          instances_val-index.h5; do
     [ -s "$T/shards/$f" ] || fail "prep.sbatch did not write $T/shards/$f"
 done
 grep -q "with 2 ranks, 2 shards" "$T/prep.out" || fail "prep.sbatch did not convert with 2 ranks"
-echo "ok: prep.sbatch wrote the shapes shards with 2 ranks"
+ok "prep.sbatch wrote the shapes shards with 2 ranks"
 DATASET=$T/shards/instances_train-index.h5
 
 # ---- 3. train.sbatch: a few steps ----
-MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET MRCNN_OUTPUT_DIR=$T/run1 MRCNN_MAX_STEPS=4 timeout 120 \
-    sbatch --wait "${SB[@]}" -o "$T/train1.out" jobs/train.sbatch --set LOG_PERIOD=1 > "$T/train1.sub"
-rc=$?
-JOBS="$JOBS $(awk '{print $NF}' "$T/train1.sub")"
-[ $rc -eq 0 ] || fail "train.sbatch exited with $rc"
+MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET MRCNN_OUTPUT_DIR=$T/run1 MRCNN_MAX_STEPS=4 \
+    submit_wait train1 120 "${SB[@]}" -o "$T/train1.out" jobs/train.sbatch --set LOG_PERIOD=1 ||
+    fail "train.sbatch failed"
 [ -s "$T/run1/model_0000004.h5" ] || fail "train.sbatch left no step-4 checkpoint in $T/run1"
 grep -q "world size 2" "$T/train1.out" || fail "train.sbatch did not train on 2 ranks"
 grep -q "newest checkpoint: none" "$T/train1.out" || fail "a fresh train.sbatch run did not report a fresh start"
-echo "ok: train.sbatch trained 4 steps on 2 ranks and checkpointed"
+ok "train.sbatch trained 4 steps on 2 ranks and checkpointed"
 
 # ---- 4. preemption: signal -> checkpoint -> requeue -> resume ----
 # BASE_LR 0.002: the tiny config's 0.01 diverges after ~20 steps at global batch 2.
@@ -115,21 +139,19 @@ for _ in $(seq 600); do
         echo "signalled job $job after step $last"
         break
     fi
-    state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-    case "$state" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY)
-        fail "job $job ended ($state) before it could be signalled (raise MAX)" ;;
-    esac
+    state=$(job_state "$job")
+    terminal "$state" && fail "job $job ended ($state) before it could be signalled (raise MAX)"
     sleep 0.1
 done
 [ $signalled -eq 1 ] || fail "job $job logged no step >= 3 within 60 s"
 # The requeued job waits cred_expire + 1 s (11 s here) and then runs again to the end.
 state="" restarts=""
-for _ in $(seq 150); do
+for _ in $(seq 300); do
     info=$(scontrol show job "$job" 2>/dev/null)
     state=$(echo "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
     restarts=$(echo "$info" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
-    case "$state" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
-    sleep 1
+    terminal "$state" && break
+    sleep 0.5
 done
 [ "$state" = COMPLETED ] || fail "the preempted job $job ended as '$state', not COMPLETED"
 [ "${restarts:-0}" -ge 1 ] || fail "job $job completed without being requeued (Restarts=$restarts)"
@@ -140,19 +162,16 @@ k=$(sed -n 's/.*resumed from .*model_[0-9]*\.h5 at step \([0-9]*\).*/\1/p' "$T/t
 grep -q "newest checkpoint: .*model_$(printf '%07d' "$k").h5" "$T/train2.out" ||
     fail "train.sbatch did not name the step-$k checkpoint it resumes from"
 [ -s "$T/run2/model_$(printf '%07d' $MAX).h5" ] || fail "the resumed run did not reach step $MAX"
-echo "ok: job $job was signalled, checkpointed at step $k, requeued (Restarts=$restarts), resumed from step $k, finished"
+ok "job $job was signalled, checkpointed at step $k, requeued (Restarts=$restarts), resumed from step $k, finished"
 
 # ---- 5. scaling.sbatch: the benchmark through srun ----
 SCALING_RANKS=1,2 MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET SCALING_STEPS=5 SCALING_WARMUP=2 \
-    SCALING_PER_RANK_BATCH=1 SCALING_OUT=$T/scaling timeout 180 \
-    sbatch --wait "${SB[@]}" -o "$T/scaling.out" jobs/scaling.sbatch > "$T/scaling.sub"
-rc=$?
-JOBS="$JOBS $(awk '{print $NF}' "$T/scaling.sub")"
-[ $rc -eq 0 ] || fail "scaling.sbatch exited with $rc"
+    SCALING_PER_RANK_BATCH=1 SCALING_OUT=$T/scaling \
+    submit_wait scaling 180 "${SB[@]}" -o "$T/scaling.out" jobs/scaling.sbatch || fail "scaling.sbatch failed"
 csv=$T/scaling/scaling.csv
 [ "$(head -n 1 "$csv")" = "ranks,global_batch,timed_steps,img_per_s,step_ms,efficiency,allreduce_ms,exposed_ms,hidden_share,exposed_source,probe_backward_ms" ] ||
     fail "scaling.csv header: $(head -n 1 "$csv")"
 [ "$(cut -d, -f1 "$csv" | tail -n +2 | tr '\n' ' ')" = "1 2 " ] || fail "scaling.csv rows: $(cat "$csv")"
-echo "ok: scaling.sbatch measured 1 and 2 ranks through srun"
+ok "scaling.sbatch measured 1 and 2 ranks through srun"
 
 echo "PASS: slurm jobs on the local cluster in $(($(date +%s) - t_start)) s"
