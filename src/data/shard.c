@@ -176,8 +176,13 @@ void mrcnn_shard_open(mrcnn_shard *sh, const char *path, int64_t fapl) {
     sh->rle_offset = ds_read(f, "annotations/rle_offset", path, H5T_NATIVE_INT64, m + 1, 1);
     sh->rle_bytes = ds_len(f, "annotations/rle", path, -1, 1);
     sh->image_bytes = ds_len(f, "images/bytes", path, -1, 1);
-    sh->bytes_ds = MRCNN_CHECK_HDF5(H5Dopen2(f, "images/bytes", H5P_DEFAULT), path);
-    sh->rle_ds = MRCNN_CHECK_HDF5(H5Dopen2(f, "annotations/rle", H5P_DEFAULT), path);
+    /* No chunk cache for the byte streams: an image read then touches only its own bytes,
+     * not the whole (1 MiB) chunks around it. */
+    hid_t dapl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_DATASET_ACCESS), path);
+    MRCNN_CHECK_HDF5(H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), path);
+    sh->bytes_ds = MRCNN_CHECK_HDF5(H5Dopen2(f, "images/bytes", dapl), path);
+    sh->rle_ds = MRCNN_CHECK_HDF5(H5Dopen2(f, "annotations/rle", dapl), path);
+    MRCNN_CHECK_HDF5(H5Pclose(dapl), path);
 }
 
 void mrcnn_shard_close(mrcnn_shard *sh) {
