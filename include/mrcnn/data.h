@@ -113,6 +113,10 @@ typedef struct mrcnn_loader_opts {
     int masks;                // decode the masks (0: boxes and classes only)
     int prefetch;             // batches prepared ahead (>= 1; 2 = double buffering)
     int64_t start_epoch, start_step; // the cursor to resume from
+    /* Optional allocator for the batch images (e.g. cudaHostAlloc'ed pinned memory for
+     * fast copies to the GPU); NULL: malloc/free. Called from the loader's I/O thread. */
+    void *(*image_alloc)(size_t bytes);
+    void (*image_free)(void *p);
 } mrcnn_loader_opts;
 
 /* Fills opts from INPUT.*, DATALOADER.*, MODEL.PIXEL_MEAN/STD and SEED; the caller sets

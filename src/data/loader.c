@@ -206,7 +206,18 @@ static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
     }
     b->num_instances = inst;
     const size_t pixels = (size_t)n * b->height * b->width * 3;
-    grow_bytes((void **)&b->images, &sl->cap_pixels, pixels * sizeof(float), "batch images");
+    if (pixels * sizeof(float) > sl->cap_pixels) { /* contents are rewritten: no copy on growth */
+        const size_t bytes = pixels * sizeof(float);
+        if (l->o.image_alloc) {
+            if (b->images) l->o.image_free(b->images);
+            b->images = l->o.image_alloc(bytes);
+            MRCNN_CHECK(b->images, "loader: the image allocator returned NULL for %zu bytes", bytes);
+        } else {
+            free(b->images);
+            b->images = MRCNN_MALLOC(bytes, "batch images");
+        }
+        sl->cap_pixels = bytes;
+    }
     if (l->o.masks) grow_bytes((void **)&b->masks, &sl->cap_masks, (size_t)inst * b->height * b->width + 1, "batch masks");
     if (inst > sl->cap_inst) {
         sl->cap_inst = inst;
@@ -420,6 +431,7 @@ mrcnn_loader *mrcnn_loader_create(const mrcnn_loader_opts *opts) {
         MRCNN_CHECK(opts->min_sizes[i] > 0, "loader: min size %d must be positive", opts->min_sizes[i]);
     for (int c = 0; c < 3; c++) MRCNN_CHECK(opts->pixel_std[c] > 0, "loader: pixel std[%d] = %g must be positive", c, opts->pixel_std[c]);
     MRCNN_CHECK((opts->fixed_h > 0) == (opts->fixed_w > 0), "loader: fixed size needs both H and W");
+    MRCNN_CHECK(!opts->image_alloc == !opts->image_free, "loader: image_alloc and image_free go together");
     int up = 0, level = 0;
     MRCNN_CHECK_MPI(MPI_Initialized(&up));
     MRCNN_CHECK(up, "loader: MPI is not initialized (call MPI_Init_thread with MPI_THREAD_MULTIPLE first)");
@@ -467,7 +479,9 @@ void mrcnn_loader_destroy(mrcnn_loader *l) {
     for (int k = 0; k < l->nslots; k++) {
         slot *sl = &l->slots[k];
         mrcnn_batch *b = &sl->b;
-        void *all[] = {b->images, b->image_h, b->image_w, b->orig_h, b->orig_w, b->scale, b->image_id, b->image_index,
+        if (l->o.image_alloc && b->images) l->o.image_free(b->images);
+        else free(b->images);
+        void *all[] = {b->image_h, b->image_w, b->orig_h, b->orig_w, b->scale, b->image_id, b->image_index,
                        b->flipped, b->valid, b->inst_start, b->boxes, b->classes, b->category_id, b->iscrowd, b->masks,
                        sl->bytes_len, sl->bytes_cap, sl->rles_cap, sl->ann0};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);

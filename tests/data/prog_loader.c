@@ -263,6 +263,10 @@ static int run_flip(const char *index) {
     return 0;
 }
 
+static int64_t g_allocs, g_frees;
+static void *counting_alloc(size_t n) { __atomic_add_fetch(&g_allocs, 1, __ATOMIC_SEQ_CST); return malloc(n); }
+static void counting_free(void *p) { __atomic_add_fetch(&g_frees, 1, __ATOMIC_SEQ_CST); free(p); }
+
 static int run_resume(const char *index) {
     mrcnn_loader_opts o;
     base_opts(&o, index);
@@ -286,6 +290,8 @@ static int run_resume(const char *index) {
     o.start_epoch = ce;
     o.start_step = cs;
     o.num_workers = 1; /* a different thread count must not matter */
+    o.image_alloc = counting_alloc; /* nor the image allocator */
+    o.image_free = counting_free;
     mrcnn_loader *b = mrcnn_loader_create(&o);
     for (int64_t t = k; t < total; t++)
         if (batch_hash(mrcnn_loader_next(b)) != hashes[t]) FAILF("resumed batch %lld differs", (long long)t);
@@ -293,6 +299,7 @@ static int run_resume(const char *index) {
     mrcnn_loader_cursor(b, &re, &rs);
     if (re != fe || rs != fs) FAILF("cursor after resuming is (%lld, %lld), expected (%lld, %lld)", (long long)re, (long long)rs, (long long)fe, (long long)fs);
     mrcnn_loader_destroy(b);
+    if (g_allocs == 0 || g_allocs != g_frees) FAILF("image allocator: %lld allocations, %lld frees", (long long)g_allocs, (long long)g_frees);
     if (g_rank == 0) printf("resume: from (epoch %lld, step %lld), %lld batches identical\n", (long long)ce, (long long)cs, (long long)(total - k));
     return 0;
 }
