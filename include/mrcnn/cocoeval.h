@@ -79,6 +79,10 @@ typedef struct mrcnn_coco_dets {
  * the path, line and byte, and what is wrong. */
 void mrcnn_coco_gt_load(mrcnn_coco_gt *gt, const char *path);
 void mrcnn_coco_gt_free(mrcnn_coco_gt *gt);
+/* Builds the id lookups of a ground truth filled in memory (images, cats, anns set;
+ * strings and segmentations malloc'ed, freed by mrcnn_coco_gt_free). Fails on
+ * duplicate ids, naming `what`. */
+void mrcnn_coco_gt_index(mrcnn_coco_gt *gt, const char *what);
 /* Index of an image / category id in gt->images / gt->cats, or -1. */
 int64_t mrcnn_coco_gt_find_image(const mrcnn_coco_gt *gt, int64_t id);
 int64_t mrcnn_coco_gt_find_category(const mrcnn_coco_gt *gt, int64_t id);

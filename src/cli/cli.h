@@ -13,5 +13,6 @@ int mrcnn_cmd_eval(int argc, char **argv);
 int mrcnn_cmd_config(int argc, char **argv);
 int mrcnn_cmd_bench(int argc, char **argv);
 int mrcnn_cmd_train(int argc, char **argv);
+int mrcnn_cmd_predict(int argc, char **argv);
 
 #endif

@@ -1,10 +1,12 @@
 /* `mrcnn eval`: COCO bbox/segm evaluation of a results JSON against a ground-truth
- * JSON, a drop-in for pycocotools' COCOeval (same 12 numbers, same summary lines). */
+ * JSON, a drop-in for pycocotools' COCOeval (same 12 numbers, same summary lines);
+ * or, with --config/--weights/--shards, inference over shards first (eval_shards.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "eval_shards.h"
 #include "mrcnn/check.h"
 #include "mrcnn/cocoeval.h"
 #include "mrcnn/log.h"
@@ -24,11 +26,15 @@ static void eval_usage(FILE *out) {
             "                    \"per_category\": [...]}, \"segm\": {...}}\n"
             "  --per-category    also print AP, AP50, AP75 per category\n"
             "  --threads N       worker threads (default: all cores, or OMP_NUM_THREADS)\n");
+    eval_shards_usage(out);
 }
 
 int mrcnn_cmd_eval(int argc, char **argv) {
     const char *gt_path = NULL, *res_path = NULL, *type = NULL, *json_path = NULL;
-    int per_cat = 0, threads = 0;
+    const char *config_path = NULL, *weights = NULL, *shards = NULL, *out_dir = NULL;
+    int per_cat = 0, threads = 0, n_sets = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    MRCNN_CHECK(sets, "out of memory");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -43,6 +49,16 @@ int mrcnn_cmd_eval(int argc, char **argv) {
             res_path = argv[++i];
         } else if (has_val && !strcmp(a, "--iou-type")) {
             type = argv[++i];
+        } else if (has_val && !strcmp(a, "--config")) {
+            config_path = argv[++i];
+        } else if (has_val && !strcmp(a, "--weights")) {
+            weights = argv[++i];
+        } else if (has_val && !strcmp(a, "--shards")) {
+            shards = argv[++i];
+        } else if (has_val && !strcmp(a, "--out")) {
+            out_dir = argv[++i];
+        } else if (has_val && !strcmp(a, "--set")) {
+            sets[n_sets++] = argv[++i];
         } else if (has_val && !strcmp(a, "--json")) {
             json_path = argv[++i];
         } else if (has_val && !strcmp(a, "--threads")) {
@@ -58,8 +74,27 @@ int mrcnn_cmd_eval(int argc, char **argv) {
             return 2;
         }
     }
+    if (type && strcmp(type, "bbox") && strcmp(type, "segm") && strcmp(type, "both")) {
+        fprintf(stderr, "mrcnn eval: --iou-type must be bbox, segm or both, not '%s'\n", type);
+        return 2;
+    }
+    int model_mode = config_path || weights || shards || out_dir || n_sets;
+    if (model_mode && (gt_path || res_path)) {
+        fprintf(stderr, "mrcnn eval: --gt/--results evaluate a results file; --config/--weights/--shards/--out/--set "
+                        "run a model: not both\n");
+        return 2;
+    }
+    if (model_mode) {
+        eval_shards_opts o = {.config_path = config_path, .weights = weights, .shards = shards, .out_dir = out_dir,
+                              .json_path = json_path, .iou_type = type ? type : "both", .sets = sets,
+                              .n_sets = n_sets, .per_category = per_cat, .threads = threads};
+        int rc = eval_shards_run(argc, argv, &o);
+        free(sets);
+        return rc;
+    }
+    free(sets);
     if (!gt_path || !res_path) {
-        fprintf(stderr, "mrcnn eval: --gt and --results are required\n");
+        fprintf(stderr, "mrcnn eval: --gt and --results are required (or --config/--weights/--shards to run a model)\n");
         eval_usage(stderr);
         return 2;
     }

@@ -11,6 +11,7 @@ static const mrcnn_command k_commands[] = {
     {"config", mrcnn_cmd_config, "check a config file and print it with overrides applied"},
     {"bench", mrcnn_cmd_bench, "benchmarks: scaling (measured over ranks, or --model for N GPUs)"},
     {"train", mrcnn_cmd_train, "train Mask R-CNN data-parallel over MPI ranks (CPU or CUDA + NCCL)"},
+    {"predict", mrcnn_cmd_predict, "detections on JPEG/PNG files: detections.json and PNG overlays"},
 };
 
 static void usage(FILE *out) {

@@ -231,7 +231,7 @@ static int cmp_ann_id(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void build_indexes(mrcnn_coco_gt *gt, const char *path) {
+void mrcnn_coco_gt_index(mrcnn_coco_gt *gt, const char *path) {
     gt->image_by_id = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(gt->n_images + 1), "image index");
     gt->cat_by_id = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(gt->n_cats + 1), "category index");
     for (int64_t i = 0; i < gt->n_images; i++) gt->image_by_id[i] = i;
@@ -356,7 +356,7 @@ void mrcnn_coco_gt_load(mrcnn_coco_gt *gt, const char *path) {
     next(&p); // trailing garbage is an error too
     mrcnn_json_close(p.j);
     MRCNN_CHECK(seen_images && seen_cats, "%s: a COCO ground-truth file needs 'images' and 'categories'", path);
-    build_indexes(gt, path);
+    mrcnn_coco_gt_index(gt, path);
 }
 
 void mrcnn_coco_gt_free(mrcnn_coco_gt *gt) {
