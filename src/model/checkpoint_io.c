@@ -82,14 +82,16 @@ static bool has_dataset(hid_t g, const char *name) {
     return H5Lexists(g, name, H5P_DEFAULT) > 0;
 }
 
-/* Reads /model/<name> into host (n floats), checking the shape against t. */
-static void read_dataset(hid_t g, const char *path, const char *name, const mrcnn_tensor *t, float *host) {
+/* Fails naming the dataset unless /model/<name> exists with t's shape. */
+static void check_dataset(hid_t g, const char *path, const char *name, const mrcnn_tensor *t) {
     hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
     MRCNN_CHECK(ds >= 0, "checkpoint %s: no dataset /model/%s", path, name);
     hid_t sp = MRCNN_CHECK_HDF5(H5Dget_space(ds), name);
     int nd = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[16] = {0};
     H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    H5Dclose(ds);
     bool same = nd == t->ndim;
     for (int d = 0; same && d < nd; d++) same = dims[d] == (hsize_t)t->shape[d];
     char want[128];
@@ -100,8 +102,12 @@ static void read_dataset(hid_t g, const char *path, const char *name, const mrcn
     strncat(got, ")", sizeof got - strlen(got) - 1);
     MRCNN_CHECK(same, "checkpoint %s: /model/%s has shape %s but the model expects %s", path, name, got,
                 mrcnn_tensor_shape_str(t, want, sizeof want));
+}
+
+/* Reads /model/<name> (checked by check_dataset first) into host. */
+static void read_dataset(hid_t g, const char *name, float *host) {
+    hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
     MRCNN_CHECK_HDF5(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host), name);
-    H5Sclose(sp);
     H5Dclose(ds);
 }
 
@@ -114,29 +120,36 @@ void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const ch
         const char *name = a->entries[i].name;
         mrcnn_tensor *t = &a->entries[i].tensor;
         int64_t n = mrcnn_tensor_numel(t);
-        float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
         const char *bn = m->params.bn[i];
         char key[2 * MRCNN_ARENA_NAME_LEN];
         snprintf(key, sizeof key, "%s.weight", bn);
+        check_dataset(g, path, name, t);
         if (bn[0] && has_dataset(g, key)) {
             // an unfolded conv: fold its BN now, and its bias (the next entry) with it
             int k = (int)t->shape[0];
+            MRCNN_CHECK(i + 1 < a->n_entries, "checkpoint: conv %s is not followed by its bias", name);
             mrcnn_tensor *tb = &a->entries[i + 1].tensor;
-            MRCNN_CHECK(i + 1 < a->n_entries && tb->ndim == 1 && tb->shape[0] == k,
-                        "checkpoint: conv %s is not followed by its bias", name);
-            float *bias = MRCNN_CALLOC((size_t)k, sizeof(float), "folded bias");
-            float *bnp[4];
+            MRCNN_CHECK(tb->ndim == 1 && tb->shape[0] == k, "checkpoint: conv %s is not followed by its bias",
+                        name);
             const char *suffix[4] = {"weight", "bias", "running_mean", "running_var"};
             mrcnn_tensor vec = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1,
                                                  (int64_t[]){k});
             for (int j = 0; j < 4; j++) {
+                snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
+                check_dataset(g, path, key, &vec);
+            }
+            int had_bias = has_dataset(g, a->entries[i + 1].name);
+            if (had_bias) check_dataset(g, path, a->entries[i + 1].name, tb);
+            float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
+            float *bias = MRCNN_CALLOC((size_t)k, sizeof(float), "folded bias");
+            float *bnp[4];
+            for (int j = 0; j < 4; j++) {
                 bnp[j] = MRCNN_MALLOC((size_t)k * sizeof(float), "bn buffer");
                 snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
-                read_dataset(g, path, key, &vec, bnp[j]);
+                read_dataset(g, key, bnp[j]);
             }
-            read_dataset(g, path, name, t, h);
-            int had_bias = has_dataset(g, a->entries[i + 1].name);
-            if (had_bias) read_dataset(g, path, a->entries[i + 1].name, tb, bias);
+            read_dataset(g, name, h);
+            if (had_bias) read_dataset(g, a->entries[i + 1].name, bias);
             mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
                                  MRCNN_FROZEN_BN_EPS);
             m->be->write(m->be, t, h);
@@ -147,7 +160,8 @@ void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const ch
             i++;
             continue;
         }
-        read_dataset(g, path, name, t, h);
+        float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
+        read_dataset(g, name, h);
         m->be->write(m->be, t, h);
         free(h);
     }

@@ -285,6 +285,38 @@ static void test_frozen(void **state) {
     assert_int_equal(trained_zero, 0);
 }
 
+/* An image without instances (all anchors and ROIs background, as torchvision's
+ * empty targets), and inference that keeps no detection: both run and stay finite. */
+static void test_empty(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 13);
+    f->s.gt[0].n = 0;
+    mrcnn_model_zero_grads(&f->m);
+    mrcnn_step st;
+    run_step(f, true, &st);
+    printf("empty image 0: losses %.4f %.4f %.4f %.4f %.4f, rois %d (image 0: %d), fg %d\n",
+           st.losses.rpn_objectness, st.losses.rpn_box_reg, st.losses.classifier, st.losses.box_reg,
+           st.losses.mask, st.n_rois, st.roi_image_start[1], st.n_fg);
+    assert_true(isfinite(st.losses.total));
+    for (int r = 0; r < st.roi_image_start[1]; r++) assert_int_equal(st.roi_labels[r], 0);
+    for (int r = 0; r < st.n_fg; r++) assert_int_equal((int)st.fg_rois[r * 5], 1);
+    mrcnn_step_free(&st);
+    // a score threshold above 1 keeps nothing: the mask head sees zero rows
+    f->m.cfg.roi_score_thresh_test = 1.5f;
+    mrcnn_ws_reset(&f->ws);
+    f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
+    f->be->write(f->be, &f->b.images, f->s.images);
+    mrcnn_detections det;
+    mrcnn_model_detect(&f->m, &f->ws, &f->b, &st, &det);
+    assert_int_equal(det.counts[0] + det.counts[1], 0);
+    mrcnn_detections_free(&det);
+    mrcnn_step_free(&st);
+    fixture_free(f);
+    free(f);
+}
+
 /* Save, load into a fresh model, same bytes; a wrong shape is refused by name. */
 static void test_checkpoint(void **state) {
     mrcnn_config cfg;
@@ -318,6 +350,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_frozen),
+        cmocka_unit_test(test_empty),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_overfit),
     };
