@@ -10,6 +10,9 @@
 #  - usage errors exit 2.
 set -u
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
+# tests/lsan.supp; full unwinding lets the suppressions match.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 M=$BUILD/mrcnn P=$BUILD/mrcnn-prep
 [ -x "$M" ] && [ -x "$P" ] || { echo "not built: $M / $P"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
