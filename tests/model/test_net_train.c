@@ -317,6 +317,80 @@ static void test_empty(void **state) {
     free(f);
 }
 
+/* The loss normalizers go through m->norm_sum, so that ranks holding one image each
+ * reproduce one rank holding both: here two single-image runs, each told the other's
+ * counts, must add up to the two-image run (losses and every gradient). */
+typedef struct {
+    bool add;
+    int k;
+    double rec[8], other[8];
+} fake_ranks;
+
+static void fake_sum(double *v, int n, void *ctx) {
+    fake_ranks *c = ctx;
+    for (int i = 0; i < n; i++, c->k++) {
+        if (c->add) v[i] += c->other[c->k];
+        else c->rec[c->k] = v[i];
+    }
+}
+
+static mrcnn_losses run_single(fixture *f, int i, fake_ranks *c, bool backward) {
+    mrcnn_ws_reset(&f->ws);
+    int64_t idx = i;
+    mrcnn_batch b = {.image_hw = f->s.hw + 2 * i, .gt = f->s.gt + i, .image_index = &idx};
+    b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){1, HH, WW, 3});
+    f->be->write(f->be, &b.images, f->s.images + (size_t)i * HH * WW * 3);
+    c->k = 0;
+    f->m.norm_sum = fake_sum;
+    f->m.norm_ctx = c;
+    mrcnn_step st;
+    mrcnn_model_train_step(&f->m, &f->ws, &b, backward, &st);
+    f->m.norm_sum = NULL;
+    mrcnn_losses l = st.losses;
+    mrcnn_step_free(&st);
+    return l;
+}
+
+static void test_split_batch(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 17);
+    size_t bytes = f->m.params.grads.size;
+    int64_t n = (int64_t)(bytes / sizeof(float));
+    mrcnn_tensor all = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
+    float *g2 = malloc(bytes), *g11 = malloc(bytes);
+    mrcnn_model_zero_grads(&f->m);
+    mrcnn_step st;
+    run_step(f, true, &st);
+    mrcnn_losses whole = st.losses;
+    mrcnn_step_free(&st);
+    f->be->read(f->be, &all, g2);
+    fake_ranks r0 = {0}, r1 = {0};
+    run_single(f, 0, &r0, false); // each rank's own counts
+    run_single(f, 1, &r1, false);
+    memcpy(r0.other, r1.rec, sizeof r0.other);
+    memcpy(r1.other, r0.rec, sizeof r1.other);
+    r0.add = r1.add = true;
+    mrcnn_model_zero_grads(&f->m);
+    mrcnn_losses a = run_single(f, 0, &r0, true), b = run_single(f, 1, &r1, true);
+    f->be->read(f->be, &all, g11);
+    double lw[5] = {whole.rpn_objectness, whole.rpn_box_reg, whole.classifier, whole.box_reg, whole.mask};
+    double ls[5] = {a.rpn_objectness + b.rpn_objectness, a.rpn_box_reg + b.rpn_box_reg,
+                    a.classifier + b.classifier, a.box_reg + b.box_reg, a.mask + b.mask};
+    for (int k = 0; k < 5; k++) {
+        printf("  loss term %d: 2 images %.7f, 1 + 1 images %.7f\n", k, lw[k], ls[k]);
+        assert_true(fabs(lw[k] - ls[k]) <= 1e-5 * fabs(lw[k]) + 1e-7);
+    }
+    double e = test_max_rel_err(g11, g2, n);
+    printf("  gradients: max|a-b|/max|b| = %.2e over %lld values\n", e, (long long)n);
+    assert_true(e < 1e-5);
+    free(g2);
+    free(g11);
+    fixture_free(f);
+    free(f);
+}
+
 /* Save, load into a fresh model, same bytes; a wrong shape is refused by name. */
 static void test_checkpoint(void **state) {
     mrcnn_config cfg;
@@ -351,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_frozen),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_split_batch),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_overfit),
     };
