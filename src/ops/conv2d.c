@@ -32,6 +32,19 @@ static int block_threads(int64_t n_blocks) {
     return n_blocks >= 2 * (int64_t)nt ? nt : 1;
 }
 
+/* Output rows [ib*blk, ib*blk + blk) of the forward. */
+static void forward_block(const mrcnn_conv2d_desc *d, const real *x, const real *w, const real *b, real *y, int64_t ib,
+                          int64_t blk, real *col) {
+    const int Q = mrcnn_conv2d_out_w(d), K = d->k, rsc = d->r * d->s * d->c;
+    const int64_t rows = (int64_t)d->n * mrcnn_conv2d_out_h(d);
+    int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
+    int mb = (int)((r1 - r0) * Q);
+    real *yb = y + r0 * Q * K;
+    OP(conv2d_im2col)(d, x, r0, r1, col);
+    OP(gemm)(0, 1, mb, K, rsc, 1, col, rsc, w, rsc, 0, yb, K);
+    if (b) OP(ops_bias_add)(mb, K, b, yb);
+}
+
 void OP(conv2d_forward)(const mrcnn_conv2d_desc *d, const real *x, const real *w, const real *b, real *y) {
     check_args(d, "conv2d_forward", x, w, y);
     const int Q = mrcnn_conv2d_out_w(d), K = d->k;
@@ -44,19 +57,20 @@ void OP(conv2d_forward)(const mrcnn_conv2d_desc *d, const real *x, const real *w
     }
     const int64_t blk = OP(conv2d_block_rows)(d), n_blocks = (rows + blk - 1) / blk;
     const int nt = block_threads(n_blocks);
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    /* No `parallel if (0)` for the shared path: regions nested in even an inactive
+     * one get fresh threads from libgomp each time, which cost 4x here. */
+    if (nt == 1) {
+        real *col = MRCNN_MALLOC(sizeof(real) * (size_t)(blk * Q) * rsc, "conv2d_forward column buffer");
+        for (int64_t ib = 0; ib < n_blocks; ib++) forward_block(d, x, w, b, y, ib, blk, col);
+        free(col);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
     {
         real *col = MRCNN_MALLOC(sizeof(real) * (size_t)(blk * Q) * rsc, "conv2d_forward column buffer");
         /* Dynamic: on a shared machine a descheduled thread should not hold up the rest. */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t ib = 0; ib < n_blocks; ib++) {
-            int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
-            int mb = (int)((r1 - r0) * Q);
-            real *yb = y + r0 * Q * K;
-            OP(conv2d_im2col)(d, x, r0, r1, col);
-            OP(gemm)(0, 1, mb, K, rsc, 1, col, rsc, w, rsc, 0, yb, K);
-            if (b) OP(ops_bias_add)(mb, K, b, yb);
-        }
+        for (int64_t ib = 0; ib < n_blocks; ib++) forward_block(d, x, w, b, y, ib, blk, col);
         free(col);
     }
 }
@@ -112,6 +126,16 @@ void OP(conv2d_backward_data)(const mrcnn_conv2d_desc *d, const real *dy, const 
     }
 }
 
+/* dw (K, R*S*C) += the filter gradient of output rows [ib*blk, ib*blk + blk). */
+static void filter_block(const mrcnn_conv2d_desc *d, const real *x, const real *dy, real *dw, int64_t ib, int64_t blk,
+                         real *col) {
+    const int Q = mrcnn_conv2d_out_w(d), K = d->k, rsc = d->r * d->s * d->c;
+    const int64_t rows = (int64_t)d->n * mrcnn_conv2d_out_h(d);
+    int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
+    OP(conv2d_im2col)(d, x, r0, r1, col);
+    OP(gemm)(1, 0, K, rsc, (int)((r1 - r0) * Q), 1, dy + r0 * Q * K, K, col, rsc, 1, dw, rsc);
+}
+
 /* Per-thread path: each thread sums its blocks into a private dw, and the partial
  * sums are added in thread order (static schedule: reproducible for a fixed
  * thread count). */
@@ -128,25 +152,25 @@ void OP(conv2d_backward_filter)(const mrcnn_conv2d_desc *d, const real *x, const
     const int64_t blk = OP(conv2d_block_rows)(d), n_blocks = (rows + blk - 1) / blk;
     const int nt = block_threads(n_blocks);
     const int64_t nw = (int64_t)K * rsc;
-    real *part = nt > 1 ? MRCNN_CALLOC((size_t)nt * nw, sizeof(real), "conv2d_backward_filter partial sums") : NULL;
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    if (nt == 1) {
+        real *col = MRCNN_MALLOC(sizeof(real) * (size_t)(blk * Q) * rsc, "conv2d_backward_filter column buffer");
+        for (int64_t ib = 0; ib < n_blocks; ib++) filter_block(d, x, dy, dw, ib, blk, col);
+        free(col);
+        return;
+    }
+    real *part = MRCNN_CALLOC((size_t)nt * nw, sizeof(real), "conv2d_backward_filter partial sums");
+#pragma omp parallel num_threads(nt)
     {
         real *col = MRCNN_MALLOC(sizeof(real) * (size_t)(blk * Q) * rsc, "conv2d_backward_filter column buffer");
-        real *acc = nt > 1 ? part + (size_t)omp_get_thread_num() * nw : dw;
+        real *acc = part + (size_t)omp_get_thread_num() * nw;
 #pragma omp for schedule(static)
-        for (int64_t ib = 0; ib < n_blocks; ib++) {
-            int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
-            OP(conv2d_im2col)(d, x, r0, r1, col);
-            OP(gemm)(1, 0, K, rsc, (int)((r1 - r0) * Q), 1, dy + r0 * Q * K, K, col, rsc, 1, acc, rsc);
-        }
+        for (int64_t ib = 0; ib < n_blocks; ib++) filter_block(d, x, dy, acc, ib, blk, col);
         free(col);
-        if (nt > 1) {
 #pragma omp for schedule(static)
-            for (int64_t i = 0; i < nw; i++) {
-                real s = 0;
-                for (int t = 0; t < nt; t++) s += part[(size_t)t * nw + i];
-                dw[i] += s;
-            }
+        for (int64_t i = 0; i < nw; i++) {
+            real s = 0;
+            for (int t = 0; t < nt; t++) s += part[(size_t)t * nw + i];
+            dw[i] += s;
         }
     }
     free(part);
