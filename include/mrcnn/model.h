@@ -103,6 +103,9 @@ typedef struct mrcnn_model {
      * normalizers go through it, so 2 ranks x 1 image equal 1 rank x 2 images. */
     void (*norm_sum)(double *v, int n, void *ctx);
     void *norm_ctx;
+    /* Gradients are of loss_mult x (sum of the losses); the reported losses stay
+     * unscaled (fp16 loss scaling; 0 means 1). */
+    float loss_mult;
     /* When set, training uses these proposals (N, cap, 4) with counts (N) instead of
      * the RPN's: finite-difference tests hold them fixed, as the backward does. */
     const float *pinned_proposals;

@@ -102,6 +102,10 @@ static double read_scalar(const mrcnn_backend *be, const mrcnn_tensor *t) {
     return v;
 }
 
+/* The loss multiplier (fp16 loss scaling): the ops divide by norm / mult, so the
+ * gradients come out scaled by mult and the loss values are divided back. */
+static float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? m->loss_mult : 1.0f; }
+
 static void sum_norms(mrcnn_model *m, double *v, int n) {
     if (m->norm_sum) m->norm_sum(v, n, m->norm_ctx);
 }
@@ -201,7 +205,7 @@ static void rpn_losses(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool 
     for (int64_t j = 0; j < (int64_t)N * nA; j++) lab[j] = lab[j] > 0 ? 1.0f : 0.0f;
     sum_norms(m, &sampled, 1);
     st->rpn_sampled = sampled;
-    float norm = (float)(sampled > 0 ? sampled : 1);
+    float mult = loss_mult(m), norm = (float)(sampled > 0 ? sampled : 1) / mult;
     // regroup image-major (N, all levels) into level-major (level: N, h, w, A)
     int64_t off = 0;
     double lobj = 0, lbox = 0;
@@ -234,8 +238,8 @@ static void rpn_losses(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool 
         m->be->bce_logits(m->be, x, &t, &w, norm, &lo, backward ? &st->dlogits_rpn[l] : NULL);
         m->be->smooth_l1(m->be, d, &rt, &rw, c->rpn_smooth_l1_beta, norm, &lb,
                          backward ? &st->ddeltas_rpn[l] : NULL);
-        lobj += read_scalar(m->be, &lo);
-        lbox += read_scalar(m->be, &lb);
+        lobj += read_scalar(m->be, &lo) / mult;
+        lbox += read_scalar(m->be, &lb) / mult;
         free(tl);
         free(wl);
         free(rl);
@@ -313,7 +317,7 @@ static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *
     int R = st->n_rois, K = m->num_classes;
     double norm_d = R;
     sum_norms(m, &norm_d, 1);
-    float norm = (float)(norm_d > 0 ? norm_d : 1);
+    float mult = loss_mult(m), norm = (float)(norm_d > 0 ? norm_d : 1) / mult;
     mrcnn_tensor lab = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){R}, st->roi_labels);
     mrcnn_tensor lc = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
     if (backward) {
@@ -321,7 +325,7 @@ static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *
         st->ddeltas = mrcnn_ws_like(ws, &st->box.deltas);
     }
     if (R > 0) be->softmax_ce(be, &st->box.logits, &lab, norm, &lc, backward ? &st->dcls : NULL);
-    st->losses.classifier = R > 0 ? read_scalar(be, &lc) : 0;
+    st->losses.classifier = R > 0 ? read_scalar(be, &lc) / mult : 0;
     // box regression on the gt class of the foreground only
     float *deltas = read_host(be, &st->box.deltas);
     int32_t *fgl = MRCNN_MALLOC((size_t)(R ? R : 1) * sizeof(int32_t), "fg labels");
@@ -339,7 +343,7 @@ static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
     mrcnn_tensor lb = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
     if (R > 0) be->smooth_l1(be, &gd, &tg, &wd, m->cfg.box_smooth_l1_beta, norm, &lb, backward ? &dg : NULL);
-    st->losses.box_reg = R > 0 ? read_scalar(be, &lb) : 0;
+    st->losses.box_reg = R > 0 ? read_scalar(be, &lb) / mult : 0;
     if (backward && R > 0) {
         float *dgh = read_host(be, &dg);
         memset(deltas, 0, (size_t)R * 4 * K * sizeof(float));
@@ -384,8 +388,9 @@ static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool b
     mrcnn_tensor td = upload(ws, MRCNN_DTYPE_F32, 3, sh, tgt);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
     mrcnn_tensor lm = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
-    be->bce_logits(be, &gd, &td, NULL, (float)norm_d, &lm, backward ? &dg : NULL);
-    st->losses.mask = read_scalar(be, &lm);
+    float mult = loss_mult(m);
+    be->bce_logits(be, &gd, &td, NULL, (float)(norm_d / mult), &lm, backward ? &dg : NULL);
+    st->losses.mask = read_scalar(be, &lm) / mult;
     if (backward) {
         float *dgh = read_host(be, &dg);
         memset(logits, 0, (size_t)Rf * M * M * K * sizeof(float));

@@ -385,6 +385,18 @@ static void test_split_batch(void **state) {
     double e = test_max_rel_err(g11, g2, n);
     printf("  gradients: max|a-b|/max|b| = %.2e over %lld values\n", e, (long long)n);
     assert_true(e < 1e-5);
+    // loss_mult scales the gradients, not the reported losses
+    f->m.loss_mult = 1024.0f;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    f->m.loss_mult = 0;
+    assert_true(fabs(st.losses.total - whole.total) <= 1e-6 * whole.total);
+    mrcnn_step_free(&st);
+    f->be->read(f->be, &all, g11);
+    for (int64_t i = 0; i < n; i++) g11[i] /= 1024.0f;
+    e = test_max_rel_err(g11, g2, n);
+    printf("  loss_mult 1024: gradients / 1024 vs plain: %.2e\n", e);
+    assert_true(e < 1e-5);
     free(g2);
     free(g11);
     fixture_free(f);
