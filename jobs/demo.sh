@@ -62,3 +62,25 @@ echo "   loss curve   $DEMO_DIR/train/loss.png"
 echo "   loss         $first (first 20 steps) -> $last (last 20 steps)"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a == a + 0 && b == b + 0 && b < a) }' \
     || { echo "demo: the loss did not fall ($first -> $last)" >&2; exit 1; }
+
+# ---- evaluation and prediction (mrcnn eval / mrcnn predict) ------------------------
+# The trained model on the val split: COCO box and mask AP computed by 2 ranks, and
+# prediction pictures of a few val images.
+echo
+echo "== demo: evaluating $ckpt on the val split with 2 ranks -> $DEMO_DIR/eval"
+mkdir -p "$DEMO_DIR/eval"
+"${MPIRUN[@]}" "$M" eval --config configs/tiny.yaml --weights "$ckpt" --set MODEL.DEVICE=$device \
+    --shards "$DEMO_DIR/shards/val-index.h5" --out "$DEMO_DIR/eval" --json "$DEMO_DIR/eval/stats.json" \
+    > "$DEMO_DIR/eval/summary.txt"
+cat "$DEMO_DIR/eval/summary.txt"
+box_ap=$(awk '/\*bbox\*/ { getline; print $NF; exit }' "$DEMO_DIR/eval/summary.txt")
+mask_ap=$(awk '/\*segm\*/ { getline; print $NF; exit }' "$DEMO_DIR/eval/summary.txt")
+mapfile -t val_images < <(ls -1 "$DEMO_DIR/raw/val"/*.jpg | head -n 4)
+"$M" predict --config configs/tiny.yaml --weights "$ckpt" --set MODEL.DEVICE=$device \
+    --set DATASETS.TEST="$DEMO_DIR/shards/val-index.h5" --out "$DEMO_DIR/predict" "${val_images[@]}"
+echo
+echo "== demo evaluation and prediction done ($(( $(date +%s) - t0 )) s since the start)"
+echo "   box AP       $box_ap   (COCO AP@[.5:.95] on the val split; full summary $DEMO_DIR/eval/summary.txt)"
+echo "   mask AP      $mask_ap"
+echo "   results      $DEMO_DIR/eval/coco_instances_results.json, stats $DEMO_DIR/eval/stats.json"
+echo "   predictions  $DEMO_DIR/predict/*.png (${#val_images[@]} val images), $DEMO_DIR/predict/detections.json"

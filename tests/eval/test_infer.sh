@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mrcnn eval --config --weights --shards`: inference over shards with a briefly trained
 # tiny model (tests/eval/infer_fixture.sh).
-#  - 1 rank and 2 ranks write the same results (sorted) and print the same numbers;
+#  - 1, 2 and 3 ranks write the same results (sorted; 1 vs 3 byte for byte) and print
+#    the same numbers;
 #  - every val image is run exactly once (each has detections, none more than
 #    DETECTIONS_PER_IMAGE), category ids are the dataset's (1, 3, 7), RLE sizes and boxes
 #    are in the original image's pixels (also with a test size that rescales);
@@ -30,6 +31,7 @@ run_eval() { # np out [args...]
 }
 run_eval 1 np1
 run_eval 2 np2
+run_eval 3 np3 # 8 images on 3 ranks: the last step is padded
 # DATASETS.TEST instead of --shards, and a test size that rescales (128 -> 192 -> 128)
 mpirun --oversubscribe -np 2 "$M" eval "${CFG_ARGS[@]}" --weights "$CKPT" --set DATASETS.TEST="$VAL" \
     --set INPUT.MIN_SIZE_TEST=192 --set INPUT.MAX_SIZE_TEST=192 --out "$tmp/rescaled" --iou-type segm \
@@ -43,7 +45,11 @@ done
 summary() { grep -E "^Evaluate|^ Average" "$1"; }
 cmp -s <(summary "$tmp/np1.log") <(summary "$tmp/np2.log") \
     || { echo "FAIL: 1 and 2 ranks print different numbers"; diff <(summary "$tmp/np1.log") <(summary "$tmp/np2.log"); exit 1; }
-echo "ok: 1 and 2 ranks print identical summaries"
+cmp -s <(summary "$tmp/np1.log") <(summary "$tmp/np3.log") \
+    || { echo "FAIL: 1 and 3 ranks print different numbers"; diff <(summary "$tmp/np1.log") <(summary "$tmp/np3.log"); exit 1; }
+cmp -s "$tmp/np1/coco_instances_results.json" "$tmp/np3/coco_instances_results.json" \
+    || { echo "FAIL: 1 and 3 ranks write different results files"; exit 1; }
+echo "ok: 1, 2 and 3 ranks print identical summaries; 1 and 3 ranks write byte-identical results"
 "$P" export "$VAL" --out "$tmp/gt.json" > /dev/null || { echo "FAIL: export"; exit 1; }
 
 "$PY_COCO" - "$tmp" <<'PY' || exit 1
