@@ -106,6 +106,11 @@ typedef struct mrcnn_model {
     /* Gradients are of loss_mult x (sum of the losses); the reported losses stay
      * unscaled (fp16 loss scaling; 0 means 1). */
     float loss_mult;
+    /* Called once per trainable parameter, in backward order, as soon as its gradient
+     * is final in this step (gradient buckets start their all-reduce from it). */
+    void (*grad_ready)(int param_index, void *ctx);
+    void *grad_ready_ctx;
+    bool *grad_reported; // (n params) this step's reports
     /* When set, training uses these proposals (N, cap, 4) with counts (N) instead of
      * the RPN's: finite-difference tests hold them fixed, as the backward does. */
     const float *pinned_proposals;
@@ -145,6 +150,9 @@ void mrcnn_ws_free(mrcnn_ws *ws);
  * the frozen BN folded into it ("" for none). */
 mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin, int cout, int ks,
                                       int stride, int pad, bool frozen, const char *bn);
+/* Reports a parameter's gradient final (once per step; frozen ones never). */
+void mrcnn_model_grad_ready(mrcnn_model *m, int param_index);
+void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l);
 /* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
  * unless the layer is frozen, into its parameter gradients. */
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,

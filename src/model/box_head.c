@@ -53,6 +53,8 @@ static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, cons
     m->be->linear_backward(m->be, x, mrcnn_arena_get(&m->params.values, w), g, dx,
                            mrcnn_arena_get(&m->params.grads, w), mrcnn_arena_get(&m->params.grads, b));
     if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
+    mrcnn_model_grad_ready(m, w);
+    mrcnn_model_grad_ready(m, b);
 }
 
 void mrcnn_box_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,

@@ -62,6 +62,7 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
         if (g->data)
             mrcnn_conv_layer_backward(m, ws, &f->layer[i], &o->inner[i], NULL, MRCNN_ACT_NONE, g,
                                       &dinner[i]);
+        mrcnn_conv_layer_grad_ready(m, &f->layer[i]);
     }
     for (int i = 0; i < 4; i++) {
         // the sum's gradient reaches both the lateral (dinner[i] itself) and the level above
@@ -71,6 +72,7 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
         if (want && !dc[i].data) dc[i] = mrcnn_ws_like(ws, &o->c[i]);
         mrcnn_conv_layer_backward(m, ws, &f->inner[i], &o->c[i], NULL, MRCNN_ACT_NONE, &dinner[i],
                                   want ? &dc[i] : NULL);
+        mrcnn_conv_layer_grad_ready(m, &f->inner[i]);
         mrcnn_ws_release(ws, &dinner[i]);
     }
     mrcnn_ws_release(ws, &dp5);

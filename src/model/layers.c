@@ -73,6 +73,17 @@ mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin,
     return l;
 }
 
+void mrcnn_model_grad_ready(mrcnn_model *m, int i) {
+    if (!m->params.trainable[i] || !m->grad_reported || m->grad_reported[i]) return;
+    m->grad_reported[i] = true;
+    if (m->grad_ready) m->grad_ready(i, m->grad_ready_ctx);
+}
+
+void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l) {
+    mrcnn_model_grad_ready(m, l->w);
+    mrcnn_model_grad_ready(m, l->b);
+}
+
 static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tensor *x) {
     MRCNN_CHECK(x->ndim == 4 && x->shape[3] == l->cin,
                 "conv layer: input has %lld channels (rank %d) but the layer takes %d",

@@ -58,6 +58,7 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     const mrcnn_backend *be = m->be;
     mrcnn_tensor dup = mrcnn_ws_like(ws, &out->up);
     mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
+    mrcnn_conv_layer_grad_ready(m, &h->logits);
     mrcnn_tensor dpre = mrcnn_ws_like(ws, &out->up);
     be->relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
@@ -65,12 +66,15 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     be->deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
                            mrcnn_arena_get(&m->params.grads, h->deconv_w),
                            mrcnn_arena_get(&m->params.grads, h->deconv_b));
+    mrcnn_model_grad_ready(m, h->deconv_w);
+    mrcnn_model_grad_ready(m, h->deconv_b);
     for (int i = h->n_conv - 1; i >= 0; i--) {
         const mrcnn_tensor *xin = i > 0 ? &out->conv[i - 1] : &out->x;
         mrcnn_tensor dprev = {0};
         if (i > 0) dprev = mrcnn_ws_like(ws, xin);
         mrcnn_conv_layer_backward(m, ws, &h->conv[i], xin, &out->conv[i], MRCNN_ACT_RELU, &dcur,
                                   i > 0 ? &dprev : dx);
+        mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
         dcur = dprev;
     }
 }

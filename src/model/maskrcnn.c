@@ -30,10 +30,12 @@ void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be
     mrcnn_box_head_build(m);
     mrcnn_mask_head_build(m);
     mrcnn_params_commit(&m->params, be);
+    m->grad_reported = MRCNN_CALLOC((size_t)mrcnn_params_count(&m->params), sizeof(bool), "grad reports");
 }
 
 void mrcnn_model_free(mrcnn_model *m) {
     for (int s = 0; s < 4; s++) free(m->resnet.blocks[s]);
+    free(m->grad_reported);
     mrcnn_params_free(&m->params);
     memset(m, 0, sizeof *m);
 }
@@ -441,6 +443,7 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
 
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels;
+    memset(m->grad_reported, 0, (size_t)mrcnn_params_count(&m->params) * sizeof(bool));
     mrcnn_tensor dp[MRCNN_FPN_LEVELS];
     for (int l2 = 0; l2 < MRCNN_FPN_LEVELS; l2++) dp[l2] = mrcnn_ws_like(ws, &st->bb.p[l2]);
     if (st->n_fg > 0) {
@@ -459,6 +462,8 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
     }
     mrcnn_rpn_head_backward(m, ws, &st->bb, &st->rpn, st->dlogits_rpn, st->ddeltas_rpn, dp);
     mrcnn_backbone_backward(m, ws, &b->images, &st->bb, dp);
+    // heads that saw no rows this step: their (zero) gradients are final too
+    for (int i = 0; i < mrcnn_params_count(&m->params); i++) mrcnn_model_grad_ready(m, i);
 }
 
 /* ---- inference ------------------------------------------------------------------ */

@@ -178,6 +178,10 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
                                           want_dx ? &dx : NULL);
             else if (want_dx)
                 be->add_forward(be, &dx, &dsum, &dx);
+            mrcnn_conv_layer_grad_ready(m, &k->conv3);
+            mrcnn_conv_layer_grad_ready(m, &k->conv2);
+            mrcnn_conv_layer_grad_ready(m, &k->conv1);
+            if (k->has_down) mrcnn_conv_layer_grad_ready(m, &k->down);
             mrcnn_ws_release(ws, &da1);
             mrcnn_ws_release(ws, &dsum);
             // dy is this block's own buffer unless it is the FPN's dc[s] (the caller's)
@@ -193,6 +197,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
         be->maxpool2d_backward(be, &pd, &o->stem_conv, &dnext, &dconv);
         mrcnn_conv_layer_backward(m, ws, &r->stem, images, &o->stem_conv, MRCNN_ACT_RELU, &dconv,
                                   NULL);
+        mrcnn_conv_layer_grad_ready(m, &r->stem);
     }
 }
 

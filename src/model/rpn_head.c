@@ -45,4 +45,8 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
                                   &dp[l]);
         mrcnn_ws_release(ws, &dt);
     }
+    // shared over the levels: final only now
+    mrcnn_conv_layer_grad_ready(m, &h->cls);
+    mrcnn_conv_layer_grad_ready(m, &h->bbox);
+    mrcnn_conv_layer_grad_ready(m, &h->conv);
 }

@@ -403,6 +403,74 @@ static void test_split_batch(void **state) {
     free(f);
 }
 
+/* grad_ready: every trainable parameter reported exactly once per step, frozen ones
+ * never, and nothing changes a gradient after its report (so a bucket may start its
+ * all-reduce right then). Heads come before the backbone. */
+typedef struct {
+    mrcnn_model *m;
+    int count, *order;
+    float **snap;
+} ready_log;
+
+static void on_ready(int i, void *ctx) {
+    ready_log *r = ctx;
+    mrcnn_tensor *g = mrcnn_arena_get(&r->m->params.grads, i);
+    assert_null(r->snap[i]);
+    r->snap[i] = malloc(mrcnn_tensor_nbytes(g));
+    r->m->be->read(r->m->be, g, r->snap[i]);
+    r->order[r->count++] = i;
+}
+
+static void test_grad_ready(void **state) {
+    mrcnn_config cfg;
+    tiny_config(&cfg);
+    cfg.backbone_freeze_at = 2;
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 19);
+    int n = mrcnn_params_count(&f->m.params);
+    ready_log r = {&f->m, 0, calloc(n, sizeof(int)), calloc(n, sizeof(float *))};
+    for (int step = 0; step < 2; step++) {
+        r.count = 0;
+        for (int i = 0; i < n; i++) {
+            free(r.snap[i]);
+            r.snap[i] = NULL;
+        }
+        f->m.grad_ready = on_ready;
+        f->m.grad_ready_ctx = &r;
+        mrcnn_model_zero_grads(&f->m);
+        run_step(f, true, NULL);
+        f->m.grad_ready = NULL;
+        int trainable = 0, changed = 0;
+        for (int i = 0; i < n; i++) {
+            trainable += f->m.params.trainable[i];
+            if (!f->m.params.trainable[i]) {
+                assert_null(r.snap[i]);
+                continue;
+            }
+            assert_non_null(r.snap[i]);
+            mrcnn_tensor *g = mrcnn_arena_get(&f->m.params.grads, i);
+            float *now = malloc(mrcnn_tensor_nbytes(g));
+            f->be->read(f->be, g, now);
+            if (memcmp(now, r.snap[i], mrcnn_tensor_nbytes(g)) != 0) {
+                printf("  %s changed after its report\n", f->m.params.values.entries[i].name);
+                changed++;
+            }
+            free(now);
+        }
+        printf("step %d: %d reports for %d trainable of %d; first %s, last %s\n", step, r.count, trainable, n,
+               f->m.params.values.entries[r.order[0]].name, f->m.params.values.entries[r.order[r.count - 1]].name);
+        assert_int_equal(r.count, trainable);
+        assert_int_equal(changed, 0);
+        assert_non_null(strstr(f->m.params.values.entries[r.order[0]].name, "roi_heads.mask"));
+        assert_non_null(strstr(f->m.params.values.entries[r.order[r.count - 1]].name, "backbone.body.layer2"));
+    }
+    for (int i = 0; i < n; i++) free(r.snap[i]);
+    free(r.snap);
+    free(r.order);
+    fixture_free(f);
+    free(f);
+}
+
 /* Save, load into a fresh model, same bytes; a wrong shape is refused by name. */
 static void test_checkpoint(void **state) {
     mrcnn_config cfg;
@@ -438,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_frozen),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_split_batch),
+        cmocka_unit_test(test_grad_ready),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_overfit),
     };
