@@ -13,17 +13,20 @@
  *   /model/<param name>              fp32 master weights (the model's schema, v1)
  *   /optimizer/momentum/<param name> fp32 SGD momentum
  *   /config                          the config used (YAML, mrcnn_config_dump)
- *   attributes on /: schema_version, step, epoch, loader_step, images_seen,
- *     nonfinite, loss_scale, loss_scale_clean_steps, loss_scale_skipped,
+ *   attributes on /: schema_version, step, epoch, loader_step, loader_batch,
+ *     images_seen, nonfinite, loss_scale_enabled, loss_scale,
+ *     loss_scale_growth_interval, loss_scale_clean_steps, loss_scale_skipped,
  *     lr, base_lr, world_size, global_batch, seed, complete (= 1, written last)
  * All randomness is keyed by (SEED, epoch, global image index), so SEED plus the
  * loader cursor (epoch, loader_step) is the whole RNG state.
  *
  * Resuming with a different number of ranks (N -> M): the global batch
- * (SOLVER.IMS_PER_BATCH) is what the checkpoint's step counts in, so it must stay
+ * (SOLVER.IMS_PER_BATCH) is what the checkpoint's step counts in, so it should stay
  * the same; M ranks split it as IMS_PER_BATCH / (M x ACCUM_STEPS) per rank (raise
- * ACCUM_STEPS when it no longer fits). The loader cursor counts global steps, so
- * the data order continues exactly. If the resolved global batch differs from the
+ * ACCUM_STEPS when it no longer fits). The loader cursor counts loader steps of
+ * loader_batch = ranks x per-rank images; when that changes (other ACCUM_STEPS) it
+ * is converted through the images consumed, so the data order continues exactly
+ * (within an epoch whose image count both batch sizes divide). If the resolved global batch differs from the
  * checkpoint's (e.g. REFERENCE_WORLD_SIZE rescaled it for M ranks), training
  * continues from the same step with the rescaled LR and a warning. */
 #ifndef MRCNN_TRAINER_H
@@ -69,6 +72,7 @@ typedef struct mrcnn_trainable {
 typedef struct mrcnn_train_state {
     int64_t step;         // optimizer steps done
     int64_t epoch, loader_step; // loader cursor
+    int loader_batch;     // images per loader step over all ranks (ranks x per-rank batch)
     int64_t nonfinite;    // non-finite steps seen (fp32/bf16)
     mrcnn_loss_scaler scaler;
     double lr, base_lr;

@@ -198,6 +198,7 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     attr_i64(f, "step", st->step, tmp);
     attr_i64(f, "epoch", st->epoch, tmp);
     attr_i64(f, "loader_step", st->loader_step, tmp);
+    attr_i64(f, "loader_batch", st->loader_batch, tmp);
     attr_i64(f, "images_seen", st->step * (int64_t)st->global_batch, tmp);
     attr_i64(f, "nonfinite", st->nonfinite, tmp);
     attr_i64(f, "loss_scale_enabled", st->scaler.enabled, tmp);
@@ -277,6 +278,7 @@ void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_aren
         st->step = need_i64(f, "step", path);
         st->epoch = need_i64(f, "epoch", path);
         st->loader_step = need_i64(f, "loader_step", path);
+        st->loader_batch = (int)need_i64(f, "loader_batch", path);
         st->nonfinite = need_i64(f, "nonfinite", path);
         st->scaler.enabled = (int)need_i64(f, "loss_scale_enabled", path);
         st->scaler.scale = (float)need_f64(f, "loss_scale", path);

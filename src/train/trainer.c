@@ -62,13 +62,24 @@ static void resume(trainer *t) {
     t->st.step = st.step;
     t->st.epoch = st.epoch;
     t->st.loader_step = st.loader_step;
+    if (st.loader_batch != t->st.loader_batch && st.loader_batch > 0) {
+        /* Another split of the global batch: same images consumed, other step unit. */
+        int64_t images = st.loader_step * st.loader_batch;
+        t->st.loader_step = images / t->st.loader_batch;
+        if (images % t->st.loader_batch)
+            mrcnn_warn("resume: %lld images consumed is not a multiple of the new loader batch %d; "
+                       "the data order shifts by %lld images",
+                       (long long)images, t->st.loader_batch, (long long)(images % t->st.loader_batch));
+        mrcnn_info("resume: loader batch %d -> %d images per loader step: cursor step %lld -> %lld",
+                   st.loader_batch, t->st.loader_batch, (long long)st.loader_step, (long long)t->st.loader_step);
+    }
     t->st.nonfinite = st.nonfinite;
     if (t->st.scaler.enabled && st.scaler.enabled) {
         t->st.scaler.scale = st.scaler.scale;
         t->st.scaler.clean_steps = st.scaler.clean_steps;
         t->st.scaler.skipped = st.scaler.skipped;
     }
-    if (t->m->set_cursor) t->m->set_cursor(t->m->ctx, st.epoch, st.loader_step);
+    if (t->m->set_cursor) t->m->set_cursor(t->m->ctx, st.epoch, t->st.loader_step);
     mrcnn_info("resumed from %s at step %lld (loss scale %g)", path, (long long)st.step, t->st.scaler.scale);
 }
 
@@ -93,6 +104,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
                            cfg->solver_loss_scale_growth_interval);
     t.st.world_size = W;
     t.st.global_batch = cfg->solver_ims_per_batch;
+    t.st.loader_batch = per_rank * W;
     t.st.seed = cfg->seed;
     t.st.base_lr = cfg->solver_base_lr;
     mrcnn_lr_schedule sched;

@@ -12,7 +12,9 @@
  *
  * usage: prog_standin OUTDIR [--set K=V]... [--resume] [--max-steps N]
  *          [--inject-inf STEP[:COUNT]] [--big N] [--dump FILE] [--sleep-ms MS]
- *          [--comm-timeout S]
+ *          [--comm-timeout S] [--fixed-rows]
+ * --fixed-rows gives every image 2 rows, so that a micro-batch's normalizer is the
+ * same whatever images it holds (then accumulation equals a larger batch too).
  * --dump writes the final weights (rank 0, raw fp32) for comparisons.
  * The backend here is a host one (memory, sgd_update, nonfinite) with the
  * semantics of backend.h, so this program does not depend on the CPU ops. */
@@ -71,6 +73,7 @@ typedef struct {
     int64_t next_micro; // the "loader cursor": global micro-batches consumed
     long inject_at, inject_count;
     int sleep_ms;
+    int fixed_rows;
 } standin;
 
 static float draw(int64_t image, int k) {
@@ -89,14 +92,14 @@ static double fb(void *vctx, int64_t step, int micro, float loss_mult, double *l
     float *gw = mrcnn_arena_get(&s->grads, s->iw)->data, *gb = mrcnn_arena_get(&s->grads, s->ib)->data;
     /* Rows of this rank's images, and the normalizer over the global batch. */
     double rows = 0;
-    for (int i = 0; i < s->per_rank; i++) rows += 1 + (first + i) % 3;
+    for (int i = 0; i < s->per_rank; i++) rows += s->fixed_rows ? 2 : 1 + (first + i) % 3;
     double global_rows = rows;
     mrcnn_dist_allreduce_sum_f64(s->dist, &global_rows, 1, "stand-in row count");
     const double norm = global_rows / W;
     double la = 0, lb = 0;
     for (int i = 0; i < s->per_rank; i++) {
         int64_t img = (first + i) % N_IMAGES;
-        int nrows = 1 + (int)((first + i) % 3);
+        int nrows = s->fixed_rows ? 2 : 1 + (int)((first + i) % 3);
         for (int r = 0; r < nrows; r++) {
             float x[D_IN], y[D_OUT];
             for (int k = 0; k < D_IN; k++) x[k] = mrcnn_round_to(draw(img, r * 32 + k), st);
@@ -146,7 +149,7 @@ int main(int argc, char **argv) {
     mrcnn_trainer_opts opts = {0};
     const char *dump = NULL;
     long inject_at = -1, inject_count = 1, big = 0;
-    int sleep_ms = 0;
+    int sleep_ms = 0, fixed_rows = 0;
     double timeout = 60;
     if (argc < 2) {
         fprintf(stderr, "usage: prog_standin OUTDIR [options]\n");
@@ -165,6 +168,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
         else if (!strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--comm-timeout") && i + 1 < argc) timeout = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--fixed-rows")) fixed_rows = 1;
         else {
             fprintf(stderr, "prog_standin: unexpected argument '%s'\n", argv[i]);
             return 2;
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
     if (prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16) be.set_precision(&be, (mrcnn_dtype)prec);
 
     standin s = {.cfg = &cfg, .dist = &dist, .be = &be, .inject_at = inject_at, .inject_count = inject_count,
-                 .sleep_ms = sleep_ms};
+                 .sleep_ms = sleep_ms, .fixed_rows = fixed_rows};
     s.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
     mrcnn_arena_init(&s.params, "params", MRCNN_DEVICE_CPU);
     s.iw = mrcnn_arena_add(&s.params, "fc.weight", MRCNN_DTYPE_F32, 2, (int64_t[]){D_OUT, D_IN});

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel equivalence on the CPU (stand-in model, see prog_standin.c):
 # 2 ranks x 1 image == 1 rank x 2 images, and 3 x 1 == 1 x 3: the same gradients
-# (weights after one step, no warmup) and the same weights and losses after 20 steps.
+# (weights after one step, no warmup) and the same weights and losses after 20 steps;
+# and gradient accumulation: 1 rank x 2 micro-batches == 2 ranks x 1.
 set -u
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
@@ -22,6 +23,11 @@ for n in 2 3; do
     run 1 $n k1_$n 20
     run $n $n kN_$n 20
 done
+# Gradient accumulation: 1 rank x 2 micro-batches of 1 image == 2 ranks x 1 image
+# (images with equal row counts, so a micro-batch normalizer equals the batch's).
+run 1 2 acc1 20 --fixed-rows --set SOLVER.ACCUM_STEPS=2
+run 2 2 acc2 20 --fixed-rows
+grep -q "per-rank batch 1 x 2 accumulation, global batch 2" "$tmp/acc1.log" || { echo "FAIL: accumulation line"; cat "$tmp/acc1.log"; exit 1; }
 $PY_COCO - "$tmp" <<'PY' || exit 1
 import json, sys
 import numpy as np
@@ -42,6 +48,9 @@ for n in (2, 3):
     e = max(abs(a - b) / abs(a) for a, b in zip(l1, lN))
     print(f"{n} ranks: losses over 20 steps max rel diff {e:.2e} (first {l1[0]:.4f}, last {l1[-1]:.4f})")
     bad += len(l1) != 20 or len(lN) != 20 or e > 1e-5 or not l1[-1] < l1[0]
+e = rel(w("acc1"), w("acc2"))
+print(f"1 rank x 2 accumulated vs 2 ranks x 1: weights after 20 steps max rel err {e:.2e}")
+bad += e > 1e-5
 sys.exit(1 if bad else 0)
 PY
 echo PASS

@@ -3,7 +3,8 @@
 #  - 20 steps straight == 10 steps, then --resume to 20: bit-identical weights and
 #    losses on the CPU (loader cursor, momentum, LR position all restored);
 #  - 2 ranks for 10 steps, then 1 rank resumes to 20 (same global batch): equal to
-#    the straight run within float tolerance;
+#    the straight run within float tolerance; also with 1 rank x ACCUM_STEPS 2 (the
+#    loader cursor converted to the new images-per-loader-step);
 #  - the checkpoint holds weights and momentum by name, the config and the state;
 #    only the newest SOLVER.CHECKPOINT_KEEP are kept.
 set -u
@@ -26,6 +27,12 @@ grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { ech
 run 2 nm --max-steps 10
 run 1 nm --max-steps 20 --resume --dump "$tmp/nm.w"
 grep -q "2 ranks -> 1 ranks" "$tmp/nm.log" || { echo "FAIL: no N->M message"; cat "$tmp/nm.log"; exit 1; }
+# 2 ranks x 1 image -> 1 rank x 2 accumulated micro-batches of 1: the loader cursor
+# converts (2 images per loader step -> 1).
+run 2 acc_straight --max-steps 20 --fixed-rows --dump "$tmp/acc_straight.w"
+run 2 acc --max-steps 10 --fixed-rows
+run 1 acc --max-steps 20 --fixed-rows --resume --set SOLVER.ACCUM_STEPS=2 --dump "$tmp/acc.w"
+grep -q "loader batch 2 -> 1 images per loader step: cursor step 10 -> 20" "$tmp/acc.log" || { echo "FAIL: cursor conversion"; cat "$tmp/acc.log"; exit 1; }
 cmp "$tmp/straight.w" "$tmp/resumed.w" || { echo "FAIL: resumed weights are not bit-identical"; exit 1; }
 echo "resume: weights bit-identical"
 ls "$tmp/straight"
@@ -49,6 +56,10 @@ assert e < 1e-5
 wa = np.fromfile(f"{d}/straight.w", np.float32); wc = np.fromfile(f"{d}/nm.w", np.float32)
 e = np.abs(wa - wc).max() / np.abs(wa).max()
 print(f"2 ranks -> 1 rank: weights max rel err {e:.2e}")
+assert e < 1e-5
+wa = np.fromfile(f"{d}/acc_straight.w", np.float32); wc = np.fromfile(f"{d}/acc.w", np.float32)
+e = np.abs(wa - wc).max() / np.abs(wa).max()
+print(f"2 ranks -> 1 rank with ACCUM_STEPS 2: weights max rel err {e:.2e}")
 assert e < 1e-5
 import os
 files = sorted(f for f in os.listdir(f"{d}/straight") if f.startswith("model_"))
