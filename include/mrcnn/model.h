@@ -326,6 +326,9 @@ void mrcnn_step_free(mrcnn_step *st);
 /* Writes path atomically (temp file, fsync, rename). Host copy of the weights. */
 void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path);
 void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path);
+/* Loads the parameters the file has (e.g. an ImageNet ResNet imported by weights.py:
+ * the backbone only) and leaves the others as they are; returns how many it loaded. */
+int mrcnn_checkpoint_load_model_partial(mrcnn_model *m, const char *path);
 /* The group helpers, for the training checkpoint that adds optimizer state beside
  * /model in the same file (hid_t passed as int64_t to keep HDF5 out of this header). */
 void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id);

@@ -111,13 +111,17 @@ static void read_dataset(hid_t g, const char *name, float *host) {
     H5Dclose(ds);
 }
 
-void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const char *path) {
-    hid_t f = (hid_t)file_id;
+/* Loads every parameter of the model from /model (all must be there unless
+ * allow_missing); returns how many were loaded. */
+static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_missing) {
     MRCNN_CHECK(H5Lexists(f, "model", H5P_DEFAULT) > 0, "checkpoint %s: no /model group", path);
     hid_t g = MRCNN_CHECK_HDF5(H5Gopen2(f, "model", H5P_DEFAULT), path);
     mrcnn_arena *a = &m->params.values;
+    int loaded = 0;
     for (int i = 0; i < a->n_entries; i++) {
         const char *name = a->entries[i].name;
+        if (allow_missing && !has_dataset(g, name)) continue;
+        loaded++;
         mrcnn_tensor *t = &a->entries[i].tensor;
         int64_t n = mrcnn_tensor_numel(t);
         const char *bn = m->params.bn[i];
@@ -158,6 +162,7 @@ void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const ch
             free(bias);
             free(h);
             i++;
+            loaded++;
             continue;
         }
         float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
@@ -166,9 +171,14 @@ void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const ch
         free(h);
     }
     H5Gclose(g);
+    return loaded;
 }
 
-void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path) {
+void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const char *path) {
+    read_group(m, (hid_t)file_id, path, false);
+}
+
+static hid_t open_checkpoint(const char *path) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     MRCNN_CHECK(f >= 0, "checkpoint: cannot open %s", path);
     MRCNN_CHECK(H5Aexists(f, "schema_version") > 0, "checkpoint %s: no schema_version attribute", path);
@@ -178,6 +188,20 @@ void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path) {
     H5Aclose(at);
     MRCNN_CHECK(v == MRCNN_CHECKPOINT_SCHEMA_VERSION, "checkpoint %s: schema_version %d, this build reads %d",
                 path, v, MRCNN_CHECKPOINT_SCHEMA_VERSION);
-    mrcnn_checkpoint_read_model_group(m, f, path);
+    return f;
+}
+
+void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path) {
+    hid_t f = open_checkpoint(path);
+    read_group(m, f, path, false);
     H5Fclose(f);
+}
+
+int mrcnn_checkpoint_load_model_partial(mrcnn_model *m, const char *path) {
+    hid_t f = open_checkpoint(path);
+    int n = read_group(m, f, path, true);
+    H5Fclose(f);
+    MRCNN_CHECK(n > 0, "checkpoint %s: none of the model's %d parameters is in /model", path,
+                mrcnn_params_count(&m->params));
+    return n;
 }

@@ -299,8 +299,17 @@ def parity_tiny():
         want_f = sum(v.numel() for k, v in sd.items() if "running" not in k and not re_bn(k)) + \
             sum(v.numel() for k, v in sd.items() if k.endswith("running_mean"))
         check("r101 weights load by name and shape", r.returncode == 0 and
-              r.stdout.strip() == f"params {want_t} tensors {want_f} floats",
+              r.stdout.strip() == f"params {want_t} tensors {want_f} floats, {want_t} loaded",
               (r.stdout.strip() or r.stderr.strip()[-300:]) + f" (expected {want_t} tensors {want_f} floats)")
+        # an ImageNet ResNet-101 initializes the backbone only (folded BN), the rest stays random
+        inet = resnet101(weights=None).state_dict()
+        weights.import_state_dict(inet, h5)
+        r = subprocess.run([os.path.join(BUILD, "tests/model/prog_net_run"), os.path.join(ROOT, "configs/r101_fpn_1x.yaml"),
+                            h5, "-", "-", "--mode", "load", "--partial"], capture_output=True, text=True)
+        n_body = 2 * sum(1 for k in inet if k.endswith("running_mean"))  # folded conv weight + bias
+        check("ImageNet R101 loads into the backbone", r.returncode == 0 and
+              r.stdout.strip().endswith(f", {n_body} loaded"),
+              (r.stdout.strip() or r.stderr.strip()[-300:]) + f" (expected {n_body} loaded)")
 
 
 def re_bn(key):

@@ -1,6 +1,7 @@
 /* Runs the model on the CPU backend for the parity scripts.
  *   prog_net_run CONFIG WEIGHTS.h5|random INPUT.h5 OUTPUT.h5 [--mode train|detect|fit|load]
  *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5] [--steps K]
+ *                [--partial] (load what the weights file has, random init for the rest)
  * fit: K steps of SGD (momentum 0.9, LR SOLVER.BASE_LR with a 20-step warmup and x0.1
  * at 3K/4, global-norm clip 5) on the input batch, then --save, then detect.
  * INPUT.h5: /images (N, H, W, 3) f32, /image_hw (N, 2) i32 and for training
@@ -115,24 +116,30 @@ int main(int argc, char **argv) {
     const char *mode = "train", *save = NULL;
     const char *grads[64];
     int n_grads = 0, steps = 0;
+    bool partial = false;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) mode = argv[++i];
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) mrcnn_config_set(&cfg, argv[++i], "--set");
         else if (strcmp(argv[i], "--grad") == 0 && i + 1 < argc && n_grads < 64) grads[n_grads++] = argv[++i];
         else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--partial") == 0) partial = true;
         else MRCNN_CHECK(0, "unknown argument '%s'", argv[i]);
     }
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     mrcnn_model m;
     mrcnn_model_init(&m, &cfg, be);
+    int loaded = mrcnn_params_count(&m.params);
     if (strcmp(argv[2], "random") == 0) mrcnn_model_init_random(&m, (uint64_t)cfg.seed);
-    else mrcnn_checkpoint_load_model(&m, argv[2]);
+    else if (partial) {
+        mrcnn_model_init_random(&m, (uint64_t)cfg.seed);
+        loaded = mrcnn_checkpoint_load_model_partial(&m, argv[2]);
+    } else mrcnn_checkpoint_load_model(&m, argv[2]);
 
     if (strcmp(mode, "load") == 0) {
         // the weights matched the model by name and shape: report its size and stop
-        printf("params %d tensors %lld floats\n", mrcnn_params_count(&m.params),
-               (long long)mrcnn_params_numel(&m.params, false));
+        printf("params %d tensors %lld floats, %d loaded\n", mrcnn_params_count(&m.params),
+               (long long)mrcnn_params_numel(&m.params, false), loaded);
         mrcnn_model_free(&m);
         mrcnn_backend_destroy(be);
         return 0;
