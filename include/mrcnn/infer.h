@@ -5,7 +5,9 @@
  *
  * One image per forward on purpose: a batch pads its images to a common canvas,
  * which changes the features near the borders, so results would depend on which
- * images share a batch (and therefore on the number of ranks).
+ * images share a batch (and therefore on the number of ranks). Activations are kept
+ * in fp32 whatever SOLVER.PRECISION says (training's setting; detectron2 evaluates in
+ * fp32 too).
  *
  * This header includes neither model.h nor data.h (both name a struct mrcnn_batch):
  * src/eval/infer.c is the model side, src/eval/infer_input.c the data side.

@@ -22,6 +22,13 @@ VAL=$FIX/shards/val-index.h5
 [ $? -eq 2 ] && grep -q "no weights" "$tmp/noweights.log" || { echo "FAIL: missing weights must exit 2"; cat "$tmp/noweights.log"; exit 1; }
 "$M" eval --gt x.json --weights "$CKPT" > "$tmp/mixed.log" 2>&1
 [ $? -eq 2 ] && grep -q "not both" "$tmp/mixed.log" || { echo "FAIL: --gt with --weights must exit 2"; cat "$tmp/mixed.log"; exit 1; }
+for bad in "--weights $tmp/none.h5 --shards $VAL" "--weights $CKPT --shards $tmp/none-index.h5"; do
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -np 1 "$M" eval --config "$ROOT/configs/tiny.yaml" $bad --out "$tmp/bad" > "$tmp/bad.log" 2>&1 \
+        && { echo "FAIL: eval $bad exited 0"; exit 1; }
+    grep -q "mrcnn error.*$tmp/none" "$tmp/bad.log" || { echo "FAIL: eval $bad: the error does not name the file"; cat "$tmp/bad.log"; exit 1; }
+done
+echo "ok: a missing checkpoint or shard index fails naming it"
 
 run_eval() { # np out [args...]
     local np=$1 out=$2; shift 2
