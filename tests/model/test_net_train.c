@@ -472,9 +472,10 @@ static void test_grad_ready(void **state) {
 }
 
 /* The CPU backend's rounded-storage mode (every op output rounded to bf16 / fp16, math
- * in fp32) runs the whole step; losses and gradients stay near fp32's. Bounds: bf16
- * keeps 8 mantissa bits (relative rounding 2^-9 per op), so after tens of layers a
- * few 1e-2 relative is expected; fp16 (11 bits) is ~8x tighter. */
+ * in fp32) runs the whole step; losses and gradients stay near fp32's. bf16 keeps 8
+ * mantissa bits (2^-9 relative per rounding), fp16 11 bits (8x tighter); measured on
+ * this batch: loss 2.2e-3 / 4.5e-4 relative, gradient cosine 0.9996 / 0.9999. The
+ * bounds leave ~4x room. */
 static void test_rounded_storage(void **state) {
     mrcnn_config cfg;
     tiny_config(&cfg);
