@@ -19,7 +19,7 @@
 
 void eval_shards_usage(FILE *out) {
     fprintf(out,
-            "       mpirun -np K mrcnn eval --config CFG --weights CKPT [--shards INDEX] [--out DIR]\n"
+            "\n   or: mpirun -np K mrcnn eval --config CFG --weights CKPT [--shards INDEX] [--out DIR]\n"
             "                  [--iou-type bbox|segm|both] [--set KEY=VALUE]... [--json STATS.json]\n"
             "                  [--per-category] [--threads N]\n"
             "Runs the model on every image of a shard set (DATASETS.TEST unless --shards), spread\n"

@@ -7,7 +7,7 @@
 static const mrcnn_command k_commands[] = {
     /* name, entry, one-line summary: each cmd_*.c adds its row here */
     {"version", mrcnn_cmd_version, "print the version and the build configuration"},
-    {"eval", mrcnn_cmd_eval, "COCO bbox/segm evaluation of a results JSON (pycocotools' COCOeval numbers)"},
+    {"eval", mrcnn_cmd_eval, "COCO bbox/segm AP (pycocotools numbers) of a results JSON, or of a model over shards"},
     {"config", mrcnn_cmd_config, "check a config file and print it with overrides applied"},
     {"bench", mrcnn_cmd_bench, "benchmarks: scaling (measured over ranks, or --model for N GPUs)"},
     {"train", mrcnn_cmd_train, "train Mask R-CNN data-parallel over MPI ranks (CPU or CUDA + NCCL)"},
