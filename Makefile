@@ -66,7 +66,7 @@ CU_SRC := $(wildcard src/cuda/*.cu)
 ifeq ($(GPU),1)
   LIB_SRC := $(filter-out src/core/backend_nocuda.c,$(LIB_SRC)) $(wildcard src/cuda/*.c)
   CUDA_SO := $(BUILD)/libmrcnn_cuda.so
-  LINK_CUDA := -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,$(abspath $(BUILD)) -lmrcnn_cuda $(CUDA_LIBS)
+  LINK_CUDA := -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(abspath $(BUILD)) -lmrcnn_cuda $(CUDA_LIBS)
   CFLAGS += -I$(CUDA_HOME)/include -DMRCNN_HAVE_CUDA_HEADERS=1
 else
   CUDA_SO :=
@@ -88,6 +88,9 @@ PROGS := $(if $(CLI_SRC),$(BUILD)/mrcnn) $(if $(PREP_SRC),$(BUILD)/mrcnn-prep)
 LINK := $(LIB) $(LINK_CUDA) $(LDLIBS_COMMON)
 
 # ---- targets ---------------------------------------------------------------------------
+# Object files are not intermediates to delete: keep them for incremental builds.
+.SECONDARY:
+
 .PHONY: all summary test test-run deps deps-check bench demo install clean
 all: summary $(LIB) $(CUDA_SO) $(PROGS) $(TEST_BIN) $(BENCH_BIN)
 

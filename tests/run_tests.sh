@@ -12,6 +12,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export CMOCKA_MESSAGE_OUTPUT=stdout
+# Busy-waiting OpenMP workers starve the other ranks of an oversubscribed mpirun.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

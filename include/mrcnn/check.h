@@ -16,15 +16,22 @@ extern "C" {
 typedef void (*mrcnn_fail_handler)(const char *message);
 void mrcnn_set_fail_handler(mrcnn_fail_handler handler);
 
+/* C11 spells it _Noreturn; C++ (nvcc compiles .cu as C++) spells it [[noreturn]]. */
+#ifdef __cplusplus
+#define MRCNN_NORETURN [[noreturn]]
+#else
+#define MRCNN_NORETURN _Noreturn
+#endif
+
 #if defined(__GNUC__)
 #define MRCNN_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define MRCNN_PRINTF(a, b)
 #endif
 
-_Noreturn void mrcnn_fail(const char *lib, const char *call, const char *detail,
+MRCNN_NORETURN void mrcnn_fail(const char *lib, const char *call, const char *detail,
                           const char *file, int line);
-_Noreturn void mrcnn_failf(const char *lib, const char *call, const char *file, int line,
+MRCNN_NORETURN void mrcnn_failf(const char *lib, const char *call, const char *file, int line,
                            const char *fmt, ...) MRCNN_PRINTF(5, 6);
 /* Returns r when r >= 0 (HDF5's hid_t/herr_t convention), fails otherwise. */
 int64_t mrcnn_check_h5(int64_t r, const char *call, const char *what, const char *file, int line);

@@ -7,10 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* check.h is C11 and spells the attribute _Noreturn, which C++ (nvcc) lacks. */
-#if defined(__cplusplus) && !defined(_Noreturn)
-#define _Noreturn [[noreturn]]
-#endif
 
 #include "mrcnn/backend.h"
 #include "mrcnn/cuda_check.h"

@@ -41,7 +41,8 @@ double test_max_rel_err(const float *a, const float *b, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= num)) num = d; // NaN propagates as a failure
+        if (isnan(d)) return NAN; // a NaN anywhere fails every tolerance
+        if (d > num) num = d;
         if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
     }
     if (num == 0) return 0;
@@ -52,7 +53,8 @@ double test_max_rel_err_f64(const double *a, const double *b, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs(a[i] - b[i]);
-        if (!(d <= num)) num = d;
+        if (isnan(d)) return NAN;
+        if (d > num) num = d;
         if (fabs(b[i]) > den) den = fabs(b[i]);
     }
     if (num == 0) return 0;
