@@ -35,6 +35,9 @@ struct mrcnn_backend {
     void (*read)(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst);  // device -> host, waits
     void (*sync)(const mrcnn_backend *be);
     void (*set_precision)(mrcnn_backend *be, mrcnn_dtype storage);
+    /* y = x converted to y's dtype (same element count; fp32/fp16/bf16, round to
+     * nearest even): the model casts fp32 input images to the activation dtype. */
+    void (*cast)(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
     void (*destroy)(mrcnn_backend *be); // frees state and the struct itself
 
     /* convolutions; act = RELU fuses bias + ReLU into the forward */

@@ -140,6 +140,15 @@ void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
 /* A zeroed contiguous tensor of the backend's device. */
 mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
 mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
+/* Activations (and, through mrcnn_ws_like, their gradients) are stored in the backend's
+ * storage dtype on a GPU backend, in fp32 on the CPU (whose rounded-storage mode rounds
+ * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */
+mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws);
+mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape);
+/* Device <-> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side
+ * of the model (proposals, gathers, mask targets) works in fp32. */
+void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host);
+void mrcnn_write_f32(const mrcnn_backend *be, mrcnn_tensor *t, const float *host);
 /* Frees one tensor of this workspace early (backward temporaries), so the peak stays
  * near the forward's saved activations. t->data becomes NULL. */
 void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);
@@ -264,6 +273,7 @@ typedef struct mrcnn_losses {
  * ROIs are compacted: the heads run on the valid rows only (sum of the counts). */
 typedef struct mrcnn_step {
     int n_images, img_h, img_w;
+    mrcnn_tensor images;        // (N, H, W, 3) the batch's images in the activation dtype (aliased when equal)
     mrcnn_backbone_out bb;
     mrcnn_rpn_out rpn;
     int64_t level_counts[MRCNN_FPN_LEVELS];

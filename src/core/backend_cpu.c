@@ -90,6 +90,32 @@ static void cpu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
     be->storage = storage;
 }
 
+/* Host tensors of any float dtype; an fp32 output in rounded-storage mode is rounded
+ * like every other op output. */
+static void cpu_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    MRCNN_CHECK(x && y && x->device == MRCNN_DEVICE_CPU && y->device == MRCNN_DEVICE_CPU &&
+                    mrcnn_tensor_is_contiguous(x) && mrcnn_tensor_is_contiguous(y),
+                "cpu cast: needs contiguous host tensors");
+    int64_t n = mrcnn_tensor_numel(x);
+    MRCNN_CHECK(mrcnn_tensor_numel(y) == n, "cpu cast: %lld elements into %lld", (long long)n,
+                (long long)mrcnn_tensor_numel(y));
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        switch (x->dtype) {
+        case MRCNN_DTYPE_F32: v = ((const float *)x->data)[i]; break;
+        case MRCNN_DTYPE_F16: v = mrcnn_f16_to_f32(((const uint16_t *)x->data)[i]); break;
+        case MRCNN_DTYPE_BF16: v = mrcnn_bf16_to_f32(((const uint16_t *)x->data)[i]); break;
+        default: MRCNN_CHECK(0, "cpu cast: input dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(x->dtype));
+        }
+        switch (y->dtype) {
+        case MRCNN_DTYPE_F32: ((float *)y->data)[i] = mrcnn_round_to(v, be->storage); break;
+        case MRCNN_DTYPE_F16: ((uint16_t *)y->data)[i] = mrcnn_f32_to_f16(v); break;
+        case MRCNN_DTYPE_BF16: ((uint16_t *)y->data)[i] = mrcnn_f32_to_bf16(v); break;
+        default: MRCNN_CHECK(0, "cpu cast: output dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(y->dtype));
+        }
+    }
+}
+
 static void cpu_destroy(mrcnn_backend *be) { free(be); }
 
 /* ---- convolutions ---- */
@@ -375,6 +401,7 @@ mrcnn_backend *mrcnn_backend_cpu_create(void) {
     be->read = cpu_read;
     be->sync = cpu_sync;
     be->set_precision = cpu_set_precision;
+    be->cast = cpu_cast;
     be->destroy = cpu_destroy;
     be->conv2d_forward = cpu_conv2d_forward;
     be->conv2d_backward = cpu_conv2d_backward;

@@ -142,6 +142,13 @@ static void cu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
     be->storage = storage;
 }
 
+static void cu_cast_op(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    cu_check_float(x, "cast x");
+    cu_check_float(y, "cast y");
+    cu_check_numel(y, cu_numel(x), "cast y");
+    cu_cast(cu_st(be), x->data, x->dtype, y->data, y->dtype, cu_numel(x));
+}
+
 static void cu_destroy(mrcnn_backend *be) {
     if (!be) return;
     cu_state *s = cu_st(be);
@@ -213,6 +220,7 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     be->read = cu_read;
     be->sync = cu_sync;
     be->set_precision = cu_set_precision;
+    be->cast = cu_cast_op;
     be->destroy = cu_destroy;
     cu_fill_conv_ops(be);
     cu_fill_gemm_ops(be);

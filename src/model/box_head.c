@@ -34,7 +34,7 @@ void mrcnn_box_head_build(mrcnn_model *m) {
 static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b,
                                mrcnn_activation act) {
     mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
-    mrcnn_tensor y = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){x->shape[0], W->shape[0]});
+    mrcnn_tensor y = mrcnn_ws_act(ws, 2, (int64_t[]){x->shape[0], W->shape[0]});
     if (x->shape[0] > 0)
         m->be->linear_forward(m->be, x, W, mrcnn_arena_get(&m->params.values, b), act, &y);
     return y;

@@ -40,7 +40,7 @@ void mrcnn_fpn_forward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o) {
         o->p[i] = mrcnn_conv_layer_forward(m, ws, &f->layer[i], &o->inner[i], MRCNN_ACT_NONE);
     }
     mrcnn_pool2d_desc pd = p6_desc(&o->p[3]);
-    o->p[4] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+    o->p[4] = mrcnn_ws_act(ws, 4,
                               (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
     be->maxpool2d_forward(be, &pd, &o->p[3], &o->p[4]);
 }

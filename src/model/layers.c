@@ -1,6 +1,7 @@
 /* Step-scoped activation buffers and the conv-layer forward/backward used by every
  * module of the network. */
 #include "mrcnn/check.h"
+#include "mrcnn/half.h"
 #include "mrcnn/model.h"
 
 #include <stdio.h>
@@ -27,6 +28,49 @@ mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const in
     if (ws->bytes > ws->peak_bytes) ws->peak_bytes = ws->bytes;
     if (bytes) ws->be->zero(ws->be, &t);
     return t;
+}
+
+mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws) {
+    // the CPU backend emulates low precision by rounding fp32 (rounded storage); a GPU
+    // backend stores bf16/fp16 natively
+    return ws->be->device == MRCNN_DEVICE_GPU ? ws->be->storage : MRCNN_DTYPE_F32;
+}
+
+mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape) {
+    return mrcnn_ws_tensor(ws, mrcnn_ws_act_dtype(ws), ndim, shape);
+}
+
+/* Host staging for the fp32 host code: 16-bit device tensors are converted here. */
+void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host) {
+    int64_t n = mrcnn_tensor_numel(t);
+    if (!n) return;
+    if (t->dtype == MRCNN_DTYPE_F32) {
+        be->read(be, t, host);
+        return;
+    }
+    MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F16 || t->dtype == MRCNN_DTYPE_BF16,
+                "read_f32: dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(t->dtype));
+    uint16_t *h = MRCNN_MALLOC((size_t)n * sizeof(uint16_t), "16-bit host copy");
+    be->read(be, t, h);
+    for (int64_t i = 0; i < n; i++)
+        host[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(h[i]) : mrcnn_bf16_to_f32(h[i]);
+    free(h);
+}
+
+void mrcnn_write_f32(const mrcnn_backend *be, mrcnn_tensor *t, const float *host) {
+    int64_t n = mrcnn_tensor_numel(t);
+    if (!n) return;
+    if (t->dtype == MRCNN_DTYPE_F32) {
+        be->write(be, t, host);
+        return;
+    }
+    MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F16 || t->dtype == MRCNN_DTYPE_BF16,
+                "write_f32: dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(t->dtype));
+    uint16_t *h = MRCNN_MALLOC((size_t)n * sizeof(uint16_t), "16-bit host copy");
+    for (int64_t i = 0; i < n; i++)
+        h[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f32_to_f16(host[i]) : mrcnn_f32_to_bf16(host[i]);
+    be->write(be, t, h); // from pageable memory: staged before write returns
+    free(h);
 }
 
 mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t) {
@@ -95,7 +139,7 @@ static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tenso
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act) {
     mrcnn_conv2d_desc d = layer_desc(l, x);
-    mrcnn_tensor y = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+    mrcnn_tensor y = mrcnn_ws_act(ws, 4,
                                      (int64_t[]){d.n, mrcnn_conv2d_out_h(&d),
                                                  mrcnn_conv2d_out_w(&d), l->cout});
     m->be->conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),

@@ -36,17 +36,17 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
     const mrcnn_tensor *cur = x;
     for (int i = 0; i < h->n_conv; i++) {
         if (R > 0) out->conv[i] = mrcnn_conv_layer_forward(m, ws, &h->conv[i], cur, MRCNN_ACT_RELU);
-        else out->conv[i] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){0, S, S, h->dim});
+        else out->conv[i] = mrcnn_ws_act(ws, 4, (int64_t[]){0, S, S, h->dim});
         cur = &out->conv[i];
     }
-    out->up = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
+    out->up = mrcnn_ws_act(ws, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
     if (R > 0) {
         m->be->deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
                                  mrcnn_arena_get(&m->params.values, h->deconv_b), MRCNN_ACT_RELU,
                                  &out->up);
         out->logits = mrcnn_conv_layer_forward(m, ws, &h->logits, &out->up, MRCNN_ACT_NONE);
     } else {
-        out->logits = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+        out->logits = mrcnn_ws_act(ws, 4,
                                       (int64_t[]){0, 2 * S, 2 * S, m->num_classes});
     }
 }

@@ -87,7 +87,7 @@ void mrcnn_model_init_random(mrcnn_model *m, uint64_t seed) {
 static float *read_host(const mrcnn_backend *be, const mrcnn_tensor *t) {
     int64_t n = mrcnn_tensor_numel(t);
     float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), "host copy");
-    if (n) be->read(be, t, h);
+    mrcnn_read_f32(be, t, h);
     return h;
 }
 
@@ -131,7 +131,13 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     st->n_images = (int)b->images.shape[0];
     st->img_h = (int)b->images.shape[1];
     st->img_w = (int)b->images.shape[2];
-    mrcnn_backbone_forward(m, ws, &b->images, &st->bb);
+    // the stem convolves the images in the activation dtype (a GPU backend's bf16/fp16)
+    st->images = b->images;
+    if (b->images.dtype != mrcnn_ws_act_dtype(ws)) {
+        st->images = mrcnn_ws_act(ws, 4, b->images.shape);
+        m->be->cast(m->be, &b->images, &st->images);
+    }
+    mrcnn_backbone_forward(m, ws, &st->images, &st->bb);
     mrcnn_rpn_head_forward(m, ws, &st->bb, &st->rpn);
     int gh[MRCNN_FPN_LEVELS], gw[MRCNN_FPN_LEVELS];
     for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
@@ -350,7 +356,7 @@ static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *
         float *dgh = read_host(be, &dg);
         memset(deltas, 0, (size_t)R * 4 * K * sizeof(float));
         mrcnn_gather_class_deltas_backward(R, K, dgh, fgl, deltas);
-        be->write(be, &st->ddeltas, deltas);
+        mrcnn_write_f32(be, &st->ddeltas, deltas);
         free(dgh);
     }
     free(deltas);
@@ -397,7 +403,7 @@ static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool b
         float *dgh = read_host(be, &dg);
         memset(logits, 0, (size_t)Rf * M * M * K * sizeof(float));
         mrcnn_gather_class_masks_backward(Rf, M, K, dgh, st->fg_labels, logits);
-        be->write(be, &st->dmask_logits, logits);
+        mrcnn_write_f32(be, &st->dmask_logits, logits);
         free(dgh);
     }
     free(logits);
@@ -410,7 +416,7 @@ static void run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->box_head_pooler_resolution, R = st->n_rois;
     st->rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){R, 5}, st->rois);
-    st->box_x = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){R, P, P, F});
+    st->box_x = mrcnn_ws_act(ws, 4, (int64_t[]){R, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->box_head_sampling_ratio, c->box_head_aligned);
     if (R > 0) m->be->roi_align_forward(m->be, &d, st->bb.p, &st->rois_dev, &st->box_x);
     mrcnn_box_head_forward(m, ws, &st->box_x, &st->box);
@@ -420,7 +426,7 @@ static void run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->mask_head_pooler_resolution, Rf = st->n_fg;
     st->fg_rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){Rf, 5}, st->fg_rois);
-    st->mask_x = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, (int64_t[]){Rf, P, P, F});
+    st->mask_x = mrcnn_ws_act(ws, 4, (int64_t[]){Rf, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->mask_head_sampling_ratio, c->box_head_aligned);
     if (Rf > 0) m->be->roi_align_forward(m->be, &d, st->bb.p, &st->fg_rois_dev, &st->mask_x);
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);
@@ -461,7 +467,7 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
         m->be->roi_align_backward(m->be, &d, &st->rois_dev, &dx, dp);
     }
     mrcnn_rpn_head_backward(m, ws, &st->bb, &st->rpn, st->dlogits_rpn, st->ddeltas_rpn, dp);
-    mrcnn_backbone_backward(m, ws, &b->images, &st->bb, dp);
+    mrcnn_backbone_backward(m, ws, &st->images, &st->bb, dp);
     // heads that saw no rows this step: their (zero) gradients are final too
     for (int i = 0; i < mrcnn_params_count(&m->params); i++) mrcnn_model_grad_ready(m, i);
 }

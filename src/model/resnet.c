@@ -96,7 +96,7 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
     o->stem_conv = mrcnn_conv_layer_forward(m, ws, &r->stem, images, MRCNN_ACT_RELU);
     mrcnn_pool2d_desc pd = {(int)o->stem_conv.shape[0], (int)o->stem_conv.shape[1],
                             (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
-    o->stem = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4,
+    o->stem = mrcnn_ws_act(ws, 4,
                               (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
     be->maxpool2d_forward(be, &pd, &o->stem_conv, &o->stem);
     const mrcnn_tensor *x = &o->stem;
