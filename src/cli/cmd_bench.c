@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "bench_scaling.h"
+#include "bench_train.h"
 #include "cli.h"
 #include "mrcnn/metrics.h"
 #include "mrcnn/scaling_model.h"
@@ -200,10 +201,12 @@ static int cmd_scaling(int argc, char **argv) {
 
 int mrcnn_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: mrcnn bench scaling [options]   (mrcnn bench scaling --help)\n");
+        printf("usage: mrcnn bench scaling [options]   (mrcnn bench scaling --help)\n"
+               "       mrcnn bench train [options]     (mrcnn bench train --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "scaling")) return cmd_scaling(argc - 1, argv + 1);
-    fprintf(stderr, "mrcnn bench: unknown benchmark '%s' (scaling)\n", argv[1]);
+    if (!strcmp(argv[1], "train")) return bench_train_main(argc - 1, argv + 1);
+    fprintf(stderr, "mrcnn bench: unknown benchmark '%s' (scaling, train)\n", argv[1]);
     return 2;
 }

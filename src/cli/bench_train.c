@@ -1,0 +1,422 @@
+/* `mrcnn bench train`: training throughput on the workload of
+ * shared/device/torchvision_bench.py (bench/torchvision_bench.py), so that the two
+ * are a ratio measured side by side: R50-FPN, 91 classes (90 + background), HxW
+ * images with 7 objects each (uniform random pixels, boxes xy ~ U(0, 0.7 W/H),
+ * wh ~ U(0, 0.3 W/H) + 16, box-filled masks, labels U{1..90}), three such batches
+ * cycled, stem and res2 frozen, 2000/2000 proposals, 512 ROIs per image, SGD with
+ * lr 0 (momentum 0.9, weight decay 1e-4: every kernel of a real step runs, the
+ * random weights cannot diverge), fp16 with the loss scaler. Warmup steps, then
+ * timed steps, each synchronized. Then one forward-only step and one step with the
+ * gradient-ready times give the 1-GPU step timeline of `mrcnn bench scaling --model`.
+ * The last line printed is JSON. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "bench_train.h"
+#include "mrcnn/backend.h"
+#include "mrcnn/check.h"
+#include "mrcnn/config.h"
+#include "mrcnn/dist.h"
+#include "mrcnn/log.h"
+#include "mrcnn/metrics.h"
+#include "mrcnn/model.h"
+#include "mrcnn/precision.h"
+#include "mrcnn/rng.h"
+#include "mrcnn/train.h"
+
+#define BT_BATCHES 3 // distinct batches, cycled (as torchvision_bench.py)
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: mrcnn bench train [--device cuda|cpu] [--precision bf16|fp16|fp32|tf32|auto] [--size HxW]\n"
+            "                         [--batch N] [--objects K] [--steps N] [--warmup N] [--gpu I]\n"
+            "                         [--config FILE] [--set KEY=VALUE]... [--timeline FILE] [--seed S]\n"
+            "\n"
+            "Training throughput on bench/torchvision_bench.py's workload (R50-FPN, 91 classes, 7 objects\n"
+            "per image, stem + res2 frozen, 2000/2000 proposals, 512 ROIs/image, SGD lr 0). Prints img/s,\n"
+            "peak memory and the loss; the last line is JSON.\n"
+            "  --device D      cuda (default; falls back to nothing: a missing GPU is an error) or cpu\n"
+            "  --precision P   activation storage (default bf16); fp16 runs the loss scaler\n"
+            "  --size HxW      image size (default 800x1216; multiples of 32)\n"
+            "  --batch N       images per step (default 8); --objects K per image (default 7)\n"
+            "  --steps N       timed steps (default 10); --warmup N untimed first (default 4 cuda, 1 cpu)\n"
+            "  --config FILE, --set KEY=VALUE   change the model (defaults: R50-FPN as above)\n"
+            "  --timeline FILE write the 1-GPU step timeline (ready time and bytes of each gradient\n"
+            "                  bucket) for `mrcnn bench scaling --model FILE`\n"
+            "Exit codes: 0 done (finite loss), 1 failure or a non-finite loss, 2 bad command line.\n");
+}
+
+typedef struct {
+    float *images;   // (N, H, W, 3) normalized, host
+    float *boxes;    // (N, K, 4)
+    int32_t *labels; // (N, K)
+    uint8_t *masks;  // (N, K, H, W)
+    int *hw;         // (N, 2)
+    mrcnn_image_gt *gt; // (N)
+    mrcnn_tensor dev_images; // (N, H, W, 3) fp32 on the backend's device
+} bt_batch;
+
+/* One synthetic batch as torchvision_bench.py's batch(): the pixels are U(0, 1) scaled
+ * to 0..255 and normalized with the config's PIXEL_MEAN / PIXEL_STD (torchvision
+ * normalizes the same U(0, 1) images with the same statistics in its transform). */
+static void batch_make(bt_batch *b, const mrcnn_config *cfg, int n, int h, int w, int k, int num_classes,
+                       uint64_t seed, int which) {
+    memset(b, 0, sizeof *b);
+    size_t npix = (size_t)h * w;
+    b->images = MRCNN_MALLOC((size_t)n * npix * 3 * sizeof(float), "bench images");
+    b->boxes = MRCNN_MALLOC((size_t)n * k * 4 * sizeof(float), "bench boxes");
+    b->labels = MRCNN_MALLOC((size_t)n * k * sizeof(int32_t), "bench labels");
+    b->masks = MRCNN_CALLOC((size_t)n * k * npix, 1, "bench masks");
+    b->hw = MRCNN_MALLOC((size_t)n * 2 * sizeof(int), "bench sizes");
+    b->gt = MRCNN_CALLOC((size_t)n, sizeof(mrcnn_image_gt), "bench gt");
+    for (int i = 0; i < n; i++) {
+        mrcnn_rng r = mrcnn_rng_make(seed, (uint32_t)which, i, MRCNN_RNG_SYNTH);
+        uint64_t c = 0;
+        float *img = b->images + (size_t)i * npix * 3;
+        for (size_t p = 0; p < npix; p++)
+            for (int ch = 0; ch < 3; ch++)
+                img[p * 3 + ch] = (255.0f * mrcnn_rng_uniform(&r, c++) - cfg->pixel_mean.v[ch]) / cfg->pixel_std.v[ch];
+        for (int j = 0; j < k; j++) {
+            float x = mrcnn_rng_uniform(&r, c++) * w * 0.7f, y = mrcnn_rng_uniform(&r, c++) * h * 0.7f;
+            float bw = mrcnn_rng_uniform(&r, c++) * w * 0.3f + 16, bh = mrcnn_rng_uniform(&r, c++) * h * 0.3f + 16;
+            float *bx = b->boxes + ((size_t)i * k + j) * 4;
+            bx[0] = x, bx[1] = y, bx[2] = x + bw, bx[3] = y + bh;
+            b->labels[i * k + j] = 1 + (int32_t)mrcnn_rng_below(&r, c++, (uint32_t)(num_classes - 1));
+            // torchvision: m[y1:y2, x1:x2] = 1 over the truncated box
+            int x1 = (int)bx[0], y1 = (int)bx[1], x2 = (int)bx[2], y2 = (int)bx[3];
+            if (x2 > w) x2 = w;
+            if (y2 > h) y2 = h;
+            uint8_t *m = b->masks + ((size_t)i * k + j) * npix;
+            for (int yy = y1; yy < y2; yy++) memset(m + (size_t)yy * w + x1, 1, (size_t)(x2 > x1 ? x2 - x1 : 0));
+        }
+        b->hw[2 * i] = h;
+        b->hw[2 * i + 1] = w;
+        b->gt[i] = (mrcnn_image_gt){k, b->boxes + (size_t)i * k * 4, b->labels + (size_t)i * k,
+                                    b->masks + (size_t)i * k * npix};
+    }
+}
+
+static void batch_free(bt_batch *b, const mrcnn_backend *be) {
+    if (b->dev_images.data) be->free(be, b->dev_images.data);
+    free(b->images);
+    free(b->boxes);
+    free(b->labels);
+    free(b->masks);
+    free(b->hw);
+    free(b->gt);
+}
+
+/* Gradient-ready reports: marks the buckets (the trainer's path) and, in the timeline
+ * step, the time each parameter's gradient became final on the device. */
+typedef struct {
+    mrcnn_buckets *bk;
+    const mrcnn_backend *be;
+    double *ready_t; // (n params) or NULL
+    int device;
+    double mem_mb;   // device memory in use at the first report (activations all held)
+    int reported;
+} bt_ready;
+
+static void on_ready(int i, void *ctx) {
+    bt_ready *r = ctx;
+    if (!r->reported++ && r->device >= 0) {
+        double mb = mrcnn_cuda_memory_used_mb(r->device);
+        if (mb > r->mem_mb) r->mem_mb = mb;
+    }
+    mrcnn_buckets_mark_ready(r->bk, i);
+    if (r->ready_t) {
+        r->be->sync(r->be);
+        r->ready_t[i] = mrcnn_time_now();
+    }
+}
+
+typedef struct {
+    mrcnn_model m;
+    mrcnn_ws ws;
+    mrcnn_sgd sgd;
+    mrcnn_loss_scaler scaler;
+    mrcnn_buckets bk;
+    bt_ready ready;
+    mrcnn_tensor gflat;
+    int fp16;
+    int skipped; // fp16 steps whose gradients overflowed (the scaler halved the scale)
+} bt_state;
+
+/* One training step on batch b; returns the total loss (unscaled). An fp16 step whose
+ * gradients overflowed is skipped by the scaler and counted in s->skipped. */
+static double train_step(bt_state *s, bt_batch *b, bool backward) {
+    mrcnn_backend *be = s->m.be;
+    be->zero(be, &s->gflat);
+    mrcnn_buckets_reset(&s->bk);
+    s->ready.reported = 0;
+    mrcnn_ws_reset(&s->ws);
+    const float scale = s->fp16 ? s->scaler.scale : 1.0f;
+    s->m.loss_mult = scale;
+    mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
+    mrcnn_step st;
+    mrcnn_model_train_step(&s->m, &s->ws, &batch, backward, &st);
+    double loss = st.losses.total;
+    mrcnn_step_free(&st);
+    if (!backward) {
+        be->sync(be);
+        return loss;
+    }
+    mrcnn_buckets_wait(&s->bk);
+    int nonfinite = s->fp16 ? be->nonfinite(be, &s->gflat) : 0;
+    if (mrcnn_loss_scaler_update(&s->scaler, nonfinite))
+        mrcnn_sgd_step(&s->sgd, &s->m.params.values, &s->m.params.grads, 0.0f, 1.0f / scale);
+    else s->skipped++;
+    be->sync(be);
+    return loss;
+}
+
+static double max_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0; // kB on Linux
+}
+
+static int parse_size(const char *s, int *h, int *w) {
+    char *end;
+    long a = strtol(s, &end, 10);
+    if (end == s || (*end != 'x' && *end != 'X')) return 0;
+    const char *p = end + 1;
+    long b = strtol(p, &end, 10);
+    if (end == p || *end || a < 32 || b < 32 || a % 32 || b % 32) return 0;
+    *h = (int)a;
+    *w = (int)b;
+    return 1;
+}
+
+static int parse_pos(const char *flag, const char *v, int min, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < min) {
+        fprintf(stderr, "mrcnn bench train: %s wants an integer >= %d, got '%s'\n", flag, min, v);
+        return 0;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+/* The timeline of `mrcnn bench scaling --model`: bucket i is ready when its last
+ * reported parameter is, counted from the start of backward (step start + forward). */
+static void write_timeline(const char *path, const bt_state *s, const double *ready_t, double t0, double fwd_ms,
+                           double bwd_ms, double other_ms, int n, const char *source) {
+    FILE *f = fopen(path, "w");
+    MRCNN_CHECK(f != NULL, "bench train: cannot create the timeline file %s", path);
+    fprintf(f, "{\"source\": \"%s\", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"other_ms\": %.3f, "
+               "\"images_per_gpu\": %d,\n \"buckets\": [",
+            source, fwd_ms, bwd_ms, other_ms, n);
+    double prev = 0;
+    for (int i = 0; i < s->bk.n_buckets; i++) {
+        const mrcnn_bucket *b = &s->bk.b[i];
+        double t = 0;
+        for (int p = b->first_param; p <= b->last_param; p++)
+            if (ready_t[p] > 0 && ready_t[p] - t0 > t) t = ready_t[p] - t0;
+        double ms = 1e3 * t - fwd_ms;
+        if (ms < prev) ms = prev; // buckets are reduced in order
+        if (ms > bwd_ms) ms = bwd_ms;
+        prev = ms;
+        fprintf(f, "%s\n  {\"ready_ms\": %.3f, \"bytes\": %zu}", i ? "," : "", ms, b->bytes);
+    }
+    fprintf(f, "]}\n");
+    MRCNN_CHECK(fclose(f) == 0, "bench train: writing %s failed", path);
+}
+
+int bench_train_main(int argc, char **argv) {
+    const char *device = "cuda", *precision = "bf16", *config_path = NULL, *timeline = NULL;
+    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "mrcnn bench train: %s wants a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--precision")) precision = v;
+        else if (!strcmp(a, "--config")) config_path = v;
+        else if (!strcmp(a, "--timeline")) timeline = v;
+        else if (!strcmp(a, "--set")) continue; // applied after the defaults
+        else if (!strcmp(a, "--size")) {
+            if (!parse_size(v, &H, &W)) {
+                fprintf(stderr, "mrcnn bench train: --size wants HxW, multiples of 32, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--batch")) {
+            if (!parse_pos(a, v, 1, &N)) return 2;
+        } else if (!strcmp(a, "--objects")) {
+            if (!parse_pos(a, v, 1, &K)) return 2;
+        } else if (!strcmp(a, "--steps")) {
+            if (!parse_pos(a, v, 1, &steps)) return 2;
+        } else if (!strcmp(a, "--warmup")) {
+            if (!parse_pos(a, v, 0, &warmup)) return 2;
+        } else if (!strcmp(a, "--gpu")) {
+            if (!parse_pos(a, v, 0, &gpu)) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (!parse_pos(a, v, 0, &seed)) return 2;
+        } else {
+            fprintf(stderr, "mrcnn bench train: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
+        fprintf(stderr, "mrcnn bench train: --device is cuda or cpu, got '%s'\n", device);
+        return 2;
+    }
+    if (!mrcnn_precision_valid(precision)) {
+        fprintf(stderr, "mrcnn bench train: --precision is bf16, fp16, fp32, tf32 or auto, got '%s'\n", precision);
+        return 2;
+    }
+    const int cuda = !strcmp(device, "cuda");
+    if (warmup < 0) warmup = cuda ? 4 : 1;
+
+    // torchvision_bench.py's model: MaskRCNN(resnet50 FPN, trainable layers 3, num_classes 91)
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    cfg.roi_num_classes = 90;
+    cfg.backbone_freeze_at = 2;
+    char err[1024];
+    if (config_path && !mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
+        fprintf(stderr, "mrcnn bench train: %s\n", err);
+        return 1;
+    }
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--set") && !mrcnn_config_try_set(&cfg, argv[++i], "--set", err, sizeof err)) {
+            fprintf(stderr, "mrcnn bench train: %s\n", err);
+            return 1;
+        }
+    snprintf(cfg.model_device, sizeof cfg.model_device, "%s", device);
+
+    mrcnn_backend *be = NULL;
+    if (cuda) {
+        const char *why = NULL;
+        be = mrcnn_backend_cuda_create(gpu, &why);
+        if (!be) {
+            fprintf(stderr, "mrcnn bench train: --device cuda but %s\n", why ? why : "no GPU");
+            return 1;
+        }
+    } else {
+        be = mrcnn_backend_cpu_create();
+    }
+    const char *mode = mrcnn_precision_apply(be, precision);
+
+    bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
+    s->fp16 = !strcmp(mode, "fp16");
+    mrcnn_model_init(&s->m, &cfg, be);
+    mrcnn_model_init_random(&s->m, (uint64_t)seed);
+    mrcnn_ws_init(&s->ws, be);
+    mrcnn_config opt_cfg = cfg;
+    opt_cfg.solver_base_lr = 0;
+    opt_cfg.solver_momentum = 0.9f;
+    opt_cfg.solver_weight_decay = 1e-4f;
+    mrcnn_sgd_init(&s->sgd, be, &s->m.params.values, s->m.params.trainable, &opt_cfg);
+    mrcnn_loss_scaler_init(&s->scaler, s->fp16, cfg.solver_loss_scale_init, cfg.solver_loss_scale_growth_interval);
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = cuda ? gpu : -1};
+    mrcnn_buckets_init(&s->bk, &one, be, &s->m.params.grads, MRCNN_BUCKET_BYTES_DEFAULT);
+    s->gflat = mrcnn_arena_flat(&s->m.params.grads);
+    s->ready = (bt_ready){.bk = &s->bk, .be = be, .device = cuda ? gpu : -1};
+    s->m.grad_ready = on_ready;
+    s->m.grad_ready_ctx = &s->ready;
+
+    double t_data = mrcnn_time_now();
+    bt_batch batches[BT_BATCHES];
+    for (int k = 0; k < BT_BATCHES; k++) {
+        batch_make(&batches[k], &cfg, N, H, W, K, s->m.num_classes, (uint64_t)seed, k);
+        batches[k].dev_images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 4, (int64_t[]){N, H, W, 3});
+        batches[k].dev_images.data = be->alloc(be, mrcnn_tensor_nbytes(&batches[k].dev_images), "bench images");
+        be->write(be, &batches[k].dev_images, batches[k].images);
+    }
+    be->sync(be);
+    fprintf(stderr, "bench train: %s %s, %d x %dx%d, %d objects, %lld parameters (%lld trainable), data %.1f s\n",
+            be->name, mode, N, H, W, K, (long long)mrcnn_params_numel(&s->m.params, false),
+            (long long)mrcnn_params_numel(&s->m.params, true), mrcnn_time_now() - t_data);
+
+    double loss_first = NAN, loss_last = NAN, t_warm = mrcnn_time_now();
+    int finite = 1;
+    for (int i = 0; i < warmup; i++) {
+        double l = train_step(s, &batches[i % BT_BATCHES], true);
+        if (i == 0) loss_first = l;
+        if (!isfinite(l)) finite = 0;
+    }
+    double warm_s = mrcnn_time_now() - t_warm;
+    double t0 = mrcnn_time_now();
+    for (int i = 0; i < steps; i++) {
+        double l = train_step(s, &batches[i % BT_BATCHES], true);
+        loss_last = l;
+        if (!isfinite(l)) finite = 0;
+        if (warmup == 0 && i == 0) loss_first = l;
+    }
+    double step_ms = 1e3 * (mrcnn_time_now() - t0) / steps;
+    double img_s = N / (step_ms / 1e3);
+    double ws_peak_mb = (double)s->ws.peak_bytes / (1 << 20);
+    double arenas_mb = (double)(s->m.params.values.size + s->m.params.grads.size + s->sgd.momentum.size) / (1 << 20);
+    double dev_mb = s->ready.mem_mb;
+
+    // timeline: a forward-only step, then a step with each gradient's ready time
+    double t_f = mrcnn_time_now();
+    train_step(s, &batches[0], false);
+    double fwd_ms = 1e3 * (mrcnn_time_now() - t_f);
+    int np = mrcnn_params_count(&s->m.params);
+    double *ready_t = MRCNN_CALLOC((size_t)np, sizeof(double), "ready times");
+    s->ready.ready_t = ready_t;
+    double t_s = mrcnn_time_now();
+    train_step(s, &batches[0], true);
+    double full_ms = 1e3 * (mrcnn_time_now() - t_s);
+    s->ready.ready_t = NULL;
+    double last_ready = 0;
+    for (int p = 0; p < np; p++)
+        if (ready_t[p] - t_s > last_ready) last_ready = ready_t[p] - t_s;
+    double bwd_ms = 1e3 * last_ready - fwd_ms;
+    if (bwd_ms < 0) bwd_ms = 0;
+    double other_ms = full_ms - fwd_ms - bwd_ms;
+    if (other_ms < 0) other_ms = 0;
+    if (timeline) {
+        char source[200];
+        snprintf(source, sizeof source, "mrcnn bench train: %s %s, R50-FPN, %d img/GPU, %dx%d", be->name, mode, N, H, W);
+        write_timeline(timeline, s, ready_t, t_s, fwd_ms, bwd_ms, other_ms, N, source);
+        fprintf(stderr, "bench train: timeline (%d buckets) written to %s\n", s->bk.n_buckets, timeline);
+    }
+    free(ready_t);
+
+    double peak_mb = cuda ? dev_mb : max_rss_mb();
+    if (!isfinite(loss_last) || !isfinite(loss_first)) finite = 0;
+    printf("mrcnn train %-5s bs=%d %dx%d: %.1f ms/iter, %.1f img/s, peak %.2f GiB (%s), activations %.2f GiB, "
+           "weights+grads+momentum %.2f GiB, loss first %.3f last %.3f\n",
+           mode, N, H, W, step_ms, img_s, peak_mb / 1024, cuda ? "device memory in use" : "max RSS", ws_peak_mb / 1024,
+           arenas_mb / 1024, loss_first, loss_last);
+    printf("timeline: forward %.1f ms, backward %.1f ms, other %.1f ms (one synchronized step each), warmup %.1f s\n",
+           fwd_ms, bwd_ms, other_ms, warm_s);
+    printf("{\"bench\": \"train\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"height\": %d, "
+           "\"width\": %d, \"objects\": %d, \"warmup\": %d, \"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.3f, "
+           "\"peak_mem_mb\": %.1f, \"activations_mb\": %.1f, \"arenas_mb\": %.1f, \"loss_first\": %s%.6g%s, "
+           "\"loss_last\": %s%.6g%s, \"finite\": %s, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"other_ms\": %.3f, "
+           "\"loss_scale\": %g, \"skipped\": %d}\n",
+           be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, ws_peak_mb, arenas_mb,
+           isfinite(loss_first) ? "" : "\"", loss_first, isfinite(loss_first) ? "" : "\"",
+           isfinite(loss_last) ? "" : "\"", loss_last, isfinite(loss_last) ? "" : "\"", finite ? "true" : "false",
+           fwd_ms, bwd_ms, other_ms, s->scaler.scale, s->skipped);
+    fflush(stdout);
+
+    for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);
+    mrcnn_buckets_free(&s->bk);
+    mrcnn_sgd_free(&s->sgd);
+    mrcnn_ws_free(&s->ws);
+    mrcnn_model_free(&s->m);
+    free(s);
+    mrcnn_backend_destroy(be);
+    if (!finite) {
+        fprintf(stderr, "mrcnn bench train: the loss is not finite (first %g, last %g)\n", loss_first, loss_last);
+        return 1;
+    }
+    return 0;
+}
