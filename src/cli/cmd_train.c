@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "cli.h"
 #include "mrcnn/check.h"
 #include "mrcnn/dist.h"
@@ -23,13 +25,41 @@ static void usage(FILE *out) {
             "  --set KEY=VALUE   override one key (repeatable), e.g. --set SOLVER.BASE_LR=0.01\n"
             "  --resume          continue from the newest complete checkpoint in OUTPUT_DIR\n"
             "  --comm-timeout S  a collective that takes longer than S seconds means a rank died or\n"
-            "                    hangs: the job aborts with exit code 3 (default 600; 0 = never)\n"
+            "                    hangs: the job aborts with exit code 3 (default 600; 0 = never;\n"
+            "                    keep it above a checkpoint's write time)\n"
             "  --max-steps N     stop after N optimizer steps in total (default SOLVER.MAX_ITER)\n"
             "SOLVER.IMS_PER_BATCH is the global batch; with SOLVER.REFERENCE_WORLD_SIZE > 0 the batch,\n"
             "LR and schedule are rescaled to the world size (detectron2's rule). Writes OUTPUT_DIR/\n"
             "model_*.h5 checkpoints, metrics.json, TensorBoard events and loss.png.\n"
             "Exit codes: 0 done, 1 error, 2 usage, 3 comm timeout, 4 too many non-finite steps,\n"
             "99 preempted by SIGTERM/SIGUSR1 (checkpoint written; requeue with --resume).\n");
+}
+
+/* Failures print as usual; an out-of-memory one also says which settings to lower. */
+static const mrcnn_config *g_fail_cfg = NULL;
+static int g_fail_per_rank = 0;
+
+static _Noreturn void train_fail(const char *message) {
+    fprintf(stderr, "%s\n", message);
+    if (g_fail_cfg && (strstr(message, "out of memory") || strstr(message, "cudaMalloc") ||
+                       strstr(message, "out of host memory")))
+        fprintf(stderr,
+                "mrcnn train: out of memory with %d images per rank (SOLVER.IMS_PER_BATCH %d / ranks / "
+                "SOLVER.ACCUM_STEPS %d) at INPUT.MAX_SIZE_TRAIN %d: lower SOLVER.IMS_PER_BATCH or raise "
+                "SOLVER.ACCUM_STEPS (same global batch, fewer images at once), or lower INPUT.MIN_SIZE_TRAIN / "
+                "INPUT.MAX_SIZE_TRAIN, MODEL.RPN.POST_NMS_TOPK_TRAIN (%d) or "
+                "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE (%d)\n",
+                g_fail_per_rank, g_fail_cfg->solver_ims_per_batch, g_fail_cfg->solver_accum_steps,
+                g_fail_cfg->input_max_size_train, g_fail_cfg->rpn_post_nms_topk_train,
+                g_fail_cfg->roi_batch_size_per_image);
+    fflush(stderr);
+    fflush(stdout);
+    int up = 0, down = 0, size = 1;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (up && !down && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
 }
 
 static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
@@ -183,6 +213,9 @@ int mrcnn_cmd_train(int argc, char **argv) {
 
     binding b = {.cfg = &cfg, .dist = &dist, .be = be};
     b.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
+    g_fail_cfg = &cfg;
+    g_fail_per_rank = b.per_rank;
+    mrcnn_set_fail_handler(train_fail);
     mrcnn_model_init(&b.model, &cfg, be);
     if (cfg.model_weights[0]) {
         mrcnn_checkpoint_load_model(&b.model, cfg.model_weights);
@@ -212,6 +245,8 @@ int mrcnn_cmd_train(int argc, char **argv) {
     mrcnn_ws_free(&b.ws);
     mrcnn_model_free(&b.model);
     mrcnn_backend_destroy(be);
+    mrcnn_set_fail_handler(NULL);
+    g_fail_cfg = NULL;
     mrcnn_dist_finalize(&dist);
     return rc;
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `mrcnn train` end to end on the tiny config and a synthetic shapes dataset (CPU):
 #  - 2 ranks x 1 image == 1 rank x 2 images: same first update (gradients) and the
-#    same weights after 10 steps, within float tolerance;
+#    same weights after 4 steps within float tolerance (10 steps loosely: see below);
 #  - 20 steps straight == 10 steps + --resume to 20: bit-identical weights and losses
 #    (loader cursor, momentum, schedule restored);
 #  - bf16 (rounded storage) stays within 5% of fp32 over 100 steps (20-step means, 8
 #    images per step), loss falling;
 #  - a training checkpoint loads as MODEL.WEIGHTS; OUTPUT_DIR is created with parents;
+#  - out of memory names the buffer and the batch/size settings to lower;
 #  - usage errors exit 2.
 set -u
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -33,8 +34,8 @@ train 1 w0 --max-steps 1 --set SOLVER.BASE_LR=0
 # No clipping on the first update: it would hide a wrong gradient scale.
 train 1 g1 --max-steps 1 --set SOLVER.WARMUP_ITERS=0 --set SOLVER.CLIP_GRADIENTS.ENABLED=false
 train 2 g2 --max-steps 1 --set SOLVER.WARMUP_ITERS=0 --set SOLVER.CLIP_GRADIENTS.ENABLED=false
-train 1 k1 --max-steps 10
-train 2 k2 --max-steps 10
+train 1 k1 --max-steps 10 --set SOLVER.CHECKPOINT_PERIOD=1 --set SOLVER.CHECKPOINT_KEEP=10
+train 2 k2 --max-steps 10 --set SOLVER.CHECKPOINT_PERIOD=1 --set SOLVER.CHECKPOINT_KEEP=10
 train 1 straight --max-steps 20
 train 1 resumed --max-steps 10
 train 1 resumed --max-steps 20 --resume
@@ -43,6 +44,17 @@ train 1 "sub/dir/weights" --max-steps 1 --set MODEL.WEIGHTS="$tmp/straight/model
 grep -q "initial weights: .*straight/model_0000020.h5" "$tmp/sub_dir_weights.log" || { echo "FAIL: MODEL.WEIGHTS"; exit 1; }
 grep -q "world size 2, per-rank batch 1 x 1 accumulation, global batch 2" "$tmp/k2.log" || { echo "FAIL: no world-size line"; cat "$tmp/k2.log"; exit 1; }
 grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { echo "FAIL: resume"; cat "$tmp/resumed.log"; exit 1; }
+# Out of memory names the buffer and the settings to lower (not under ASan: its
+# shadow memory does not fit a virtual-memory limit).
+if [ "${MODE:-release}" != sanitize ]; then
+    ( ulimit -v 800000; "$M" train $COMMON --set OUTPUT_DIR="$tmp/oom" --set INPUT.MIN_SIZE_TRAIN=[1200] \
+        --set INPUT.MAX_SIZE_TRAIN=2000 --set SOLVER.IMS_PER_BATCH=8 --max-steps 1 ) > "$tmp/oom.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "out of .*memory .*for " "$tmp/oom.log" \
+        && grep -q "mrcnn train: out of memory with 8 images per rank .*lower SOLVER.IMS_PER_BATCH or raise SOLVER.ACCUM_STEPS" "$tmp/oom.log" \
+        || { echo "FAIL: out-of-memory message (rc $rc)"; tail -5 "$tmp/oom.log"; exit 1; }
+    echo "out of memory: exit $rc, $(grep -c 'lower SOLVER' "$tmp/oom.log") advice line"
+fi
 BF="--set SOLVER.MAX_ITER=100 --set SOLVER.STEPS=[90] --set SOLVER.CHECKPOINT_PERIOD=0 --set SOLVER.IMS_PER_BATCH=8"
 train 1 fp32 $BF
 train 1 bf16 $BF --set SOLVER.PRECISION=bf16
@@ -63,9 +75,15 @@ d1 = {k: g1[k] - w0[k] for k in w0}; d2 = {k: g2[k] - w0[k] for k in w0}
 e = maxrel(d2, d1)
 print(f"2 ranks x 1 vs 1 x 2: first update max rel err {e:.2e}")
 assert e < 1e-3 and max(np.abs(v).max() for v in d1.values()) > 0
-e = maxrel(weights("k2", 10), weights("k1", 10))
-print(f"2 ranks x 1 vs 1 x 2: weights after 10 steps max rel err {e:.2e}")
-assert e < 1e-3
+# After K steps, relative to how far the weights moved. Float rounding differs between
+# the splits (the sums run in another order), and sooner or later it flips a discrete
+# choice (a proposal at the top-k edge, an IoU at the sampling threshold): from then on
+# the runs differ by more than rounding. Steps 1..4 must agree to rounding; 10 loosely.
+for k in (4, 10):
+    a, b = weights("k1", k), weights("k2", k)
+    e = max(np.abs(a[n] - b[n]).max() for n in a) / max(np.abs(a[n] - w0[n]).max() for n in a)
+    print(f"2 ranks x 1 vs 1 x 2: weights after {k} steps max |diff| / max |moved| {e:.2e}")
+    assert e < (1e-4 if k == 4 else 2e-2)
 a, b = weights("straight", 20), weights("resumed", 20)
 assert all(np.array_equal(a[k], b[k]) for k in a), "resumed weights differ"
 def rows(run):
