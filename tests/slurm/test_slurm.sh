@@ -6,7 +6,8 @@
 #   4. preemption: SIGUSR1 to the running job's tasks (what --signal=USR1@120 sends)
 #      -> checkpoint at step k, exit 99, `scontrol requeue`, the requeued run resumes
 #      from step k > 0 and finishes;
-#   5. jobs/scaling.sbatch: `mrcnn bench scaling` over 1 and 2 ranks through srun.
+#   5. jobs/eval.sbatch: the step-4 checkpoint evaluated over the val shards;
+#   6. jobs/scaling.sbatch: `mrcnn bench scaling` over 1 and 2 ranks through srun.
 # The test cluster has no GPUs: jobs are submitted with --gpus-per-task=0 (command-line
 # options override the scripts' #SBATCH lines). Daemons are stopped on exit.
 # If Slurm cannot run here, this fails with the reason (it never skips silently).
@@ -164,7 +165,17 @@ grep -q "newest checkpoint: .*model_$(printf '%07d' "$k").h5" "$T/train2.out" ||
 [ -s "$T/run2/model_$(printf '%07d' $MAX).h5" ] || fail "the resumed run did not reach step $MAX"
 ok "job $job was signalled, checkpointed at step $k, requeued (Restarts=$restarts), resumed from step $k, finished"
 
-# ---- 5. scaling.sbatch: the benchmark through srun ----
+# ---- 5. eval.sbatch: 2-rank inference over the val shards with the trained weights ----
+MRCNN_CONFIG=configs/tiny.yaml MRCNN_WEIGHTS=$T/run1/model_0000004.h5 MRCNN_DATASET=$T/shards/instances_val-index.h5 \
+    MRCNN_EVAL_OUT=$T/eval submit_wait eval 120 "${SB[@]}" -o "$T/eval.out" jobs/eval.sbatch ||
+    fail "eval.sbatch failed: $(tail -n 5 "$T/eval.out")"
+[ -s "$T/eval/coco_instances_results.json" ] || fail "eval.sbatch wrote no results JSON"
+[ -s "$T/eval/stats.json" ] || fail "eval.sbatch wrote no stats"
+grep -q "Average Precision  (AP) @\[ IoU=0.50:0.95 | area=   all | maxDets=100 \]" "$T/eval.out" ||
+    fail "eval.sbatch printed no COCO summary"
+ok "eval.sbatch evaluated the checkpoint over the val shards on 2 ranks"
+
+# ---- 6. scaling.sbatch: the benchmark through srun ----
 SCALING_RANKS=1,2 MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET=$DATASET SCALING_STEPS=5 SCALING_WARMUP=2 \
     SCALING_PER_RANK_BATCH=1 SCALING_OUT=$T/scaling \
     submit_wait scaling 180 "${SB[@]}" -o "$T/scaling.out" jobs/scaling.sbatch || fail "scaling.sbatch failed"
