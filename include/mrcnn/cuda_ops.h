@@ -19,6 +19,10 @@ extern "C" {
 /* TF32 tensor cores for fp32 convolutions and GEMMs (off by default; MRCNN_TF32=1 at
  * creation sets it too). */
 void mrcnn_backend_cuda_set_tf32(mrcnn_backend *be, int on);
+/* High-water mark of the memory be->alloc handed out (the stream-ordered pool's
+ * used-memory peak), MiB, since creation or the last reset (reset = 1 restarts it);
+ * -1 when the backend allocates without a pool (MRCNN_CUDA_POOL=0 or no support). */
+double mrcnn_backend_cuda_pool_peak_mb(const mrcnn_backend *be, int reset);
 
 /* iou (n, m) of a (n, 4) against b (m, 4), as mrcnn_box_iou (bit-identical). */
 void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m, float *iou);

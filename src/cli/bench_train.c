@@ -26,6 +26,9 @@
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/train.h"
+#ifdef MRCNN_HAVE_CUDA_HEADERS
+#include "mrcnn/cuda_ops.h"
+#endif
 
 #define BT_BATCHES 3 // distinct batches, cycled (as torchvision_bench.py)
 
@@ -388,20 +391,31 @@ int bench_train_main(int argc, char **argv) {
     }
     free(ready_t);
 
+    // peak: the allocator's high-water mark (activations, weights, gradients, optimizer
+    // state: what torchvision's max_memory_allocated counts) when the backend pools;
+    // else device memory in use at the start of backward (with the CUDA context and
+    // cuDNN workspace); on the CPU the process's max RSS
     double peak_mb = cuda ? dev_mb : max_rss_mb();
+    const char *peak_what = cuda ? "device memory in use" : "max RSS";
+#ifdef MRCNN_HAVE_CUDA_HEADERS
+    if (cuda && mrcnn_backend_cuda_pool_peak_mb(be, 0) > 0) {
+        peak_mb = mrcnn_backend_cuda_pool_peak_mb(be, 0);
+        peak_what = "allocator high-water";
+    }
+#endif
     if (!isfinite(loss_last) || !isfinite(loss_first)) finite = 0;
     printf("mrcnn train %-5s bs=%d %dx%d: %.1f ms/iter, %.1f img/s, peak %.2f GiB (%s), activations %.2f GiB, "
            "weights+grads+momentum %.2f GiB, loss first %.3f last %.3f\n",
-           mode, N, H, W, step_ms, img_s, peak_mb / 1024, cuda ? "device memory in use" : "max RSS", ws_peak_mb / 1024,
+           mode, N, H, W, step_ms, img_s, peak_mb / 1024, peak_what, ws_peak_mb / 1024,
            arenas_mb / 1024, loss_first, loss_last);
     printf("timeline: forward %.1f ms, backward %.1f ms, other %.1f ms (one synchronized step each), warmup %.1f s\n",
            fwd_ms, bwd_ms, other_ms, warm_s);
     printf("{\"bench\": \"train\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"height\": %d, "
            "\"width\": %d, \"objects\": %d, \"warmup\": %d, \"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.3f, "
-           "\"peak_mem_mb\": %.1f, \"activations_mb\": %.1f, \"arenas_mb\": %.1f, \"loss_first\": %s%.6g%s, "
+           "\"peak_mem_mb\": %.1f, \"device_in_use_mb\": %.1f, \"activations_mb\": %.1f, \"arenas_mb\": %.1f, \"loss_first\": %s%.6g%s, "
            "\"loss_last\": %s%.6g%s, \"finite\": %s, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"other_ms\": %.3f, "
            "\"loss_scale\": %g, \"skipped\": %d}\n",
-           be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, ws_peak_mb, arenas_mb,
+           be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, dev_mb, ws_peak_mb, arenas_mb,
            isfinite(loss_first) ? "" : "\"", loss_first, isfinite(loss_first) ? "" : "\"",
            isfinite(loss_last) ? "" : "\"", loss_last, isfinite(loss_last) ? "" : "\"", finite ? "true" : "false",
            fwd_ms, bwd_ms, other_ms, s->scaler.scale, s->skipped);

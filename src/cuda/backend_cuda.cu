@@ -91,22 +91,44 @@ const void *cu_as_dtype(cu_state *s, const mrcnn_tensor *t, mrcnn_dtype dt, int 
 
 /* ---- memory --------------------------------------------------------------------- */
 
+/* be->alloc / be->free: stream-ordered from the device's default pool, which keeps
+ * what it was given (release threshold: never), so after the first step the
+ * activations reuse the memory that step reserved, like one arena sized by it, and a
+ * free is no device-wide synchronization (cudaFree is). Everything the backend runs
+ * is on its one stream, so a block freed there is reused only after the kernels that
+ * read it. Without pool support (or MRCNN_CUDA_POOL=0): plain cudaMalloc / cudaFree. */
 static void *cu_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
+    cu_state *s = cu_st(be);
     void *p = NULL;
     if (bytes == 0) bytes = 1;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = s->use_pool ? cudaMallocAsync(&p, bytes, s->stream) : cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        MRCNN_CHECK(0, "cudaMalloc of %zu bytes for %s failed: %s (%zu of %zu MB free)", bytes,
-                    what ? what : "?", cudaGetErrorString(e), free_b >> 20, total_b >> 20);
+        MRCNN_CHECK(0, "cudaMalloc%s of %zu bytes for %s failed: %s (%zu of %zu MB free)", s->use_pool ? "Async" : "",
+                    bytes, what ? what : "?", cudaGetErrorString(e), free_b >> 20, total_b >> 20);
     }
     return p;
 }
 
 static void cu_free(const mrcnn_backend *be, void *p) {
-    if (p) MRCNN_CHECK_CUDA(cudaFree(p));
+    if (!p) return;
+    if (cu_st(be)->use_pool) MRCNN_CHECK_CUDA(cudaFreeAsync(p, cu_st(be)->stream));
+    else MRCNN_CHECK_CUDA(cudaFree(p));
+}
+
+extern "C" double mrcnn_backend_cuda_pool_peak_mb(const mrcnn_backend *be, int reset) {
+    MRCNN_CHECK(be && be->name && strcmp(be->name, "cuda") == 0, "pool_peak: not a CUDA backend");
+    cu_state *s = cu_st(be);
+    if (!s->use_pool) return -1;
+    uint64_t high = 0;
+    MRCNN_CHECK_CUDA(cudaMemPoolGetAttribute(s->pool, cudaMemPoolAttrUsedMemHigh, &high));
+    if (reset) {
+        uint64_t zero = 0;
+        MRCNN_CHECK_CUDA(cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    }
+    return (double)high / (1024.0 * 1024.0);
 }
 
 static void cu_zero(const mrcnn_backend *be, mrcnn_tensor *t) {
@@ -207,6 +229,15 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     s->fused_mode = env_int("MRCNN_CONV_FUSED", -1);
     s->algo_find = env_int("MRCNN_CUDNN_FIND", 1);
     s->workspace_limit = (size_t)env_int("MRCNN_CUDNN_WORKSPACE_MB", CU_DEFAULT_WORKSPACE_MB) << 20;
+    int pools = 0;
+    if (env_int("MRCNN_CUDA_POOL", 1) &&
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess && pools) {
+        MRCNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&s->pool, device));
+        uint64_t keep = ~(uint64_t)0;
+        MRCNN_CHECK_CUDA(cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        s->use_pool = 1;
+    }
+    (void)cudaGetLastError();
 
     mrcnn_backend *be = (mrcnn_backend *)MRCNN_CALLOC(1, sizeof *be, "CUDA backend");
     be->name = "cuda";

@@ -39,6 +39,8 @@ typedef struct cu_state {
     size_t scratch_size[CU_SCRATCH_COUNT];
     int *flag_dev;     // (1) int for the Inf/NaN scan
     int *flag_host;    // pinned mirror of flag_dev
+    cudaMemPool_t pool; // the device's default pool when use_pool (stream-ordered be->alloc/free)
+    int use_pool;
     cu_conv_algo *algos; // open-addressing hash map, cap entries
     int n_algos, cap_algos;
 } cu_state;
