@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # The GPU check: one call on the GPU host answers everything, from a build made
-# elsewhere (bench/README.md). In order, each step bounded in time:
+# elsewhere (bench/README.md). In order, each step bounded in time, the most wanted
+# answers first so that a tight budget squeezes out only the last ones:
 #   1. the device and the libraries the programs resolve;
 #   2. the CUDA op tests (every op against the CPU backend, fp32/fp16/bf16);
-#   3. the op benchmark at R50-FPN shapes (bench_gpu_ops), per dtype in BENCH_DTYPES;
-#   4. torchvision's Mask R-CNN on the training benchmark's workload
-#      (bench/torchvision_bench.py), in the same call as 5, so that the two throughputs
-#      are a ratio measured side by side;
-#   5. the training benchmark, when the build's `mrcnn` has `bench train`;
-#   6. a training smoke run: `mrcnn train` on configs/tiny.yaml with MODEL.DEVICE=cuda for
-#      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot.
+#   3. torchvision's Mask R-CNN on the training benchmark's workload
+#      (bench/torchvision_bench.py, TV_ARGS), then at once `mrcnn bench train` on the
+#      same workload at the first precision of TRAIN_DTYPES (bf16): the two throughputs
+#      are a ratio measured side by side; its 1-GPU step timeline is written to
+#      $GPU_CHECK_OUT/timeline_1gpu_<dtype>.json and fed to `mrcnn bench scaling --model`;
+#   4. the GPU model tests (tests/cuda/test_* beyond the op tests: the whole model's
+#      losses and gradients against the CPU at fp32 and bf16, a 200-step training curve);
+#   5. a training smoke run: `mrcnn train` on configs/tiny.yaml with MODEL.DEVICE=cuda for
+#      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot;
+#   6. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32), when the
+#      budget allows;
+#   7. the op benchmark at R50-FPN shapes (bench_gpu_ops), per dtype in BENCH_DTYPES.
 # The full log goes to $GPU_CHECK_OUT/gpu_check.log (default ./gpu-check-out; give
 # GPU_CHECK_OUT=$OUT on the device tool); a short table is printed last and saved as
 # summary.txt beside it.
 #
 # env: BUILD (default: the build packed in .gpu-pack/pack.tar.xz, unpacked into
-# .gpu-pack/root; else build/release), BENCH_DTYPES
-# ("bf16"), BENCH_ITERS (20), TRAIN_ARGS (arguments of `mrcnn bench train`), TV_ARGS
-# ("8 800 1216 bf16"), SKIP_TV=1, SKIP_SMOKE=1, SMOKE_STEPS, GPU_CHECK_BUDGET (seconds for the whole script, 540).
+# .gpu-pack/root; else build/release), BENCH_DTYPES ("bf16"; "" skips the op
+# benchmark), BENCH_ITERS (20), TRAIN_DTYPES ("bf16 fp32"), TRAIN_ARGS (more arguments
+# of `mrcnn bench train`, e.g. "--device cpu --size 128x160 --batch 1" to rehearse
+# without a GPU), TV_ARGS ("8 800 1216 bf16"), PYTHON (python3), SKIP_TV=1,
+# SKIP_SMOKE=1, SMOKE_STEPS, SMOKE_DEVICE (cuda), GPU_CHECK_BUDGET (seconds for the
+# whole script, 540).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -80,48 +89,55 @@ ldd "$BUILD/libmrcnn_cuda.so" >> "$LOG" 2>&1
 # ---- 2. CUDA op tests -------------------------------------------------------------------------
 test_status="not run"
 if [ -x "$BUILD/tests/cuda/test_cuda_ops" ]; then
-    step "cuda op tests" 300 "$BUILD/tests/cuda/test_cuda_ops"
+    step "cuda op tests" 200 "$BUILD/tests/cuda/test_cuda_ops"
     rc=$?
     case $rc in
     0) test_status="PASS" ;;
     77) test_status="SKIP ($(grep -m1 skip "$LOG" | cut -c1-80))" ;;
     *) test_status="FAIL rc=$rc: $(grep -E '^\[  FAILED  \] test_' "$LOG" | awk '{print $4}' | sort -u | tr '\n' ' ')" ;;
     esac
-    for t in "$BUILD"/tests/cuda/test_*; do
-        [ "$t" = "$BUILD/tests/cuda/test_cuda_ops" ] && continue
-        [ -x "$t" ] || continue
-        step "$(basename "$t")" 240 "$t"
-        rc=$?
-        test_status="$test_status; $(basename "$t") rc=$rc"
-    done
 fi
 
-# ---- 3. op benchmark ----------------------------------------------------------------------------
-BENCH_OUT=$OUTDIR/.bench_ops.txt
-: > "$BENCH_OUT"
-for dt in ${BENCH_DTYPES:-bf16}; do
-    [ -x "$BUILD/bench/bench_gpu_ops" ] || break
-    echo "== op benchmark $dt" >> "$BENCH_OUT"
-    step "op benchmark $dt" 300 env MRCNN_CONV_VERBOSE=1 bash -c \
-        "set -o pipefail; '$BUILD/bench/bench_gpu_ops' --dtype $dt --iters ${BENCH_ITERS:-20} | tee -a '$BENCH_OUT'"
-done
-
-# ---- 4. torchvision, same call (before ours: the budget never squeezes it out) ---------
+# ---- 3. torchvision, then our training benchmark at once (same call, same workload) -------
+PY=${PYTHON:-python3}
+TRAIN_DTYPES=${TRAIN_DTYPES:-bf16 fp32}
+first_dt=${TRAIN_DTYPES%% *}
 tv_line="skipped"
 if [ "${SKIP_TV:-0}" != 1 ] && [ -f bench/torchvision_bench.py ]; then
     TV_OUT=$OUTDIR/.tv.txt
-    step "torchvision" 360 bash -c "set -o pipefail; python3 bench/torchvision_bench.py ${TV_ARGS:-8 800 1216 bf16} | tee '$TV_OUT'"
+    step "torchvision" 240 bash -c "set -o pipefail; $PY bench/torchvision_bench.py ${TV_ARGS:-8 800 1216 bf16} | tee '$TV_OUT'"
     rc=$?
     tv_line="rc=$rc: $(grep 'torchvision train' "$TV_OUT" | tail -1)"
 fi
+have_bench_train=0
+[ -x "$BUILD/mrcnn" ] && "$BUILD/mrcnn" bench train --help > /dev/null 2>&1 && have_bench_train=1
+# bench_train DTYPE LIMIT: one `mrcnn bench train` run; its human line and JSON line are
+# kept in $OUTDIR/bench_train_DTYPE.txt, its timeline in $OUTDIR/timeline_1gpu_DTYPE.json.
+bench_train() {
+    local dt=$1 limit=$2
+    local out=$OUTDIR/bench_train_$dt.txt
+    : > "$out"
+    step "mrcnn bench train $dt" "$limit" bash -c "set -o pipefail; '$BUILD/mrcnn' bench train --precision $dt \
+        --timeline '$OUTDIR/timeline_1gpu_$dt.json' ${TRAIN_ARGS:-} | tee '$out'"
+}
+if [ "$have_bench_train" = 1 ]; then
+    bench_train "$first_dt" 240
+    if [ -s "$OUTDIR/timeline_1gpu_$first_dt.json" ]; then
+        step "scaling model from the $first_dt timeline" 30 bash -c "set -o pipefail; '$BUILD/mrcnn' bench scaling \
+            --model '$OUTDIR/timeline_1gpu_$first_dt.json' --gpus 8,16,64 --out '$OUTDIR/scaling_model' | tee '$OUTDIR/.scaling.txt'"
+    fi
+fi
 
-# ---- 5. training benchmark (issue 9), when the build has it -----------------------------------
-train_line="not available in this build (no 'mrcnn bench train')"
-if [ -x "$BUILD/mrcnn" ] && "$BUILD/mrcnn" bench train --help > /dev/null 2>&1; then
-    TRAIN_OUT=$OUTDIR/.train.txt
-    step "mrcnn bench train" 300 bash -c "set -o pipefail; '$BUILD/mrcnn' bench train ${TRAIN_ARGS:-} | tee '$TRAIN_OUT'"
-    rc=$?
-    train_line="rc=$rc: $(grep -i 'img/s' "$TRAIN_OUT" | tail -1)"
+# ---- 4. GPU model tests and any other CUDA test programs ---------------------------------------
+if [ -x "$BUILD/tests/cuda/test_cuda_ops" ]; then
+    for t in "$BUILD"/tests/cuda/test_*; do
+        [ "$t" = "$BUILD/tests/cuda/test_cuda_ops" ] && continue
+        [ -x "$t" ] || continue
+        step "$(basename "$t")" 240 env ROOT="$ROOT" "$t"
+        rc=$?
+        case $rc in 0) r=PASS ;; 77) r=SKIP ;; *) r="FAIL rc=$rc" ;; esac
+        test_status="$test_status; $(basename "$t") $r"
+    done
 fi
 
 # ---- 6. training smoke run: tiny config on a synthetic set, MODEL.DEVICE=cuda ------------------
@@ -131,8 +147,8 @@ if [ "${SKIP_SMOKE:-0}" != 1 ] && [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-pr
     if step "smoke data" 120 bash -c "'$BUILD/mrcnn-prep' shapes --out '$SM/raw' --train 32 --val 4 --size 128x128 &&
         '$BUILD/mrcnn-prep' coco --annotations '$SM/raw/annotations/instances_train.json' --images '$SM/raw/train' \
         --out '$SM/shards' --name train --shards 1"; then
-        step "smoke train (cuda, tiny, ${SMOKE_STEPS:-20} steps)" 180 bash -c "set -o pipefail; '$BUILD/mrcnn' train \
-            --config configs/tiny.yaml --set MODEL.DEVICE=cuda --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
+        step "smoke train (${SMOKE_DEVICE:-cuda}, tiny, ${SMOKE_STEPS:-20} steps)" 150 bash -c "set -o pipefail; '$BUILD/mrcnn' train \
+            --config configs/tiny.yaml --set MODEL.DEVICE=${SMOKE_DEVICE:-cuda} --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
             --set OUTPUT_DIR='$SM/out' --set LOG_PERIOD=5 --max-steps ${SMOKE_STEPS:-20} | tee '$SM/train.txt'"
         rc=$?
         smoke_line="rc=$rc: $(grep -E 'step [0-9]+/[0-9]+ +loss' "$SM/train.txt" 2>/dev/null | tail -1 |
@@ -143,6 +159,24 @@ if [ "${SKIP_SMOKE:-0}" != 1 ] && [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-pr
     fi
     rm -rf "$SM"
 fi
+
+# ---- 6. the training benchmark at the other precisions, as the budget allows ------------------
+if [ "$have_bench_train" = 1 ]; then
+    for dt in $TRAIN_DTYPES; do
+        [ "$dt" = "$first_dt" ] && continue
+        bench_train "$dt" 180
+    done
+fi
+
+# ---- 7. op benchmark ----------------------------------------------------------------------------
+BENCH_OUT=$OUTDIR/.bench_ops.txt
+: > "$BENCH_OUT"
+for dt in ${BENCH_DTYPES-bf16}; do
+    [ -x "$BUILD/bench/bench_gpu_ops" ] || break
+    echo "== op benchmark $dt" >> "$BENCH_OUT"
+    step "op benchmark $dt" 150 env MRCNN_CONV_VERBOSE=1 bash -c \
+        "set -o pipefail; '$BUILD/bench/bench_gpu_ops' --dtype $dt --iters ${BENCH_ITERS:-20} | tee -a '$BENCH_OUT'"
+done
 
 # ---- summary --------------------------------------------------------------------------------------------
 {
@@ -159,16 +193,42 @@ fi
     echo "other ops:"
     grep -E "^(linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT" |
         awk '{ printf "  %s\n", $0 }' | cut -c1-110
-    echo "mrcnn train   : $train_line"
-    echo "smoke (cuda)  : $smoke_line"
-    echo "torchvision   : $tv_line"
-    mr=$(echo "$train_line" | grep -oE '[0-9.]+ img/s' | tail -1 | cut -d' ' -f1)
-    tv=$(echo "$tv_line" | grep -oE '[0-9.]+ img/s' | tail -1 | cut -d' ' -f1)
-    if [ -n "$mr" ] && [ -n "$tv" ]; then
-        echo "ratio mrcnn / torchvision: $(awk -v a="$mr" -v b="$tv" 'BEGIN { printf "%.2f", a / b }')"
+    echo "smoke (${SMOKE_DEVICE:-cuda})  : $smoke_line"
+    echo "scaling model : $(grep -E '^ +(8|64) ' "$OUTDIR/.scaling.txt" 2>/dev/null | awk '{ printf "%s GPUs %s eff, ", $1, $7 }' | sed 's/, $//')"
+    echo "training throughput (same call, same workload; peak: torchvision max_memory_allocated, mrcnn its allocator high-water):"
+    printf "  %-18s %9s %9s %9s %s\n" what img/s ms/step "peak GiB" "loss first -> last"
+    tv_rate=""
+    if [ -n "${TV_OUT:-}" ] && [ -f "$TV_OUT" ]; then
+        while read -r l; do
+            printf "  %-18s %9s %9s %9s %s\n" "torchvision $(echo "$l" | awk '{print $3}')" \
+                "$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)" "$(echo "$l" | grep -oE '[0-9.]+ ms/iter' | cut -d' ' -f1)" \
+                "$(echo "$l" | grep -oE 'peak [0-9.]+' | cut -d' ' -f2)" "$(echo "$l" | sed -n 's/.*loss first \([^ ]*\) last \([^ ]*\).*/\1 -> \2/p')"
+            [ -z "$tv_rate" ] && tv_rate=$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)
+        done < <(grep 'torchvision train' "$TV_OUT")
+    else
+        echo "  torchvision: $tv_line"
     fi
+    for dt in $TRAIN_DTYPES; do
+        f=$OUTDIR/bench_train_$dt.txt
+        j=$(grep '^{"bench": "train"' "$f" 2>/dev/null | tail -1)
+        if [ -z "$j" ]; then
+            echo "  mrcnn $dt: $([ "$have_bench_train" = 1 ] && echo "no result (see the log)" || echo "not in this build")"
+            continue
+        fi
+        $PY -c 'import json, sys
+j = json.loads(sys.argv[1])
+print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s" % ("mrcnn " + j["precision"], j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024,
+      j["loss_first"] if isinstance(j["loss_first"], float) else float("nan"), j["loss_last"] if isinstance(j["loss_last"], float) else float("nan"),
+      "" if j["finite"] else "  NOT FINITE"))' "$j"
+        if [ "$dt" = "$first_dt" ] && [ -n "$tv_rate" ]; then
+            mr=$($PY -c 'import json, sys; print(json.loads(sys.argv[1])["img_per_s"])' "$j")
+            mr_ratio=$(awk -v a="$mr" -v b="$tv_rate" 'BEGIN { printf "%.2f", a / b }')
+        fi
+    done
+    [ -n "${mr_ratio:-}" ] && echo "ratio mrcnn $first_dt / torchvision (first row): $mr_ratio (milestone >= 1, goal >= 2.5)"
+    ls "$OUTDIR"/timeline_1gpu_*.json > /dev/null 2>&1 && echo "timelines: $(cd "$OUTDIR" && ls timeline_1gpu_*.json | tr '\n' ' ')(mrcnn bench scaling --model FILE)"
 } > "$SUMMARY"
 cat "$SUMMARY" >> "$LOG"
-rm -f "$OUTDIR"/.bench_ops.txt "$OUTDIR"/.train.txt "$OUTDIR"/.tv.txt
+rm -f "$OUTDIR"/.bench_ops.txt "$OUTDIR"/.tv.txt "$OUTDIR"/.scaling.txt
 cat "$SUMMARY"
-case "$test_status" in PASS*) exit 0 ;; *) exit 1 ;; esac
+case "$test_status" in *FAIL*) exit 1 ;; PASS*) exit 0 ;; *) exit 1 ;; esac
