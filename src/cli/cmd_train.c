@@ -12,13 +12,14 @@
 #include "mrcnn/dist.h"
 #include "mrcnn/log.h"
 #include "mrcnn/model.h"
+#include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"
 #include "train_feed.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: mpirun -np N mrcnn train --config FILE.yaml [--set KEY=VALUE]... [--resume]\n"
-            "                                [--comm-timeout S] [--max-steps N]\n"
+            "                                [--comm-timeout S] [--max-steps N] [--bucket-mb MB]\n"
             "Trains Mask R-CNN data-parallel over the MPI ranks (one per GPU with MODEL.DEVICE=cuda,\n"
             "else on the CPU), on DATASETS.TRAIN (a shard index from mrcnn-prep coco).\n"
             "  --config FILE     YAML config (detectron2 keys, _BASE_ inheritance)\n"
@@ -28,6 +29,8 @@ static void usage(FILE *out) {
             "                    hangs: the job aborts with exit code 3 (default 600; 0 = never;\n"
             "                    keep it above a checkpoint's write time)\n"
             "  --max-steps N     stop after N optimizer steps in total (default SOLVER.MAX_ITER)\n"
+            "  --bucket-mb MB    gradient all-reduce bucket size (default 25; smaller buckets start\n"
+            "                    earlier in backward, larger ones use the network better)\n"
             "SOLVER.IMS_PER_BATCH is the global batch; with SOLVER.REFERENCE_WORLD_SIZE > 0 the batch,\n"
             "LR and schedule are rescaled to the world size (detectron2's rule). Writes OUTPUT_DIR/\n"
             "model_*.h5 checkpoints, metrics.json, TensorBoard events and loss.png.\n"
@@ -88,9 +91,16 @@ static void norm_sum(double *v, int n, void *ctx) {
     for (int i = 0; i < n; i++) v[i] /= b->dist->world_size;
 }
 
+/* The model reports each parameter's gradient final during backward: its bucket
+ * can start its all-reduce while backward goes on. */
+static void on_grad_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
+
 static double forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
                                mrcnn_buckets *bk) {
     binding *b = ctx;
+    b->model.loss_mult = loss_mult;
+    b->model.grad_ready = bk ? on_grad_ready : NULL;
+    b->model.grad_ready_ctx = bk;
     if (!b->feed) b->feed = train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
     double wait_s = 0;
     const train_feed_batch *fb = train_feed_next(b->feed, &wait_s);
@@ -138,6 +148,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     int resume = 0;
     double comm_timeout = 600;
     long long max_steps = 0;
+    double bucket_mb = 25;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -153,6 +164,13 @@ int mrcnn_cmd_train(int argc, char **argv) {
             comm_timeout = strtod(argv[++i], &end);
             if (*end || comm_timeout < 0) {
                 fprintf(stderr, "mrcnn train: --comm-timeout wants seconds >= 0, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) {
+            char *end;
+            bucket_mb = strtod(argv[++i], &end);
+            if (*end || !(bucket_mb > 0)) {
+                fprintf(stderr, "mrcnn train: --bucket-mb wants a positive size in MiB, got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
@@ -208,8 +226,10 @@ int mrcnn_cmd_train(int argc, char **argv) {
         }
     }
     if (!be) be = mrcnn_backend_cpu_create();
-    int prec = mrcnn_dtype_parse(cfg.solver_precision);
-    if (prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16) be->set_precision(be, (mrcnn_dtype)prec);
+    /* auto resolves here (bf16 on a recent GPU, else fp32); the trainer sees the mode. */
+    char mode[sizeof cfg.solver_precision];
+    snprintf(mode, sizeof mode, "%s", mrcnn_precision_apply(be, cfg.solver_precision));
+    memcpy(cfg.solver_precision, mode, sizeof mode);
 
     binding b = {.cfg = &cfg, .dist = &dist, .be = be};
     b.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
@@ -233,9 +253,11 @@ int mrcnn_cmd_train(int argc, char **argv) {
                config_path ? config_path : "(defaults)");
     mrcnn_trainable tm = {.ctx = &b, .params = &b.model.params.values, .grads = &b.model.params.grads,
                           .trainable = b.model.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
-                          .scales_loss = 0, .forward_backward = forward_backward, .get_cursor = get_cursor,
+                          .scales_loss = 1, .forward_backward = forward_backward, .get_cursor = get_cursor,
                           .set_cursor = set_cursor};
-    mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps};
+    mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps,
+                               .bucket_bytes = (size_t)(bucket_mb * 1024 * 1024)};
+    if (opts.bucket_bytes == 0) opts.bucket_bytes = 1;
     int rc = mrcnn_trainer_run(&cfg, &opts, &dist, be, &tm);
     if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",

@@ -4,6 +4,7 @@
 #    same weights after 4 steps within float tolerance (10 steps loosely: see below);
 #  - 20 steps straight == 10 steps + --resume to 20: bit-identical weights and losses
 #    (loader cursor, momentum, schedule restored);
+#  - fp16: the dynamic loss scale settles below 2^16 and the loss stays finite;
 #  - bf16 (rounded storage) stays within 5% of fp32 over 100 steps (20-step means, 8
 #    images per step), loss falling;
 #  - a training checkpoint loads as MODEL.WEIGHTS; OUTPUT_DIR is created with parents;
@@ -33,16 +34,16 @@ train() { # np out [args...]
 train 1 w0 --max-steps 1 --set SOLVER.BASE_LR=0
 # No clipping on the first update: it would hide a wrong gradient scale.
 train 1 g1 --max-steps 1 --set SOLVER.WARMUP_ITERS=0 --set SOLVER.CLIP_GRADIENTS.ENABLED=false
-train 2 g2 --max-steps 1 --set SOLVER.WARMUP_ITERS=0 --set SOLVER.CLIP_GRADIENTS.ENABLED=false
+train 2 g2 --max-steps 1 --set SOLVER.WARMUP_ITERS=0 --set SOLVER.CLIP_GRADIENTS.ENABLED=false --bucket-mb 0.05
 train 1 k1 --max-steps 10 --set SOLVER.CHECKPOINT_PERIOD=1 --set SOLVER.CHECKPOINT_KEEP=10
-train 2 k2 --max-steps 10 --set SOLVER.CHECKPOINT_PERIOD=1 --set SOLVER.CHECKPOINT_KEEP=10
+train 2 k2 --max-steps 10 --set SOLVER.CHECKPOINT_PERIOD=1 --set SOLVER.CHECKPOINT_KEEP=10 --bucket-mb 0.05
 train 1 straight --max-steps 20
 train 1 resumed --max-steps 10
 train 1 resumed --max-steps 20 --resume
 # A training checkpoint is also a model checkpoint (MODEL.WEIGHTS, the model's loader).
 train 1 "sub/dir/weights" --max-steps 1 --set MODEL.WEIGHTS="$tmp/straight/model_0000020.h5"
 grep -q "initial weights: .*straight/model_0000020.h5" "$tmp/sub_dir_weights.log" || { echo "FAIL: MODEL.WEIGHTS"; exit 1; }
-grep -q "world size 2, per-rank batch 1 x 1 accumulation, global batch 2" "$tmp/k2.log" || { echo "FAIL: no world-size line"; cat "$tmp/k2.log"; exit 1; }
+grep -q "world size 2, per-rank batch 1 x 1 accumulation, global batch 2, .* [1-9][0-9] gradient buckets" "$tmp/k2.log" || { echo "FAIL: no world-size line"; cat "$tmp/k2.log"; exit 1; }
 grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { echo "FAIL: resume"; cat "$tmp/resumed.log"; exit 1; }
 # Out of memory names the buffer and the settings to lower (not under ASan: its
 # shadow memory does not fit a virtual-memory limit).
@@ -56,6 +57,7 @@ if [ "${MODE:-release}" != sanitize ]; then
     echo "out of memory: exit $rc, $(grep -c 'lower SOLVER' "$tmp/oom.log") advice line"
 fi
 BF="--set SOLVER.MAX_ITER=100 --set SOLVER.STEPS=[90] --set SOLVER.CHECKPOINT_PERIOD=0 --set SOLVER.IMS_PER_BATCH=8"
+train 2 fp16 --max-steps 20 --set SOLVER.PRECISION=fp16
 train 1 fp32 $BF
 train 1 bf16 $BF --set SOLVER.PRECISION=bf16
 $PY_TORCH - "$tmp" <<'PY' || exit 1
@@ -91,6 +93,11 @@ def rows(run):
 s, r = rows("straight"), rows("resumed")
 assert all(s[i]["total_loss"] == r[i]["total_loss"] for i in range(1, 21)), "resumed losses differ"
 print("resume at step 10: weights and losses of steps 11..20 bit-identical")
+h = rows("fp16")
+assert sorted(h) == list(range(1, 21)) and np.isfinite(h[20]["total_loss"]), h[20]
+assert h[20]["loss_scale"] < 65536 and h[20]["skipped"] < 10, (h[20]["loss_scale"], h[20]["skipped"])
+first = next(h[i]["total_loss"] for i in range(1, 21) if h[i]["total_loss"] is not None)  # skipped steps log null
+print(f"fp16 (loss scaled in the model's backward): scale {h[20]['loss_scale']:g} after {h[20]['skipped']} skipped steps, loss {first:.3f} -> {h[20]['total_loss']:.3f}")
 f32, b16 = rows("fp32"), rows("bf16")
 worst = 0
 for w in range(5):  # 20-step means: single steps differ by their sampled ROIs, not by precision
