@@ -94,6 +94,7 @@ typedef struct mrcnn_buckets {
     float *staging;        // host copy of a GPU arena (MPI path only), or NULL
     int use_nccl;
     double wait_s;         // seconds spent in mrcnn_buckets_wait (last step)
+    int n_early;           // buckets launched during backward (before wait), last step
 } mrcnn_buckets;
 
 #define MRCNN_BUCKET_BYTES_DEFAULT ((size_t)25 << 20)

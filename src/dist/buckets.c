@@ -70,6 +70,7 @@ void mrcnn_buckets_reset(mrcnn_buckets *bk) {
         bk->b[i].req = MPI_REQUEST_NULL;
     }
     bk->next_launch = 0;
+    bk->n_early = 0;
 }
 
 static mrcnn_tensor bucket_view(mrcnn_buckets *bk, const mrcnn_bucket *b) {
@@ -130,6 +131,7 @@ void mrcnn_buckets_mark_ready(mrcnn_buckets *bk, int param_index) {
 
 void mrcnn_buckets_wait(mrcnn_buckets *bk) {
     double t0 = mrcnn_time_now();
+    bk->n_early = bk->next_launch;
     for (int i = bk->next_launch; i < bk->n_buckets; i++) launch(bk, &bk->b[i]);
     bk->next_launch = bk->n_buckets;
     const mrcnn_dist *d = bk->dist;

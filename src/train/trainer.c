@@ -142,6 +142,10 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         const float lr = mrcnn_lr_at(&sched, t.st.step);
         be->zero(be, &gflat);
         mrcnn_buckets_reset(&bk);
+        /* Frozen parameters never get a gradient: their buckets need not wait for them. */
+        if (m->trainable)
+            for (int i = 0; i < m->params->n_entries; i++)
+                if (!m->trainable[i]) mrcnn_buckets_mark_ready(&bk, i);
         memset(losses, 0, sizeof(double) * ((size_t)nl + 4));
         double data_s = 0;
         const float scale = m->scales_loss ? t.st.scaler.scale : 1.0f;
@@ -153,6 +157,8 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
             for (int i = 0; i < nl; i++) losses[i] += micro[i] / accum;
         }
         mrcnn_buckets_wait(&bk);
+        if (run_steps == 0)
+            mrcnn_info("gradient buckets: %d of %d all-reduces started during backward", bk.n_early, bk.n_buckets);
         /* Averaged gradients are the same on every rank; the losses are not. */
         losses[nl] = be->nonfinite(be, &gflat) || any_nonfinite(losses, nl);
         losses[nl + 1] = mrcnn_signals_pending() ? 1 : 0;

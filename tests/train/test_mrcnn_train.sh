@@ -43,6 +43,8 @@ train 1 resumed --max-steps 20 --resume
 # A training checkpoint is also a model checkpoint (MODEL.WEIGHTS, the model's loader).
 train 1 "sub/dir/weights" --max-steps 1 --set MODEL.WEIGHTS="$tmp/straight/model_0000020.h5"
 grep -q "initial weights: .*straight/model_0000020.h5" "$tmp/sub_dir_weights.log" || { echo "FAIL: MODEL.WEIGHTS"; exit 1; }
+grep -q "gradient buckets: [1-9][0-9]* of [1-9][0-9]* all-reduces started during backward" "$tmp/k2.log" \
+    || { echo "FAIL: no bucket started during backward (grad_ready hook)"; grep "gradient buckets" "$tmp/k2.log"; exit 1; }
 grep -q "world size 2, per-rank batch 1 x 1 accumulation, global batch 2, .* [1-9][0-9] gradient buckets" "$tmp/k2.log" || { echo "FAIL: no world-size line"; cat "$tmp/k2.log"; exit 1; }
 grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { echo "FAIL: resume"; cat "$tmp/resumed.log"; exit 1; }
 # Out of memory names the buffer and the settings to lower (not under ASan: its
