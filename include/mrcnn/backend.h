@@ -103,6 +103,20 @@ struct mrcnn_backend {
     void (*roi_align_backward)(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
                                const mrcnn_tensor *rois, const mrcnn_tensor *dy, mrcnn_tensor *dfeats);
 
+    /* Per-ROI slices of the predicted class for the box and mask losses, so the
+     * per-class outputs never travel to the host: labels (R) int32 (< 0: zeros, no
+     * gradient); masks x (R, M, M, K) -> y (R, M, M), deltas x (R, 4K) -> y (R, 4);
+     * x in any float dtype, y fp32 (the losses run in fp32). Backward adds dy into
+     * the label's slice of dx. */
+    void (*gather_class_masks)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                               mrcnn_tensor *y);
+    void (*gather_class_masks_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
+                                        const mrcnn_tensor *labels, mrcnn_tensor *dx);
+    void (*gather_class_deltas)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                                mrcnn_tensor *y);
+    void (*gather_class_deltas_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
+                                         const mrcnn_tensor *labels, mrcnn_tensor *dx);
+
     void *state; // backend-private (handles, caches)
 };
 

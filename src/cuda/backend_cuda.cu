@@ -259,6 +259,7 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     cu_fill_loss_ops(be);
     cu_fill_optim_ops(be);
     cu_fill_roi_ops(be);
+    cu_fill_gather_ops(be);
     if (why) *why = NULL;
     return be;
 }

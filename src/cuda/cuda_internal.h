@@ -80,6 +80,7 @@ void cu_fill_elementwise_ops(mrcnn_backend *be);
 void cu_fill_loss_ops(mrcnn_backend *be);
 void cu_fill_optim_ops(mrcnn_backend *be);
 void cu_fill_roi_ops(mrcnn_backend *be);
+void cu_fill_gather_ops(mrcnn_backend *be); // model_gathers.cu
 void cu_conv_cache_free(cu_state *s);
 
 /* Launch geometry for grid-stride loops: enough blocks to fill the GPU, capped. */

@@ -132,3 +132,57 @@ extern "C" void mrcnn_cuda_gather_class_masks_backward(const mrcnn_backend *be, 
                                                                                    dt);
     MRCNN_CHECK_LAUNCH("gather_class_masks_backward");
 }
+
+/* ---- the backend's gather ops (backend.h) over the entry points above ---------------- */
+
+static void gather_check(const mrcnn_tensor *x, const mrcnn_tensor *labels, const mrcnn_tensor *y, int64_t rows,
+                         int64_t x_row, int64_t y_row, const char *op) {
+    cu_check_float(x, op);
+    cu_check_gpu(labels, op);
+    cu_check_gpu(y, op);
+    MRCNN_CHECK(labels->dtype == MRCNN_DTYPE_I32 && y->dtype == MRCNN_DTYPE_F32, "%s: labels int32 and gathered fp32 expected", op);
+    MRCNN_CHECK(cu_numel(labels) == rows && cu_numel(x) == rows * x_row && cu_numel(y) == rows * y_row,
+                "%s: %lld labels, %lld per-class values and %lld gathered values do not match %lld rows", op,
+                (long long)cu_numel(labels), (long long)cu_numel(x), (long long)cu_numel(y), (long long)rows);
+}
+
+static void cu_gather_masks_op(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                               mrcnn_tensor *y) {
+    MRCNN_CHECK(x->ndim == 4 && y->ndim == 3, "gather_class_masks: x (R, M, M, K) and y (R, M, M) expected");
+    const int64_t r = x->shape[0], m = x->shape[1], k = x->shape[3];
+    gather_check(x, labels, y, r, m * m * k, m * m, "gather_class_masks");
+    mrcnn_cuda_gather_class_masks(be, (int)r, (int)m, (int)k, x->data, x->dtype, (const int32_t *)labels->data,
+                                  (float *)y->data);
+}
+
+static void cu_gather_masks_bwd_op(const mrcnn_backend *be, const mrcnn_tensor *dy, const mrcnn_tensor *labels,
+                                   mrcnn_tensor *dx) {
+    MRCNN_CHECK(dx->ndim == 4 && dy->ndim == 3, "gather_class_masks_backward: dx (R, M, M, K) and dy (R, M, M) expected");
+    const int64_t r = dx->shape[0], m = dx->shape[1], k = dx->shape[3];
+    gather_check(dx, labels, dy, r, m * m * k, m * m, "gather_class_masks_backward");
+    mrcnn_cuda_gather_class_masks_backward(be, (int)r, (int)m, (int)k, (const float *)dy->data,
+                                           (const int32_t *)labels->data, dx->data, dx->dtype);
+}
+
+static void cu_gather_deltas_op(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                                mrcnn_tensor *y) {
+    const int64_t r = cu_numel(labels), k = r ? cu_numel(x) / (4 * r) : 1;
+    gather_check(x, labels, y, r, 4 * k, 4, "gather_class_deltas");
+    mrcnn_cuda_gather_class_deltas(be, (int)r, (int)k, x->data, x->dtype, (const int32_t *)labels->data,
+                                   (float *)y->data);
+}
+
+static void cu_gather_deltas_bwd_op(const mrcnn_backend *be, const mrcnn_tensor *dy, const mrcnn_tensor *labels,
+                                    mrcnn_tensor *dx) {
+    const int64_t r = cu_numel(labels), k = r ? cu_numel(dx) / (4 * r) : 1;
+    gather_check(dx, labels, dy, r, 4 * k, 4, "gather_class_deltas_backward");
+    mrcnn_cuda_gather_class_deltas_backward(be, (int)r, (int)k, (const float *)dy->data,
+                                            (const int32_t *)labels->data, dx->data, dx->dtype);
+}
+
+void cu_fill_gather_ops(mrcnn_backend *be) {
+    be->gather_class_masks = cu_gather_masks_op;
+    be->gather_class_masks_backward = cu_gather_masks_bwd_op;
+    be->gather_class_deltas = cu_gather_deltas_op;
+    be->gather_class_deltas_backward = cu_gather_deltas_bwd_op;
+}

@@ -10,7 +10,11 @@ void mrcnn_cpu_roi_align_forward(const mrcnn_backend *be, const mrcnn_roi_align_
 void mrcnn_cpu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois,
                                   const mrcnn_tensor *dy, mrcnn_tensor *dfeats);
 
+/* src/model/gather_cpu.c */
+void mrcnn_cpu_fill_gather_ops(mrcnn_backend *be);
+
 void mrcnn_backend_cpu_fill_model_ops(mrcnn_backend *be) {
     be->roi_align_forward = mrcnn_cpu_roi_align_forward;
     be->roi_align_backward = mrcnn_cpu_roi_align_backward;
+    mrcnn_cpu_fill_gather_ops(be);
 }

@@ -322,7 +322,7 @@ static void sample_rois(mrcnn_model *m, const mrcnn_batch *b, mrcnn_step *st) {
 
 static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
     const mrcnn_backend *be = m->be;
-    int R = st->n_rois, K = m->num_classes;
+    int R = st->n_rois;
     double norm_d = R;
     sum_norms(m, &norm_d, 1);
     float mult = loss_mult(m), norm = (float)(norm_d > 0 ? norm_d : 1) / mult;
@@ -334,40 +334,31 @@ static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *
     }
     if (R > 0) be->softmax_ce(be, &st->box.logits, &lab, norm, &lc, backward ? &st->dcls : NULL);
     st->losses.classifier = R > 0 ? read_scalar(be, &lc) / mult : 0;
-    // box regression on the gt class of the foreground only
-    float *deltas = read_host(be, &st->box.deltas);
+    // box regression on the gt class of the foreground only, gathered on the device
     int32_t *fgl = MRCNN_MALLOC((size_t)(R ? R : 1) * sizeof(int32_t), "fg labels");
     float *wt = MRCNN_CALLOC((size_t)(R ? R : 1) * 4, sizeof(float), "box weights");
-    float *gath = MRCNN_CALLOC((size_t)(R ? R : 1) * 4, sizeof(float), "gathered deltas");
     for (int r = 0; r < R; r++) {
         fgl[r] = st->roi_labels[r] > 0 ? st->roi_labels[r] : -1;
         if (fgl[r] > 0) wt[r * 4] = wt[r * 4 + 1] = wt[r * 4 + 2] = wt[r * 4 + 3] = 1.0f;
     }
-    mrcnn_gather_class_deltas(R, K, deltas, fgl, gath);
     int64_t s4[2] = {R, 4};
-    mrcnn_tensor gd = upload(ws, MRCNN_DTYPE_F32, 2, s4, gath);
+    mrcnn_tensor fl = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){R}, fgl);
+    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
+    if (R > 0) be->gather_class_deltas(be, &st->box.deltas, &fl, &gd);
     mrcnn_tensor tg = upload(ws, MRCNN_DTYPE_F32, 2, s4, st->roi_reg_targets);
     mrcnn_tensor wd = upload(ws, MRCNN_DTYPE_F32, 2, s4, wt);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
     mrcnn_tensor lb = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
     if (R > 0) be->smooth_l1(be, &gd, &tg, &wd, m->cfg.box_smooth_l1_beta, norm, &lb, backward ? &dg : NULL);
     st->losses.box_reg = R > 0 ? read_scalar(be, &lb) / mult : 0;
-    if (backward && R > 0) {
-        float *dgh = read_host(be, &dg);
-        memset(deltas, 0, (size_t)R * 4 * K * sizeof(float));
-        mrcnn_gather_class_deltas_backward(R, K, dgh, fgl, deltas);
-        mrcnn_write_f32(be, &st->ddeltas, deltas);
-        free(dgh);
-    }
-    free(deltas);
+    if (backward && R > 0) be->gather_class_deltas_backward(be, &dg, &fl, &st->ddeltas);
     free(fgl);
     free(wt);
-    free(gath);
 }
 
 static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward, mrcnn_step *st) {
     const mrcnn_backend *be = m->be;
-    int Rf = st->n_fg, K = m->num_classes, M = 2 * m->cfg.mask_head_pooler_resolution;
+    int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
     double norm_d = (double)Rf * M * M;
     sum_norms(m, &norm_d, 1);
     if (backward) st->dmask_logits = mrcnn_ws_like(ws, &st->mask.logits);
@@ -388,26 +379,17 @@ static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool b
                            st->fg_gt + r0, r1 - r0, M, tgt + (size_t)r0 * M * M);
         r0 = r1;
     }
-    float *logits = read_host(be, &st->mask.logits);
-    float *gath = MRCNN_MALLOC((size_t)Rf * M * M * sizeof(float), "gathered masks");
-    mrcnn_gather_class_masks(Rf, M, K, logits, st->fg_labels, gath);
     int64_t sh[3] = {Rf, M, M};
-    mrcnn_tensor gd = upload(ws, MRCNN_DTYPE_F32, 3, sh, gath);
+    mrcnn_tensor fl = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){Rf}, st->fg_labels);
+    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    be->gather_class_masks(be, &st->mask.logits, &fl, &gd);
     mrcnn_tensor td = upload(ws, MRCNN_DTYPE_F32, 3, sh, tgt);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
     mrcnn_tensor lm = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
     float mult = loss_mult(m);
     be->bce_logits(be, &gd, &td, NULL, (float)(norm_d / mult), &lm, backward ? &dg : NULL);
     st->losses.mask = read_scalar(be, &lm) / mult;
-    if (backward) {
-        float *dgh = read_host(be, &dg);
-        memset(logits, 0, (size_t)Rf * M * M * K * sizeof(float));
-        mrcnn_gather_class_masks_backward(Rf, M, K, dgh, st->fg_labels, logits);
-        mrcnn_write_f32(be, &st->dmask_logits, logits);
-        free(dgh);
-    }
-    free(logits);
-    free(gath);
+    if (backward) be->gather_class_masks_backward(be, &dg, &fl, &st->dmask_logits);
     free(tgt);
     free(box);
 }
