@@ -10,7 +10,8 @@
 #      are a ratio measured side by side; its 1-GPU step timeline is written to
 #      $GPU_CHECK_OUT/timeline_1gpu_<dtype>.json and fed to `mrcnn bench scaling --model`;
 #   4. the GPU model tests (tests/cuda/test_* beyond the op tests: the whole model's
-#      losses and gradients against the CPU at fp32 and bf16, a 200-step training curve);
+#      losses and gradients against the CPU at fp32 and bf16, a 200-step training curve),
+#      and the gradient buckets over GPU arenas (tests/mpi/prog_buckets, 1 and 2 ranks);
 #   5. a training smoke run: `mrcnn train` on configs/tiny.yaml with MODEL.DEVICE=cuda for
 #      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot;
 #   6. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32), when the
@@ -140,7 +141,24 @@ if [ -x "$BUILD/tests/cuda/test_cuda_ops" ]; then
     done
 fi
 
-# ---- 6. training smoke run: tiny config on a synthetic set, MODEL.DEVICE=cuda ------------------
+# ---- 4b. gradient buckets over GPU arenas (tests/mpi/prog_buckets): 1 rank, and 2 ranks on the
+# one GPU through MPI host staging (NCCL refuses two ranks of one communicator on one GPU) ------
+if [ -x "$BUILD/tests/mpi/prog_buckets" ]; then
+    MPIRUN=$(command -v mpirun || command -v orterun)
+    step "gpu buckets, 1 rank" 60 env OMP_NUM_THREADS=1 "$BUILD/tests/mpi/prog_buckets" check-gpu
+    rc=$?
+    case $rc in 0) r=PASS ;; 77) r=SKIP ;; *) r="FAIL rc=$rc" ;; esac
+    test_status="$test_status; gpu buckets 1 rank $r"
+    if [ -n "$MPIRUN" ] && [ "$rc" = 0 ]; then
+        step "gpu buckets, 2 ranks" 90 env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            "$MPIRUN" --oversubscribe -np 2 "$BUILD/tests/mpi/prog_buckets" check-gpu
+        rc=$?
+        case $rc in 0) r=PASS ;; *) r="FAIL rc=$rc" ;; esac
+        test_status="$test_status; gpu buckets 2 ranks $r"
+    fi
+fi
+
+# ---- 5. training smoke run: tiny config on a synthetic set, MODEL.DEVICE=cuda ------------------
 smoke_line="not run"
 if [ "${SKIP_SMOKE:-0}" != 1 ] && [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-prep" ]; then
     SM=$(mktemp -d)
