@@ -139,11 +139,12 @@ DEB_PKGS := build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-openmp
             libcmocka-dev python3-torchvision python3-numpy python3-pip python3-h5py \
             munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins libpmix2
 PIP_PKGS := pycocotools==2.0.8 tensorboard
+PIP_MODULES := pycocotools tensorboard # what deps-check imports, one per PIP_PKGS entry
 
 deps-check:
 	@missing=$$(dpkg-query -W -f='$${Status} $${Package}\n' $(DEB_PKGS) 2>/dev/null | grep -v 'install ok installed' | awk '{print $$NF}'); \
 	 for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
-	 $(PY_COCO) -c 'import pycocotools' 2>/dev/null || missing="$$missing pip:pycocotools"; \
+	 for m in $(PIP_MODULES); do $(PY_COCO) -c "import $$m" 2>/dev/null || missing="$$missing pip:$$m"; done; \
 	 if [ -n "$$(echo $$missing)" ]; then echo "missing:$$missing"; exit 1; fi
 
 deps:

@@ -50,7 +50,10 @@ grep -q "resumed from .*model_0000010.h5 at step 10" "$tmp/resumed.log" || { ech
 # Out of memory names the buffer and the settings to lower (not under ASan: its
 # shadow memory does not fit a virtual-memory limit).
 if [ "${MODE:-release}" != sanitize ]; then
-    ( ulimit -v 800000; "$M" train $COMMON --set OUTPUT_DIR="$tmp/oom" --set INPUT.MIN_SIZE_TRAIN=[1200] \
+    # The limit leaves 800 MB beyond the mapped size of the CUDA libraries (GPU=1
+    # builds link cuBLAS/cuDNN/NCCL, which map hundreds of MB at load).
+    libs_kb=$(ldd "$M" | awk '/libcu|libnccl/ {print $3}' | xargs -r stat -L -c %s | awk '{s += $1} END {print int(s / 1024)}')
+    ( ulimit -v $((800000 + ${libs_kb:-0})); "$M" train $COMMON --set OUTPUT_DIR="$tmp/oom" --set INPUT.MIN_SIZE_TRAIN=[1200] \
         --set INPUT.MAX_SIZE_TRAIN=2000 --set SOLVER.IMS_PER_BATCH=8 --max-steps 1 ) > "$tmp/oom.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && grep -q "out of .*memory .*for " "$tmp/oom.log" \
