@@ -145,10 +145,9 @@ mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
  * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */
 mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws);
 mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape);
-/* Device <-> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side
- * of the model (proposals, gathers, mask targets) works in fp32. */
+/* Device -> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side of
+ * the model (proposals, detections) works in fp32. */
 void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host);
-void mrcnn_write_f32(const mrcnn_backend *be, mrcnn_tensor *t, const float *host);
 /* Frees one tensor of this workspace early (backward temporaries), so the peak stays
  * near the forward's saved activations. t->data becomes NULL. */
 void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);

@@ -40,7 +40,7 @@ mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape) {
     return mrcnn_ws_tensor(ws, mrcnn_ws_act_dtype(ws), ndim, shape);
 }
 
-/* Host staging for the fp32 host code: 16-bit device tensors are converted here. */
+/* Host copy for the fp32 host code: 16-bit device tensors are converted here. */
 void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host) {
     int64_t n = mrcnn_tensor_numel(t);
     if (!n) return;
@@ -54,22 +54,6 @@ void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host)
     be->read(be, t, h);
     for (int64_t i = 0; i < n; i++)
         host[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(h[i]) : mrcnn_bf16_to_f32(h[i]);
-    free(h);
-}
-
-void mrcnn_write_f32(const mrcnn_backend *be, mrcnn_tensor *t, const float *host) {
-    int64_t n = mrcnn_tensor_numel(t);
-    if (!n) return;
-    if (t->dtype == MRCNN_DTYPE_F32) {
-        be->write(be, t, host);
-        return;
-    }
-    MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F16 || t->dtype == MRCNN_DTYPE_BF16,
-                "write_f32: dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(t->dtype));
-    uint16_t *h = MRCNN_MALLOC((size_t)n * sizeof(uint16_t), "16-bit host copy");
-    for (int64_t i = 0; i < n; i++)
-        h[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f32_to_f16(host[i]) : mrcnn_f32_to_bf16(host[i]);
-    be->write(be, t, h); // from pageable memory: staged before write returns
     free(h);
 }
 

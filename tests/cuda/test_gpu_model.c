@@ -9,6 +9,7 @@
  *    batches, fp32 and bf16 on the GPU, whose loss curve (means over 10 windows)
  *    tracks the CPU's fp32 run, and which learns (last window well below the first).
  * Without a GPU (or in a GPU=0 build) it prints "skip: no GPU (...)" and exits 77.
+ * Also: the backend's cast and mrcnn_read_f32 round trip fp32 -> bf16/fp16 -> fp32.
  * MRCNN_GPU_MODEL_SELFCHECK=1 puts the CPU backend in the GPU's slot, so that the
  * harness itself (fixtures, pinning, metrics, the training loop) runs anywhere: then
  * every comparison must be exact (bf16 against itself too). MRCNN_GPU_MODEL_STEPS
@@ -19,6 +20,7 @@
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
+#include "mrcnn/half.h"
 #include "mrcnn/model.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
@@ -285,6 +287,34 @@ static void test_training_curve(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* The backend's cast (fp32 images to the activation dtype) and mrcnn_read_f32 (16-bit
+ * activations back to fp32 for the host code): a round trip equals half.h's rounding. */
+static void test_cast_read(void **state) {
+    const char *why = NULL;
+    mrcnn_backend *be = device_backend(&why);
+    const float src[8] = {1.5f, -2.25f, 3.14159265f, 1e-3f, -65504.0f, 0.0f, 70000.0f, 1.0f / 3.0f};
+    const mrcnn_dtype dts[2] = {MRCNN_DTYPE_BF16, MRCNN_DTYPE_F16};
+    int64_t n = 8;
+    mrcnn_tensor x = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 1, &n);
+    x.data = be->alloc(be, mrcnn_tensor_nbytes(&x), "cast input");
+    be->write(be, &x, src);
+    for (int k = 0; k < 2; k++) {
+        mrcnn_tensor y = mrcnn_tensor_view(NULL, dts[k], be->device, 1, &n);
+        y.data = be->alloc(be, mrcnn_tensor_nbytes(&y), "cast output");
+        be->cast(be, &x, &y);
+        float back[8];
+        mrcnn_read_f32(be, &y, back);
+        for (int i = 0; i < 8; i++) {
+            float want = mrcnn_round_to(src[i], dts[k]);
+            if (back[i] != want && !(isinf(back[i]) && isinf(want)))
+                fail_msg("%s: %g -> %g, want %g", mrcnn_dtype_name(dts[k]), src[i], back[i], want);
+        }
+        be->free(be, y.data);
+    }
+    be->free(be, x.data);
+    mrcnn_backend_destroy(be);
+}
+
 int main(void) {
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
     const char *sc = getenv("MRCNN_GPU_MODEL_SELFCHECK"), *steps = getenv("MRCNN_GPU_MODEL_STEPS");
@@ -301,6 +331,7 @@ int main(void) {
                        : "GPU backend against CPU backend, %d training steps\n",
            g_steps);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cast_read),
         cmocka_unit_test(test_step_fp32),
         cmocka_unit_test(test_step_bf16),
         cmocka_unit_test(test_training_curve),
