@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
         }
     }
     mrcnn_loader *l = mrcnn_loader_create(&o);
-    const mrcnn_batch *b = NULL;
+    const mrcnn_data_batch *b = NULL;
     for (int s = 0; s < warmup; s++) b = mrcnn_loader_next(l);
     mrcnn_loader_stats s0, s1;
     mrcnn_loader_stats_get(l, &s0);

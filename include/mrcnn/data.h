@@ -124,7 +124,7 @@ typedef struct mrcnn_loader_opts {
 void mrcnn_loader_opts_from_config(mrcnn_loader_opts *o, const mrcnn_config *cfg, int train);
 
 /* One rank's batch. Valid until the next mrcnn_loader_next call. */
-typedef struct mrcnn_batch {
+typedef struct mrcnn_data_batch {
     int n;                    // images
     int height, width;        // padded canvas
     float *images;            // (n, height, width, 3) normalized, zero padding
@@ -143,7 +143,7 @@ typedef struct mrcnn_batch {
     uint8_t *iscrowd;         // (num_instances)
     uint8_t *masks;           // (num_instances, height, width) 0/1, or NULL without masks
     int64_t epoch, step;      // which step of which epoch this is
-} mrcnn_batch;
+} mrcnn_data_batch;
 
 typedef struct mrcnn_loader mrcnn_loader; // opaque
 
@@ -159,7 +159,7 @@ int64_t mrcnn_loader_steps_per_epoch(const mrcnn_loader *l);
 int64_t mrcnn_loader_num_images(const mrcnn_loader *l);
 const mrcnn_shard_set *mrcnn_loader_shard_set(const mrcnn_loader *l);
 /* Blocks until the next batch is ready; crosses epochs on its own. */
-const mrcnn_batch *mrcnn_loader_next(mrcnn_loader *l);
+const mrcnn_data_batch *mrcnn_loader_next(mrcnn_loader *l);
 /* The position of the batch the next mrcnn_loader_next returns: save it in the
  * checkpoint, and pass it back as start_epoch/start_step to continue exactly. */
 void mrcnn_loader_cursor(const mrcnn_loader *l, int64_t *epoch, int64_t *step);

@@ -9,8 +9,8 @@
  * in fp32 whatever SOLVER.PRECISION says (training's setting; detectron2 evaluates in
  * fp32 too).
  *
- * This header includes neither model.h nor data.h (both name a struct mrcnn_batch):
- * src/eval/infer.c is the model side, src/eval/infer_input.c the data side.
+ * This header includes neither model.h nor data.h: src/eval/infer.c is the model
+ * side, src/eval/infer_input.c the data side.
  * Implementation: src/eval/infer.c, src/eval/infer_input.c, src/eval/coco_shards.c. */
 #ifndef MRCNN_INFER_H
 #define MRCNN_INFER_H

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "mrcnn/check.h"
+#include "mrcnn/data.h"
 #include "mrcnn/dist.h"
 #include "mrcnn/log.h"
 #include "mrcnn/model.h"
@@ -203,7 +204,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     MRCNN_CHECK(want_gpu || !strcmp(cfg.model_device, "cpu"), "MODEL.DEVICE '%s' is unknown (cpu or cuda)",
                 cfg.model_device);
     mrcnn_dist dist;
-    mrcnn_dist_init(&dist, &argc, &argv, train_feed_thread_level(), want_gpu ? mrcnn_cuda_device_count() : 0,
+    mrcnn_dist_init(&dist, &argc, &argv, MRCNN_DATA_MPI_THREAD_LEVEL, want_gpu ? mrcnn_cuda_device_count() : 0,
                     comm_timeout);
     double f = mrcnn_config_scale_workers(&cfg, dist.world_size);
     if (f != 1.0)
@@ -246,7 +247,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     b.model.norm_sum = norm_sum;
     b.model.norm_ctx = &b;
     mrcnn_ws_init(&b.ws, be);
-    mrcnn_checkpoint_set_lock(train_feed_hdf5_lock, train_feed_hdf5_unlock);
+    mrcnn_checkpoint_set_lock(mrcnn_hdf5_lock, mrcnn_hdf5_unlock);
 
     mrcnn_info("mrcnn train: %d ranks (%s), %lld parameters (%lld trainable), config %s", dist.world_size, be->name,
                (long long)mrcnn_params_numel(&b.model.params, false), (long long)mrcnn_params_numel(&b.model.params, true),

@@ -22,10 +22,6 @@ struct train_feed {
     int cap_img;
 };
 
-int train_feed_thread_level(void) { return MRCNN_DATA_MPI_THREAD_LEVEL; }
-void train_feed_hdf5_lock(void) { mrcnn_hdf5_lock(); }
-void train_feed_hdf5_unlock(void) { mrcnn_hdf5_unlock(); }
-
 train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step) {
     MRCNN_CHECK(cfg->datasets_train[0], "DATASETS.TRAIN is empty: set it to the shard index (NAME-index.h5) "
                                          "written by mrcnn-prep coco");
@@ -44,7 +40,7 @@ train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_ra
 
 const train_feed_batch *train_feed_next(train_feed *f, double *wait_s) {
     double t0 = mrcnn_time_now();
-    const mrcnn_batch *b = mrcnn_loader_next(f->loader);
+    const mrcnn_data_batch *b = mrcnn_loader_next(f->loader);
     *wait_s = mrcnn_time_now() - t0;
     if (b->n > f->cap_img) {
         f->cap_img = b->n;

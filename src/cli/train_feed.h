@@ -1,6 +1,5 @@
-/* The loader side of `mrcnn train`, behind plain types: data.h and model.h both
- * name a struct mrcnn_batch, so no file can include both; train_feed.c includes
- * only data.h and hands batches to cmd_train.c (model.h) in this form. */
+/* The loader side of `mrcnn train`: loader batches (mrcnn_data_batch) turned into
+ * what the model trains on (masks cropped to each image, crowd dropped, 1-based labels). */
 #ifndef MRCNN_TRAIN_FEED_H
 #define MRCNN_TRAIN_FEED_H
 
@@ -36,9 +35,5 @@ const train_feed_batch *train_feed_next(train_feed *f, double *wait_s);
 void train_feed_cursor(const train_feed *f, int64_t *epoch, int64_t *step);
 int64_t train_feed_num_images(const train_feed *f);
 void train_feed_destroy(train_feed *f);
-void train_feed_hdf5_lock(void);
-void train_feed_hdf5_unlock(void);
-/* MPI thread level the loader needs. */
-int train_feed_thread_level(void);
 
 #endif

@@ -25,7 +25,7 @@
 enum { SLOT_FREE, SLOT_LOADING, SLOT_READY, SLOT_HELD };
 
 typedef struct {
-    mrcnn_batch b;
+    mrcnn_data_batch b;
     int state, pending;
     size_t cap_pixels, cap_masks; // floats in b.images, bytes in b.masks
     int cap_n;
@@ -144,7 +144,7 @@ static int round_up(int x, int d) { return d > 1 ? (x + d - 1) / d * d : x; }
 /* Sizes, boxes and classes of one batch from the tables; buffers grown. */
 static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
     const int n = l->o.batch_size;
-    mrcnn_batch *b = &sl->b;
+    mrcnn_data_batch *b = &sl->b;
     const int64_t *plan = plan_for(l, epoch);
     const int64_t base = step * l->global_batch + (int64_t)l->rank * n;
     if (n > sl->cap_n) {
@@ -334,7 +334,7 @@ static double thread_cpu_now(void) {
 
 static void process(mrcnn_loader *l, slot *sl, int j, uint8_t **rgb, size_t *rgb_cap, uint8_t **cm, size_t *cm_cap,
                     data_scratch *sc, double *t_dec, double *t_res, double *t_mask) {
-    mrcnn_batch *b = &sl->b;
+    mrcnn_data_batch *b = &sl->b;
     double t0 = thread_cpu_now();
     int h = 0, w = 0;
     char err[512];
@@ -478,7 +478,7 @@ void mrcnn_loader_destroy(mrcnn_loader *l) {
     pthread_join(l->io, NULL); /* it closes the files (collectively) on its way out */
     for (int k = 0; k < l->nslots; k++) {
         slot *sl = &l->slots[k];
-        mrcnn_batch *b = &sl->b;
+        mrcnn_data_batch *b = &sl->b;
         if (l->o.image_alloc && b->images) l->o.image_free(b->images);
         else free(b->images);
         void *all[] = {b->image_h, b->image_w, b->orig_h, b->orig_w, b->scale, b->image_id, b->image_index,
@@ -505,7 +505,7 @@ void mrcnn_loader_destroy(mrcnn_loader *l) {
     free(l);
 }
 
-const mrcnn_batch *mrcnn_loader_next(mrcnn_loader *l) {
+const mrcnn_data_batch *mrcnn_loader_next(mrcnn_loader *l) {
     const double t0 = mrcnn_time_now();
     pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {

@@ -112,7 +112,7 @@ int64_t mrcnn_infer_shards_num_images(const mrcnn_infer_shards *s) { return mrcn
 int mrcnn_infer_shards_next(mrcnn_infer_shards *s, mrcnn_infer_input *in) {
     MRCNN_CHECK(s->step < s->steps, "shard inference: read past the last step (%lld)", (long long)s->steps);
     s->step++;
-    const mrcnn_batch *b = mrcnn_loader_next(s->loader);
+    const mrcnn_data_batch *b = mrcnn_loader_next(s->loader);
     MRCNN_CHECK(b->n == 1, "shard inference: the loader gave %d images, 1 expected", b->n);
     memset(in, 0, sizeof *in);
     if (!b->valid[0]) return 0;

@@ -50,7 +50,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static uint64_t batch_hash(const mrcnn_batch *b) {
+static uint64_t batch_hash(const mrcnn_data_batch *b) {
     uint64_t h = 1469598103934665603ULL;
     h = fnv(h, b->images, sizeof(float) * (size_t)b->n * b->height * b->width * 3);
     h = fnv(h, b->image_index, sizeof(int64_t) * (size_t)b->n);
@@ -87,7 +87,7 @@ static int run_reproduce(const char *index, const char *outdir) {
     int64_t seen = 0;
     uint8_t *crop = malloc((size_t)H * W);
     for (int64_t s = 0; s < mrcnn_loader_steps_per_epoch(l); s++) {
-        const mrcnn_batch *b = mrcnn_loader_next(l);
+        const mrcnn_data_batch *b = mrcnn_loader_next(l);
         for (int j = 0; j < b->n; j++) {
             if (!b->valid[j]) continue;
             if (b->image_h[j] != H || b->image_w[j] != W || b->flipped[j]) FAILF("eval mode resized or flipped an image");
@@ -150,7 +150,7 @@ static int run_cover(const char *index, int batch, int epochs, int grouping) {
     const int64_t per_epoch = steps * batch;
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)(epochs * per_epoch));
     for (int64_t t = 0; t < epochs * steps; t++) {
-        const mrcnn_batch *b = mrcnn_loader_next(l);
+        const mrcnn_data_batch *b = mrcnn_loader_next(l);
         if (b->epoch != t / steps || b->step != t % steps)
             FAILF("batch %lld is (epoch %lld, step %lld)", (long long)t, (long long)b->epoch, (long long)b->step);
         for (int j = 0; j < b->n; j++) mine[t * batch + j] = b->image_index[j];
@@ -213,7 +213,7 @@ static int run_flip(const char *index) {
     mrcnn_loader *b = mrcnn_loader_create(&o);
     int64_t flipped = 0, total = 0, sizes[2] = {0, 0};
     for (int64_t s = 0; s < mrcnn_loader_steps_per_epoch(a); s++) {
-        const mrcnn_batch *x = mrcnn_loader_next(a), *y = mrcnn_loader_next(b);
+        const mrcnn_data_batch *x = mrcnn_loader_next(a), *y = mrcnn_loader_next(b);
         if (x->height != y->height || x->width != y->width || x->num_instances != y->num_instances)
             FAILF("flip changed the batch shape");
         const int H = x->height, W = x->width;
