@@ -92,7 +92,7 @@ typedef struct mrcnn_config {
     int solver_accum_steps;             // SOLVER.ACCUM_STEPS: gradient accumulation
     bool solver_clip_enabled;           // SOLVER.CLIP_GRADIENTS.ENABLED
     float solver_clip_value;            // SOLVER.CLIP_GRADIENTS.CLIP_VALUE (global L2 norm)
-    char solver_precision[8];           // SOLVER.PRECISION: fp32 | tf32 | fp16 | bf16
+    char solver_precision[8];           // SOLVER.PRECISION: auto (bf16 on GPUs of cc >= 8.0, else fp32) | fp32 | tf32 | fp16 | bf16
     int solver_max_nonfinite;           // SOLVER.MAX_NONFINITE: stop after this many (fp32/bf16)
     float solver_loss_scale_init;       // SOLVER.LOSS_SCALE.INIT: fp16 dynamic loss scale at start
     int solver_loss_scale_growth_interval; // SOLVER.LOSS_SCALE.GROWTH_INTERVAL: clean steps before x2

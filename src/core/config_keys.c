@@ -76,7 +76,7 @@ const mrcnn_config_key mrcnn_config_keys[] = {
     {"SOLVER.ACCUM_STEPS", CFG_INT, F(solver_accum_steps), 0, "1"},
     {"SOLVER.CLIP_GRADIENTS.ENABLED", CFG_BOOL, F(solver_clip_enabled), 0, "false"},
     {"SOLVER.CLIP_GRADIENTS.CLIP_VALUE", CFG_FLOAT, F(solver_clip_value), 0, "1.0"},
-    {"SOLVER.PRECISION", CFG_STR, F(solver_precision), S(solver_precision), "fp32"},
+    {"SOLVER.PRECISION", CFG_STR, F(solver_precision), S(solver_precision), "auto"},
     {"SOLVER.MAX_NONFINITE", CFG_INT, F(solver_max_nonfinite), 0, "10"},
     {"SOLVER.LOSS_SCALE.INIT", CFG_FLOAT, F(solver_loss_scale_init), 0, "65536.0"},
     {"SOLVER.LOSS_SCALE.GROWTH_INTERVAL", CFG_INT, F(solver_loss_scale_growth_interval), 0, "2000"},

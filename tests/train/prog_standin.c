@@ -27,6 +27,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
 #include "mrcnn/log.h"
+#include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/trainer.h"
 
@@ -181,8 +182,10 @@ int main(int argc, char **argv) {
                         .alloc = h_alloc, .free = h_free, .zero = h_zero, .write = h_write, .read = h_read,
                         .sync = h_sync, .set_precision = h_set_precision, .sgd_update = h_sgd,
                         .nonfinite = h_nonfinite};
-    int prec = mrcnn_dtype_parse(cfg.solver_precision);
-    if (prec == MRCNN_DTYPE_F16 || prec == MRCNN_DTYPE_BF16) be.set_precision(&be, (mrcnn_dtype)prec);
+    /* As `mrcnn train` does: resolve "auto" and set the storage dtype. */
+    char mode[sizeof cfg.solver_precision];
+    snprintf(mode, sizeof mode, "%s", mrcnn_precision_apply(&be, cfg.solver_precision));
+    memcpy(cfg.solver_precision, mode, sizeof mode);
 
     standin s = {.cfg = &cfg, .dist = &dist, .be = &be, .inject_at = inject_at, .inject_count = inject_count,
                  .sleep_ms = sleep_ms, .fixed_rows = fixed_rows};

@@ -42,7 +42,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.anchor_sizes.v[4], 512);
     assert_int_equal(c.box_reg_weights.n, 4);
     assert_true(c.box_reg_weights.v[2] == 5.0f);
-    assert_string_equal(c.solver_precision, "fp32");
+    assert_string_equal(c.solver_precision, "auto");
     assert_int_equal(c.backbone_freeze_at, 2);
 }
 
