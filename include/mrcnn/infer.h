@@ -18,6 +18,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "mrcnn/arena.h"
+#include "mrcnn/backend.h"
 #include "mrcnn/cocoeval.h"
 #include "mrcnn/config.h"
 #include "mrcnn/rle.h"
@@ -54,6 +56,13 @@ typedef struct mrcnn_infer mrcnn_infer; // opaque: backend + model + workspace
  * cuda and device >= 0 (falls back to the CPU with a warning when the GPU backend is
  * unavailable), and loads weights (an HDF5 model or training checkpoint). */
 mrcnn_infer *mrcnn_infer_create(const mrcnn_config *cfg, const char *weights, int device);
+/* As mrcnn_infer_create, with the weights copied from params (the fp32 master weights
+ * of a model built from the same cfg, on backend src_be: training's own) instead of a
+ * file: what `mrcnn train` evaluates with (TEST.EVAL_PERIOD). */
+mrcnn_infer *mrcnn_infer_create_from_params(const mrcnn_config *cfg, int device, const mrcnn_backend *src_be,
+                                            const mrcnn_arena *params);
+/* Copies params (as above) over the current weights. */
+void mrcnn_infer_set_weights(mrcnn_infer *inf, const mrcnn_backend *src_be, const mrcnn_arena *params);
 void mrcnn_infer_destroy(mrcnn_infer *inf);
 const char *mrcnn_infer_backend_name(const mrcnn_infer *inf);
 /* Detects, rescales the boxes to (orig_h, orig_w), pastes and encodes the masks. */

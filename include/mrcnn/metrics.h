@@ -61,6 +61,18 @@ typedef struct mrcnn_metrics {
 void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled);
 /* Prints the log line, appends the JSON line and the TensorBoard scalars. */
 void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s);
+/* One periodic evaluation (TEST.EVAL_PERIOD) of the weights after `step`: COCO AP
+ * (IoU .50:.95) and AP50 as pycocotools gives them (0..1). */
+typedef struct mrcnn_eval_metrics {
+    int64_t step;
+    double bbox_ap, bbox_ap50, segm_ap, segm_ap50;
+    int64_t images;
+    double seconds; // inference + evaluation
+} mrcnn_eval_metrics;
+/* Prints the eval line, appends {"step", "eval/bbox_AP", "eval/bbox_AP50",
+ * "eval/segm_AP", "eval/segm_AP50", ...} to metrics.json and the same scalars to the
+ * event file. */
+void mrcnn_metrics_log_eval(mrcnn_metrics *m, const mrcnn_eval_metrics *e);
 void mrcnn_metrics_close(mrcnn_metrics *m);
 /* mkdir -p; returns 0 and leaves errno set when a level cannot be created. */
 int mrcnn_mkdir_p(const char *path);

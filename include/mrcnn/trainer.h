@@ -66,6 +66,10 @@ typedef struct mrcnn_trainable {
      * it at resume (both may be NULL when the model has no loader). */
     void (*get_cursor)(void *ctx, int64_t *epoch, int64_t *loader_step);
     void (*set_cursor)(void *ctx, int64_t epoch, int64_t loader_step);
+    /* Evaluates the current weights (collective over all ranks), called after every
+     * TEST.EVAL_PERIOD-th step and after the last one; e->step is set, the callee fills
+     * the rest on rank 0. NULL: the model is never evaluated. */
+    void (*evaluate)(void *ctx, mrcnn_eval_metrics *e);
 } mrcnn_trainable;
 
 /* The state a checkpoint carries beside the weights. */

@@ -11,10 +11,12 @@
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
 #include "mrcnn/dist.h"
+#include "mrcnn/infer.h"
 #include "mrcnn/log.h"
 #include "mrcnn/model.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"
+#include "eval_shards.h"
 #include "train_feed.h"
 
 static void usage(FILE *out) {
@@ -80,6 +82,11 @@ typedef struct {
     int64_t epoch0, step0; // loader cursor to start from
     mrcnn_image_gt *gt;
     int gt_cap;
+    /* TEST.EVAL_PERIOD: set up at the first evaluation */
+    mrcnn_infer *inf;
+    mrcnn_dist eval_dist;          // dist with its own communicator (the loader threads use dist's)
+    mrcnn_category_table table;
+    mrcnn_coco_gt eval_gt;         // rank 0
 } binding;
 
 /* Batch-wide loss normalizers: the sum over ranks divided by the rank count, so
@@ -126,6 +133,56 @@ static double forward_backward(void *ctx, int64_t step, int micro, float loss_mu
     losses[4] = st.losses.mask;
     mrcnn_step_free(&st);
     return wait_s;
+}
+
+/* The current weights through the same inference and COCO evaluation as `mrcnn eval`
+ * (so the last one equals `mrcnn eval --weights <final checkpoint>`). */
+static void evaluate(void *ctx, mrcnn_eval_metrics *e) {
+    binding *b = ctx;
+    const mrcnn_config *cfg = b->cfg;
+    const char *index = cfg->datasets_test;
+    const int root = b->dist->rank == 0;
+    if (!b->inf) {
+        b->eval_dist = *b->dist;
+        MRCNN_CHECK_MPI(MPI_Comm_dup(b->dist->comm, &b->eval_dist.comm));
+        /* the training loader's I/O thread may be inside HDF5 */
+        mrcnn_hdf5_lock();
+        mrcnn_category_table_load(&b->table, index);
+        if (root) mrcnn_coco_gt_from_shards(&b->eval_gt, index);
+        mrcnn_hdf5_unlock();
+        MRCNN_CHECK(b->table.n == cfg->roi_num_classes,
+                    "DATASETS.TEST %s has %d categories but the model has MODEL.ROI_HEADS.NUM_CLASSES = %d", index,
+                    b->table.n, cfg->roi_num_classes);
+        b->inf = mrcnn_infer_create_from_params(cfg, b->dist->device, b->be, &b->model.params.values);
+    } else {
+        mrcnn_infer_set_weights(b->inf, b->be, &b->model.params.values);
+    }
+    mrcnn_infer_shards *sh = mrcnn_infer_shards_create(cfg, index, b->eval_dist.comm);
+    e->images = mrcnn_infer_shards_num_images(sh);
+    mrcnn_coco_dets dets;
+    mrcnn_coco_dets_init(&dets);
+    eval_shards_infer(&b->eval_dist, b->inf, sh, &b->table, &dets);
+    mrcnn_infer_shards_destroy(sh);
+    if (root) {
+        mrcnn_coco_dets_check(&dets, &b->eval_gt);
+        double *ap[2][2] = {{&e->bbox_ap, &e->bbox_ap50}, {&e->segm_ap, &e->segm_ap50}};
+        for (int pass = 0; pass < 2; pass++) {
+            mrcnn_coco_eval ev;
+            mrcnn_coco_evaluate(&b->eval_gt, &dets, pass == 0 ? MRCNN_IOU_BBOX : MRCNN_IOU_SEGM, 0, &ev);
+            *ap[pass][0] = ev.stats[0];
+            *ap[pass][1] = ev.stats[1];
+            mrcnn_coco_eval_free(&ev);
+        }
+    }
+    mrcnn_coco_dets_free(&dets);
+}
+
+static void eval_free(binding *b) {
+    if (!b->inf) return;
+    mrcnn_infer_destroy(b->inf);
+    mrcnn_category_table_free(&b->table);
+    if (b->dist->rank == 0) mrcnn_coco_gt_free(&b->eval_gt);
+    MPI_Comm_free(&b->eval_dist.comm);
 }
 
 static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
@@ -200,6 +257,11 @@ int mrcnn_cmd_train(int argc, char **argv) {
             return 1;
         }
 
+    if (cfg.test_eval_period > 0 && !cfg.datasets_test[0]) {
+        fprintf(stderr, "mrcnn train: TEST.EVAL_PERIOD is %d but DATASETS.TEST is empty: set it to the shard index "
+                        "to evaluate on (or TEST.EVAL_PERIOD=0)\n", cfg.test_eval_period);
+        return 2;
+    }
     int want_gpu = !strcmp(cfg.model_device, "cuda");
     MRCNN_CHECK(want_gpu || !strcmp(cfg.model_device, "cpu"), "MODEL.DEVICE '%s' is unknown (cpu or cuda)",
                 cfg.model_device);
@@ -255,7 +317,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     mrcnn_trainable tm = {.ctx = &b, .params = &b.model.params.values, .grads = &b.model.params.grads,
                           .trainable = b.model.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
                           .scales_loss = 1, .forward_backward = forward_backward, .get_cursor = get_cursor,
-                          .set_cursor = set_cursor};
+                          .set_cursor = set_cursor, .evaluate = cfg.test_eval_period > 0 ? evaluate : NULL};
     mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps,
                                .bucket_bytes = (size_t)(bucket_mb * 1024 * 1024)};
     if (opts.bucket_bytes == 0) opts.bucket_bytes = 1;
@@ -264,6 +326,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
                    cfg.output_dir, cfg.output_dir, rc == 0 ? ", loss.png" : "");
     train_feed_destroy(b.feed);
+    eval_free(&b);
     free(b.gt);
     mrcnn_ws_free(&b.ws);
     mrcnn_model_free(&b.model);

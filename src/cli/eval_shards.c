@@ -113,6 +113,49 @@ static void gather_dets(const mrcnn_dist *dist, const char *buf, size_t n, mrcnn
     free(displs);
 }
 
+double eval_shards_infer(const mrcnn_dist *dist, mrcnn_infer *inf, mrcnn_infer_shards *sh,
+                         const mrcnn_category_table *table, mrcnn_coco_dets *dets) {
+    int64_t steps = mrcnn_infer_shards_steps(sh);
+    char *buf = NULL;
+    size_t nbuf = 0, cap = 0;
+    int64_t seq = 0, mine = 0, n_dets = 0;
+    double t_infer = mrcnn_time_now(), last_log = t_infer;
+    for (int64_t s = 0; s < steps; s++) {
+        mrcnn_infer_input in;
+        if (!mrcnn_infer_shards_next(sh, &in)) continue;
+        mrcnn_instances inst;
+        mrcnn_infer_run(inf, &in, &inst);
+        mrcnn_coco_dets d;
+        mrcnn_coco_dets_init(&d);
+        mrcnn_instances_to_dets(&inst, in.image_id, table, 1, &d);
+        for (int64_t k = 0; k < d.n; k++) {
+            const mrcnn_coco_ann *a = &d.anns[k];
+            wire_det w = {.image_index = in.image_index, .image_id = a->image_id, .category_id = a->category_id,
+                          .seq = seq++, .score = a->score, .h = a->segm.h, .w = a->segm.w,
+                          .len = a->segm.str ? (int64_t)strlen(a->segm.str) : 0};
+            memcpy(w.bbox, a->bbox, sizeof w.bbox);
+            buf_put(&buf, &nbuf, &cap, &w, sizeof w);
+            if (w.len) buf_put(&buf, &nbuf, &cap, a->segm.str, (size_t)w.len);
+        }
+        n_dets += d.n;
+        mine++;
+        mrcnn_coco_dets_free(&d);
+        mrcnn_instances_free(&inst);
+        double now = mrcnn_time_now();
+        if (now - last_log > 10) {
+            last_log = now;
+            char eta[32];
+            mrcnn_info("inference step %lld/%lld, %.2f s/image per rank, eta %s", (long long)s + 1, (long long)steps,
+                       (now - t_infer) / (double)mine,
+                       mrcnn_format_duration((now - t_infer) / (double)(s + 1) * (double)(steps - s - 1), eta, sizeof eta));
+        }
+    }
+    double infer_s = mrcnn_time_now() - t_infer;
+    gather_dets(dist, buf, nbuf, dets);
+    free(buf);
+    return infer_s;
+}
+
 int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
     mrcnn_config cfg;
     mrcnn_config_defaults(&cfg);
@@ -150,51 +193,15 @@ int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
                 "%s has %d categories but the model has MODEL.ROI_HEADS.NUM_CLASSES = %d", index, table.n,
                 cfg.roi_num_classes);
     mrcnn_infer_shards *sh = mrcnn_infer_shards_create(&cfg, index, dist.comm);
-    int64_t steps = mrcnn_infer_shards_steps(sh), n_images = mrcnn_infer_shards_num_images(sh);
+    int64_t n_images = mrcnn_infer_shards_num_images(sh);
     mrcnn_info("mrcnn eval: %lld images of %s on %d ranks (%s), weights %s", (long long)n_images, index,
                dist.world_size, mrcnn_infer_backend_name(inf), weights);
 
-    char *buf = NULL;
-    size_t nbuf = 0, cap = 0;
-    int64_t seq = 0, mine = 0, n_dets = 0;
-    double t_infer = mrcnn_time_now(), last_log = t_infer;
-    for (int64_t s = 0; s < steps; s++) {
-        mrcnn_infer_input in;
-        if (!mrcnn_infer_shards_next(sh, &in)) continue;
-        mrcnn_instances inst;
-        mrcnn_infer_run(inf, &in, &inst);
-        mrcnn_coco_dets d;
-        mrcnn_coco_dets_init(&d);
-        mrcnn_instances_to_dets(&inst, in.image_id, &table, 1, &d);
-        for (int64_t k = 0; k < d.n; k++) {
-            const mrcnn_coco_ann *a = &d.anns[k];
-            wire_det w = {.image_index = in.image_index, .image_id = a->image_id, .category_id = a->category_id,
-                          .seq = seq++, .score = a->score, .h = a->segm.h, .w = a->segm.w,
-                          .len = a->segm.str ? (int64_t)strlen(a->segm.str) : 0};
-            memcpy(w.bbox, a->bbox, sizeof w.bbox);
-            buf_put(&buf, &nbuf, &cap, &w, sizeof w);
-            if (w.len) buf_put(&buf, &nbuf, &cap, a->segm.str, (size_t)w.len);
-        }
-        n_dets += d.n;
-        mine++;
-        mrcnn_coco_dets_free(&d);
-        mrcnn_instances_free(&inst);
-        double now = mrcnn_time_now();
-        if (now - last_log > 10) {
-            last_log = now;
-            char eta[32];
-            mrcnn_info("inference step %lld/%lld, %.2f s/image per rank, eta %s", (long long)s + 1, (long long)steps,
-                       (now - t_infer) / (double)mine,
-                       mrcnn_format_duration((now - t_infer) / (double)(s + 1) * (double)(steps - s - 1), eta, sizeof eta));
-        }
-    }
-    double infer_s = mrcnn_time_now() - t_infer;
-    mrcnn_infer_shards_destroy(sh);
-    mrcnn_infer_destroy(inf);
     mrcnn_coco_dets dets;
     mrcnn_coco_dets_init(&dets);
-    gather_dets(&dist, buf, nbuf, &dets);
-    free(buf);
+    double infer_s = eval_shards_infer(&dist, inf, sh, &table, &dets);
+    mrcnn_infer_shards_destroy(sh);
+    mrcnn_infer_destroy(inf);
     mrcnn_info("inference: %.1f s (%.3f s/image on %d ranks), %lld detections", infer_s,
                infer_s * dist.world_size / (double)(n_images ? n_images : 1), dist.world_size, (long long)dets.n);
 

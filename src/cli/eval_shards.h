@@ -5,6 +5,10 @@
 
 #include <stdio.h>
 
+#include "mrcnn/cocoeval.h"
+#include "mrcnn/dist.h"
+#include "mrcnn/infer.h"
+
 typedef struct eval_shards_opts {
     const char *config_path, *weights, *shards, *out_dir, *json_path;
     const char *iou_type; // bbox | segm | both
@@ -15,5 +19,11 @@ typedef struct eval_shards_opts {
 void eval_shards_usage(FILE *out);
 /* argc/argv go to MPI_Init. Returns the exit code. */
 int eval_shards_run(int argc, char **argv, const eval_shards_opts *o);
+/* Collective over dist: runs inf on every image of sh (each image on one rank) and
+ * gathers the detections to rank 0 into dets (initialized; dataset order; nothing
+ * is added on other ranks). Also what `mrcnn train` evaluates with (TEST.EVAL_PERIOD).
+ * Returns this rank's inference seconds. */
+double eval_shards_infer(const mrcnn_dist *dist, mrcnn_infer *inf, mrcnn_infer_shards *sh,
+                         const mrcnn_category_table *table, mrcnn_coco_dets *dets);
 
 #endif

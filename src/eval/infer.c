@@ -17,8 +17,7 @@ struct mrcnn_infer {
     mrcnn_ws ws;
 };
 
-mrcnn_infer *mrcnn_infer_create(const mrcnn_config *cfg, const char *weights, int device) {
-    MRCNN_CHECK(weights && weights[0], "inference needs weights (--weights CKPT or MODEL.WEIGHTS)");
+static mrcnn_infer *infer_alloc(const mrcnn_config *cfg, int device) {
     mrcnn_infer *inf = MRCNN_CALLOC(1, sizeof *inf, "inference state");
     if (!strcmp(cfg->model_device, "cuda")) {
         const char *why = "no GPU visible";
@@ -29,9 +28,44 @@ mrcnn_infer *mrcnn_infer_create(const mrcnn_config *cfg, const char *weights, in
     }
     if (!inf->be) inf->be = mrcnn_backend_cpu_create();
     mrcnn_model_init(&inf->model, cfg, inf->be);
-    mrcnn_checkpoint_load_model(&inf->model, weights);
     mrcnn_ws_init(&inf->ws, inf->be);
     return inf;
+}
+
+mrcnn_infer *mrcnn_infer_create(const mrcnn_config *cfg, const char *weights, int device) {
+    MRCNN_CHECK(weights && weights[0], "inference needs weights (--weights CKPT or MODEL.WEIGHTS)");
+    mrcnn_infer *inf = infer_alloc(cfg, device);
+    mrcnn_checkpoint_load_model(&inf->model, weights);
+    return inf;
+}
+
+mrcnn_infer *mrcnn_infer_create_from_params(const mrcnn_config *cfg, int device, const mrcnn_backend *src_be,
+                                            const mrcnn_arena *params) {
+    mrcnn_infer *inf = infer_alloc(cfg, device);
+    mrcnn_infer_set_weights(inf, src_be, params);
+    return inf;
+}
+
+/* Through the host: the two backends may be different devices (or kinds). */
+void mrcnn_infer_set_weights(mrcnn_infer *inf, const mrcnn_backend *src_be, const mrcnn_arena *params) {
+    mrcnn_arena *dst = &inf->model.params.values;
+    MRCNN_CHECK(params->n_entries == dst->n_entries, "inference weights: %d parameters given, the model has %d",
+                params->n_entries, dst->n_entries);
+    float *h = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < dst->n_entries; i++) {
+        const mrcnn_arena_entry *s = &params->entries[i];
+        mrcnn_tensor *t = &dst->entries[i].tensor;
+        size_t bytes = mrcnn_tensor_nbytes(t);
+        MRCNN_CHECK(!strcmp(s->name, dst->entries[i].name) && s->tensor.dtype == MRCNN_DTYPE_F32 &&
+                        t->dtype == MRCNN_DTYPE_F32 && mrcnn_tensor_nbytes(&s->tensor) == bytes,
+                    "inference weights: parameter %d is '%s' (%zu bytes), the model wants fp32 '%s' (%zu bytes)", i,
+                    s->name, mrcnn_tensor_nbytes(&s->tensor), dst->entries[i].name, bytes);
+        if (bytes > cap) h = MRCNN_REALLOC(h, cap = bytes, "weights copy buffer");
+        src_be->read(src_be, &s->tensor, h);
+        inf->be->write(inf->be, t, h);
+    }
+    free(h);
 }
 
 void mrcnn_infer_destroy(mrcnn_infer *inf) {

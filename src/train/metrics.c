@@ -106,6 +106,31 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     mrcnn_tb_flush(&m->tb);
 }
 
+void mrcnn_metrics_log_eval(mrcnn_metrics *m, const mrcnn_eval_metrics *e) {
+    if (!m->enabled) return;
+    mrcnn_info("eval at step %lld (%lld images, %.1f s): bbox AP %.4f AP50 %.4f  segm AP %.4f AP50 %.4f",
+               (long long)e->step, (long long)e->images, e->seconds, e->bbox_ap, e->bbox_ap50, e->segm_ap,
+               e->segm_ap50);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    const char *tags[4] = {"eval/bbox_AP", "eval/bbox_AP50", "eval/segm_AP", "eval/segm_AP50"};
+    const double v[4] = {e->bbox_ap, e->bbox_ap50, e->segm_ap, e->segm_ap50};
+    FILE *f = fopen(m->json_path, "a");
+    if (f) {
+        fprintf(f, "{\"step\": %lld", (long long)e->step);
+        for (int i = 0; i < 4; i++) json_num(f, tags[i], v[i], "%.17g");
+        fprintf(f, ", \"eval/images\": %lld", (long long)e->images);
+        json_num(f, "eval/seconds", e->seconds, "%.3f");
+        fprintf(f, ", \"time\": %.3f}\n", wall);
+        if (fclose(f) != 0) mrcnn_warn("writing %s failed", m->json_path);
+    } else {
+        mrcnn_warn("cannot append to %s", m->json_path);
+    }
+    for (int i = 0; i < 4; i++) mrcnn_tb_scalar(&m->tb, tags[i], e->step, (float)v[i], wall);
+    mrcnn_tb_flush(&m->tb);
+}
+
 void mrcnn_metrics_close(mrcnn_metrics *m) {
     mrcnn_tb_close(&m->tb);
     m->enabled = 0;

@@ -83,6 +83,16 @@ static void resume(trainer *t) {
     mrcnn_info("resumed from %s at step %lld (loss scale %g)", path, (long long)st.step, t->st.scaler.scale);
 }
 
+/* TEST.EVAL_PERIOD: between steps, never inside one. Returns the seconds it took. */
+static double evaluate(const mrcnn_trainable *m, mrcnn_metrics *metrics, int64_t step) {
+    double t0 = mrcnn_time_now();
+    mrcnn_eval_metrics e = {.step = step};
+    m->evaluate(m->ctx, &e);
+    e.seconds = mrcnn_time_now() - t0;
+    mrcnn_metrics_log_eval(metrics, &e);
+    return e.seconds;
+}
+
 static int any_nonfinite(const double *v, int n) {
     for (int i = 0; i < n; i++)
         if (!isfinite(v[i])) return 1;
@@ -137,6 +147,8 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     int64_t win_steps = 0, run_steps = 0, last_saved = -1;
     int rc = 0;
     const int log_period = cfg->log_period > 0 ? cfg->log_period : 20;
+    const int eval_period = m->evaluate ? cfg->test_eval_period : 0;
+    int64_t last_eval = -1;
 
     while (t.st.step < max_steps) {
         const float lr = mrcnn_lr_at(&sched, t.st.step);
@@ -249,6 +261,13 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
             save(&t);
             last_saved = t.st.step;
         }
+        if (eval_period > 0 && t.st.step % eval_period == 0 && t.st.step < max_steps && !stop_signal) {
+            /* its time is no training time: the throughput and ETA skip it */
+            double spent = evaluate(m, &metrics, t.st.step);
+            last_eval = t.st.step;
+            win_t0 += spent;
+            run_t0 += spent;
+        }
         if (stop_signal) {
             mrcnn_info("preemption signal: checkpoint at step %lld written; exiting with %d (requeue)",
                        (long long)t.st.step, MRCNN_EXIT_REQUEUE);
@@ -257,6 +276,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         }
     }
     if (rc == 0 && last_saved != t.st.step) save(&t);
+    if (rc == 0 && eval_period > 0 && last_eval != t.st.step) evaluate(m, &metrics, t.st.step);
     if (rc == 0 && dist->rank == 0) {
         char png[1100];
         snprintf(png, sizeof png, "%s/loss.png", cfg->output_dir);
