@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eval_report.h"
 #include "eval_shards.h"
 #include "mrcnn/check.h"
 #include "mrcnn/cocoeval.h"
@@ -113,35 +114,7 @@ int mrcnn_cmd_eval(int argc, char **argv) {
             mrcnn_time_now() - t0);
     if (!type) type = dets.n > 0 && dets.anns[0].segm.kind != MRCNN_SEGM_NONE ? "both" : "bbox";
 
-    FILE *jf = NULL;
-    if (json_path) {
-        jf = fopen(json_path, "w");
-        MRCNN_CHECK(jf, "cannot write '%s'", json_path);
-        fputc('{', jf);
-    }
-    int n_done = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        mrcnn_iou_type it = pass == 0 ? MRCNN_IOU_BBOX : MRCNN_IOU_SEGM;
-        const char *name = pass == 0 ? "bbox" : "segm";
-        if (strcmp(type, "both") && strcmp(type, name)) continue;
-        mrcnn_coco_eval e;
-        mrcnn_coco_evaluate(&gt, &dets, it, threads, &e);
-        printf("Evaluate annotation type *%s*\n", name);
-        mrcnn_coco_eval_print(&e, stdout);
-        if (per_cat) mrcnn_coco_eval_print_per_category(&e, &gt, stdout);
-        fflush(stdout);
-        fprintf(stderr, "%s evaluation: %.2fs\n", name, e.seconds);
-        if (jf) {
-            fprintf(jf, "%s\"%s\": ", n_done ? ", " : "", name);
-            mrcnn_coco_eval_write_json(&e, &gt, jf);
-        }
-        n_done++;
-        mrcnn_coco_eval_free(&e);
-    }
-    if (jf) {
-        fputs("}\n", jf);
-        MRCNN_CHECK(fclose(jf) == 0, "writing '%s' failed", json_path);
-    }
+    eval_report(&gt, &dets, type, threads, per_cat, json_path);
     mrcnn_coco_dets_free(&dets);
     mrcnn_coco_gt_free(&gt);
     return 0;

@@ -3,6 +3,7 @@
  * gathered to rank 0 in dataset order, written as a COCO results JSON and evaluated
  * against the shards' own ground truth (bbox and segm, pycocotools' numbers). */
 #include "eval_shards.h"
+#include "eval_report.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -214,34 +215,7 @@ int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
         mrcnn_coco_gt gt;
         mrcnn_coco_gt_from_shards(&gt, index);
         mrcnn_coco_dets_check(&dets, &gt);
-        FILE *jf = NULL;
-        if (o->json_path) {
-            jf = fopen(o->json_path, "w");
-            MRCNN_CHECK(jf, "cannot write '%s': %s", o->json_path, strerror(errno));
-            fputc('{', jf);
-        }
-        int n_done = 0;
-        for (int pass = 0; pass < 2; pass++) {
-            const char *name = pass == 0 ? "bbox" : "segm";
-            if (strcmp(o->iou_type, "both") && strcmp(o->iou_type, name)) continue;
-            mrcnn_coco_eval e;
-            mrcnn_coco_evaluate(&gt, &dets, pass == 0 ? MRCNN_IOU_BBOX : MRCNN_IOU_SEGM, o->threads, &e);
-            printf("Evaluate annotation type *%s*\n", name);
-            mrcnn_coco_eval_print(&e, stdout);
-            if (o->per_category) mrcnn_coco_eval_print_per_category(&e, &gt, stdout);
-            fflush(stdout);
-            fprintf(stderr, "%s evaluation: %.2fs\n", name, e.seconds);
-            if (jf) {
-                fprintf(jf, "%s\"%s\": ", n_done ? ", " : "", name);
-                mrcnn_coco_eval_write_json(&e, &gt, jf);
-            }
-            n_done++;
-            mrcnn_coco_eval_free(&e);
-        }
-        if (jf) {
-            fputs("}\n", jf);
-            MRCNN_CHECK(fclose(jf) == 0, "writing '%s' failed", o->json_path);
-        }
+        eval_report(&gt, &dets, o->iou_type, o->threads, o->per_category, o->json_path);
         mrcnn_coco_gt_free(&gt);
         mrcnn_info("mrcnn eval: %.1f s in all", mrcnn_time_now() - t0);
     }
