@@ -30,12 +30,11 @@ static void eval_usage(FILE *out) {
     eval_shards_usage(out);
 }
 
-int mrcnn_cmd_eval(int argc, char **argv) {
+/* sets: room for argc --set assignments, owned by the caller so no return path leaks it. */
+static int eval_main(int argc, char **argv, const char **sets) {
     const char *gt_path = NULL, *res_path = NULL, *type = NULL, *json_path = NULL;
     const char *config_path = NULL, *weights = NULL, *shards = NULL, *out_dir = NULL;
     int per_cat = 0, threads = 0, n_sets = 0;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    MRCNN_CHECK(sets, "out of memory");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -89,11 +88,8 @@ int mrcnn_cmd_eval(int argc, char **argv) {
         eval_shards_opts o = {.config_path = config_path, .weights = weights, .shards = shards, .out_dir = out_dir,
                               .json_path = json_path, .iou_type = type ? type : "both", .sets = sets,
                               .n_sets = n_sets, .per_category = per_cat, .threads = threads};
-        int rc = eval_shards_run(argc, argv, &o);
-        free(sets);
-        return rc;
+        return eval_shards_run(argc, argv, &o);
     }
-    free(sets);
     if (!gt_path || !res_path) {
         fprintf(stderr, "mrcnn eval: --gt and --results are required (or --config/--weights/--shards to run a model)\n");
         eval_usage(stderr);
@@ -118,4 +114,11 @@ int mrcnn_cmd_eval(int argc, char **argv) {
     mrcnn_coco_dets_free(&dets);
     mrcnn_coco_gt_free(&gt);
     return 0;
+}
+
+int mrcnn_cmd_eval(int argc, char **argv) {
+    const char **sets = MRCNN_CALLOC((size_t)argc + 1, sizeof *sets, "--set list");
+    int rc = eval_main(argc, argv, sets);
+    free(sets);
+    return rc;
 }
