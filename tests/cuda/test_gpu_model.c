@@ -15,6 +15,7 @@
  * every comparison must be exact (bf16 against itself too). MRCNN_GPU_MODEL_STEPS
  * shortens the training run (the self-check script uses 20; runs that short are not
  * asked to have learned). */
+#include "test_scene.h"
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
@@ -68,28 +69,11 @@ static void make_batch(synth_batch *s, uint64_t seed) {
             float *b = s->boxes[i] + g * 4;
             b[0] = floorf(x1), b[1] = floorf(y1), b[2] = floorf(x1 + bw), b[3] = floorf(y1 + bh);
             s->labels[i][g] = cls;
-            float cx = 0.5f * (b[0] + b[2]), cy = 0.5f * (b[1] + b[3]);
-            float rx = 0.5f * (b[2] - b[0]), ry = 0.5f * (b[3] - b[1]);
-            for (int y = (int)b[1]; y < (int)b[3]; y++)
-                for (int x = (int)b[0]; x < (int)b[2]; x++) {
-                    float dx = (x + 0.5f - cx) / rx, dy = (y + 0.5f - cy) / ry;
-                    if (ellipse && dx * dx + dy * dy > 1) continue;
-                    s->masks[i][(size_t)g * HH * WW + y * WW + x] = 1;
-                    float *px = s->images + (((size_t)i * HH + y) * WW + x) * 3;
-                    px[0] = cls == 1 ? 1.0f : -0.5f;
-                    px[1] = cls == 2 ? 1.0f : -0.5f;
-                    px[2] = cls == 3 ? 1.0f : -0.5f;
-                }
+            test_scene_draw(s->images + (size_t)i * HH * WW * 3, s->masks[i] + (size_t)g * HH * WW, HH, WW, b, cls,
+                            ellipse);
         }
         s->gt[i] = (mrcnn_image_gt){NG, s->boxes[i], s->labels[i], s->masks[i]};
     }
-}
-
-static void tiny_config(mrcnn_config *cfg) {
-    mrcnn_config_defaults(cfg);
-    char path[512];
-    snprintf(path, sizeof path, "%s/configs/tiny.yaml", getenv("ROOT") ? getenv("ROOT") : ".");
-    mrcnn_config_load(cfg, path);
 }
 
 static mrcnn_backend *device_backend(const char **why) {
@@ -155,7 +139,7 @@ static double term(const mrcnn_losses *l, int i) {
 static void compare_step(const char *ref_precision, const char *dev_precision, double loss_tol, double abs_floor,
                          double grad_tol, double min_cos) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     cfg.backbone_freeze_at = 0; // every parameter gets a gradient
     const char *why = NULL;
     side ref, dev;
@@ -231,7 +215,7 @@ static void test_step_bf16(void **state) {
 /* A training run; curve[w] gets the mean total loss of window w. */
 static void train_run(mrcnn_backend *be, const char *precision, const synth_batch *batches, double *curve) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     side s;
     side_init(&s, be, &cfg, precision, 41);
     mrcnn_lr_schedule sched;

@@ -1,6 +1,7 @@
 /* The whole model on the tiny config, CPU backend: finite differences of the total
  * training loss against the backward in every module, an overfit run, frozen
  * stages, and the schema-v1 checkpoint round trip. */
+#include "test_scene.h"
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
@@ -51,28 +52,11 @@ static void make_batch(synth_batch *s, uint64_t seed) {
             b[2] = floorf(x1 + bw);
             b[3] = floorf(y1 + bh);
             s->labels[i][g] = cls;
-            float cx = 0.5f * (b[0] + b[2]), cy = 0.5f * (b[1] + b[3]);
-            float rx = 0.5f * (b[2] - b[0]), ry = 0.5f * (b[3] - b[1]);
-            for (int y = (int)b[1]; y < (int)b[3]; y++)
-                for (int x = (int)b[0]; x < (int)b[2]; x++) {
-                    float dx = (x + 0.5f - cx) / rx, dy = (y + 0.5f - cy) / ry;
-                    if (ellipse && dx * dx + dy * dy > 1) continue;
-                    s->masks[i][(size_t)g * HH * WW + y * WW + x] = 1;
-                    float *px = s->images + (((size_t)i * HH + y) * WW + x) * 3;
-                    px[0] = cls == 1 ? 1.0f : -0.5f;
-                    px[1] = cls == 2 ? 1.0f : -0.5f;
-                    px[2] = cls == 3 ? 1.0f : -0.5f;
-                }
+            test_scene_draw(s->images + (size_t)i * HH * WW * 3, s->masks[i] + (size_t)g * HH * WW, HH, WW, b, cls,
+                            ellipse);
         }
         s->gt[i] = (mrcnn_image_gt){NG, s->boxes[i], s->labels[i], s->masks[i]};
     }
-}
-
-static void tiny_config(mrcnn_config *cfg) {
-    mrcnn_config_defaults(cfg);
-    char path[512];
-    snprintf(path, sizeof path, "%s/configs/tiny.yaml", getenv("ROOT") ? getenv("ROOT") : ".");
-    mrcnn_config_load(cfg, path);
 }
 
 typedef struct {
@@ -129,7 +113,7 @@ static double dot(const float *a, const float *b, int64_t n) {
  * sit behind the most kinks). Tolerance: 2e-2 relative + 1e-6 absolute. */
 static void test_finite_differences(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 7);
     mrcnn_step st;
@@ -208,7 +192,7 @@ static void test_finite_differences(void **state) {
  * soft (ROIAlign-resampled) mask targets. */
 static void test_overfit(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 3);
     int64_t n = (int64_t)(f->m.params.values.size / sizeof(float));
@@ -255,7 +239,7 @@ static void test_overfit(void **state) {
 /* FREEZE_AT 2: stem and res2 get exactly zero gradient, res3 does not. */
 static void test_frozen(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     cfg.backbone_freeze_at = 2;
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 5);
@@ -289,7 +273,7 @@ static void test_frozen(void **state) {
  * empty targets), and inference that keeps no detection: both run and stay finite. */
 static void test_empty(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 13);
     f->s.gt[0].n = 0;
@@ -353,7 +337,7 @@ static mrcnn_losses run_single(fixture *f, int i, fake_ranks *c, bool backward) 
 
 static void test_split_batch(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 17);
     size_t bytes = f->m.params.grads.size;
@@ -423,7 +407,7 @@ static void on_ready(int i, void *ctx) {
 
 static void test_grad_ready(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     cfg.backbone_freeze_at = 2;
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 19);
@@ -478,7 +462,7 @@ static void test_grad_ready(void **state) {
  * bounds leave ~4x room. */
 static void test_rounded_storage(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 23);
     int64_t n = (int64_t)(f->m.params.grads.size / sizeof(float));
@@ -510,7 +494,7 @@ static void test_rounded_storage(void **state) {
 /* Save, load into a fresh model, same bytes; a wrong shape is refused by name. */
 static void test_checkpoint(void **state) {
     mrcnn_config cfg;
-    tiny_config(&cfg);
+    test_tiny_config(&cfg);
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     mrcnn_model a, b;
     mrcnn_model_init(&a, &cfg, be);
