@@ -2,6 +2,7 @@
 #   make                 release build (CUDA code too whenever nvcc is present)
 #   make test            install missing deps, build, run every suite (SUITE=unit,grad,... for a subset)
 #   make test-unit       quick subsets: test-unit, test-grad, test-model, test-data, test-eval, ...
+#   make test-matrix     model, train, eval, cuda suites under OPENBLAS_CORETYPE x OMP_NUM_THREADS
 #   make DEBUG=1 / SANITIZE=1 / GPU=0    other variants, each in its own build directory
 #   make bench, make demo, make install PREFIX=/usr/local, make deps, make clean
 
@@ -91,7 +92,7 @@ LINK := $(LIB) $(LINK_CUDA) $(LDLIBS_COMMON)
 # Object files are not intermediates to delete: keep them for incremental builds.
 .SECONDARY:
 
-.PHONY: all summary test test-run deps deps-check bench demo install clean
+.PHONY: all summary test test-run test-matrix deps deps-check bench demo install clean
 all: summary $(LIB) $(CUDA_SO) $(PROGS) $(TEST_BIN) $(BENCH_BIN)
 
 summary:
@@ -140,11 +141,13 @@ DEB_PKGS := build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-openmp
             munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins libpmix2
 PIP_PKGS := pycocotools==2.0.8 tensorboard
 PIP_MODULES := pycocotools tensorboard # what deps-check imports, one per PIP_PKGS entry
+TORCH_MODULES := torch torchvision h5py PIL # what the reference tests import with PY_TORCH
 
 deps-check:
 	@missing=$$(dpkg-query -W -f='$${Status} $${Package}\n' $(DEB_PKGS) 2>/dev/null | grep -v 'install ok installed' | awk '{print $$NF}'); \
 	 for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
 	 for m in $(PIP_MODULES); do $(PY_COCO) -c "import $$m" 2>/dev/null || missing="$$missing pip:$$m"; done; \
+	 for m in $(TORCH_MODULES); do $(PY_TORCH) -c "import $$m" 2>/dev/null || missing="$$missing $(PY_TORCH):$$m"; done; \
 	 if [ -n "$$(echo $$missing)" ]; then echo "missing:$$missing"; exit 1; fi
 
 deps:
@@ -164,6 +167,14 @@ test:
 
 test-run:
 	@BUILD=$(BUILD) GPU=$(GPU) MODE=$(MODE) PY_TORCH=$(PY_TORCH) PY_COCO=$(PY_COCO) bash tests/run_tests.sh $(SUITE)
+
+# The BLAS-dependent suites under each OpenBLAS core type x OpenMP thread count
+# (tests/run_matrix.sh; MATRIX_SUITES, MATRIX_CORETYPES, MATRIX_THREADS, MATRIX_PAIRS).
+MATRIX_SUITES ?= model,train,eval,cuda
+test-matrix:
+	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps
+	@$(MAKE) all
+	@BUILD=$(BUILD) GPU=$(GPU) MODE=$(MODE) PY_TORCH=$(PY_TORCH) PY_COCO=$(PY_COCO) bash tests/run_matrix.sh $(MATRIX_SUITES)
 
 test-%:
 	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the test suites: every built tests/<suite>/test_* program and every
 # tests/<suite>/test_*.sh script. Usage: run_tests.sh [suite[,suite...]]
-# Env: BUILD (build dir), PY_TORCH, PY_COCO. Exit 77 from a test means "skipped".
+# Env: BUILD (build dir), PY_TORCH, PY_COCO, MRCNN_REQUIRE (capabilities whose absence
+# fails instead of skipping). Exit 77 from a test means "skipped", with a line
+# "skip [CAP]: reason" in its output.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,6 +32,25 @@ logdir=$BUILD/test-logs
 mkdir -p "$logdir"
 passed=0 failed=0 skipped=0
 failed_names=""
+skipped_names=""
+# A skip must name the capability it lacks ("skip [CAP]: reason", tests/common/skip.sh
+# and test_skip() print it); a capability listed in MRCNN_REQUIRE (comma-separated:
+# gpu, nccl, torch, coco, tensorboard) must not be missing, so such a skip fails, as
+# does an exit 77 that names nothing (a crash of the harness must not pass as a skip).
+MRCNN_REQUIRE=${MRCNN_REQUIRE:-}
+export MRCNN_REQUIRE
+skip_ok() {
+    skip_line=$(grep -m1 -E '^skip \[[a-z]+\]: ' "$1")
+    if [ -z "$skip_line" ]; then
+        echo "exit 77 without a 'skip [CAP]: reason' line" >> "$1"; return 1
+    fi
+    local cap=${skip_line#skip [}
+    cap=${cap%%]*}
+    case ",$MRCNN_REQUIRE," in
+    *",$cap,"*) echo "capability '$cap' is required (MRCNN_REQUIRE=$MRCNN_REQUIRE) but missing" >> "$1"; return 1 ;;
+    esac
+    return 0
+}
 summary=""
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 t_all=$(date +%s.%N)
@@ -56,8 +77,9 @@ for suite in $suites; do
         dt=$(elapsed "$ts")
         if [ $rc -eq 0 ]; then
             sp=$((sp + 1)); printf '  PASS  %-8s %-40s %6.1fs\n' "$suite" "$name" "$dt"
-        elif [ $rc -eq 77 ]; then
-            ss=$((ss + 1)); printf '  SKIP  %-8s %-40s %6.1fs  (%s)\n' "$suite" "$name" "$dt" "$(grep -m1 -i skip "$log" | cut -c1-100)"
+        elif [ $rc -eq 77 ] && skip_ok "$log"; then
+            ss=$((ss + 1)); skipped_names="$skipped_names  $suite/$name: $skip_line\n"
+            printf '  SKIP  %-8s %-40s %6.1fs  (%s)\n' "$suite" "$name" "$dt" "$(echo "$skip_line" | cut -c1-100)"
         else
             sf=$((sf + 1)); failed_names="$failed_names $suite/$name"
             printf '  FAIL  %-8s %-40s %6.1fs  rc=%d, log: %s\n' "$suite" "$name" "$dt" "$rc" "$log"
@@ -72,6 +94,7 @@ echo
 echo "Suite times:"
 printf "$summary"
 printf '  total %ss\n' "$(elapsed "$t_all")"
+[ -n "$skipped_names" ] && printf 'Skipped (MRCNN_REQUIRE=%s):\n%b' "${MRCNN_REQUIRE:-none}" "$skipped_names"
 [ -n "$failed_names" ] && echo "Failed:$failed_names"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,9 @@
 #include "test_util.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,4 +71,47 @@ double test_nmse_f64(const double *a, const double *b, int64_t n) {
         den += b[i] * b[i];
     }
     return den > 0 ? num / den : (num > 0 ? INFINITY : 0);
+}
+
+/* Whole-word match of cap in the comma-separated list. */
+static int listed(const char *list, const char *cap) {
+    size_t n = strlen(cap);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, cap, n)) return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+int test_skip(const char *cap, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    int required = listed(getenv("MRCNN_REQUIRE"), cap);
+    printf(required ? "FAIL [%s] required by MRCNN_REQUIRE: %s\n" : "skip [%s]: %s\n", cap, why);
+    fflush(stdout);
+    return required ? 1 : 77;
+}
+
+int test_gpu_present(void) {
+    if (access("/dev/nvidia0", F_OK) == 0) return 1;
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n > 0;
+}
+
+int test_gpu_skip(const char *why) {
+    if (test_gpu_present()) {
+        printf("FAIL [gpu]: this machine has a GPU but the CUDA backend did not start: %s\n", why ? why : "?");
+        fflush(stdout);
+        return 1;
+    }
+    return test_skip("gpu", "no GPU (%s)", why ? why : "unknown reason");
 }

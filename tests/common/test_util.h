@@ -39,4 +39,18 @@ double test_max_rel_err_f64(const double *a, const double *b, int64_t n);
 /* sum (a-b)^2 / sum b^2. */
 double test_nmse_f64(const double *a, const double *b, int64_t n);
 
+/* Skipping, the same way in every test (the shell twin is tests/common/skip.sh).
+ * CAP names the missing capability: gpu, nccl, torch, coco, tensorboard. Prints
+ * "skip [CAP]: reason" and returns 77, which the runner counts as skipped; but when
+ * CAP is listed in MRCNN_REQUIRE (comma-separated) the missing capability is a
+ * failure: prints "FAIL [CAP] required by MRCNN_REQUIRE: reason" and returns 1.
+ * Use as `return test_skip("gpu", "no GPU (%s)", why);`. */
+int test_skip(const char *cap, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 when this machine has an NVIDIA GPU (a device node or a driver entry), whether or
+ * not this build or the runtime can use it. */
+int test_gpu_present(void);
+/* The CUDA backend could not be created (why): on a machine with a GPU that is a
+ * failure (returns 1), not a skip; else test_skip("gpu", ...). */
+int test_gpu_skip(const char *why);
+
 #endif

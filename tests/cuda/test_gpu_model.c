@@ -4,17 +4,22 @@
  *    the same ROIs (an ulp in an objectness score may reorder top-k / NMS otherwise);
  *  - the same at bf16: the GPU's bf16 storage against the CPU's bf16 rounded-storage
  *    mode (loose: two independent roundings of every activation, and the GPU also
- *    rounds the weights it convolves with);
- *  - a training run (200 steps, SGD with the tiny config's schedule) on synthetic
- *    batches, fp32 and bf16 on the GPU, whose loss curve (means over 10 windows)
- *    tracks the CPU's fp32 run, and which learns (last window well below the first).
- * Without a GPU (or in a GPU=0 build) it prints "skip: no GPU (...)" and exits 77.
+ *    rounds the weights it convolves with), bounded per loss term and per tensor;
+ *  - training runs (200 steps, SGD with the tiny config's schedule) on synthetic
+ *    batches from several seeds, fp32 and bf16 on the GPU against the CPU at the same
+ *    precision: the seed-averaged loss curves (means over 10 windows) agree within what
+ *    the seeds' spread allows, and training learns (last window well below the first).
+ *    Single runs are chaotic (an ulp flips a proposal, which changes the sampled ROIs),
+ *    so a single curve is never compared with another.
+ * Without a GPU (or in a GPU=0 build) it prints "skip [gpu]: ..." and exits 77; on a
+ * machine that has a GPU a backend that does not start is a failure (test_gpu_skip).
  * Also: the backend's cast and mrcnn_read_f32 round trip fp32 -> bf16/fp16 -> fp32.
  * MRCNN_GPU_MODEL_SELFCHECK=1 puts the CPU backend in the GPU's slot, so that the
- * harness itself (fixtures, pinning, metrics, the training loop) runs anywhere: then
- * every comparison must be exact (bf16 against itself too). MRCNN_GPU_MODEL_STEPS
- * shortens the training run (the self-check script uses 20; runs that short are not
- * asked to have learned). */
+ * harness itself (fixtures, pinning, metrics, the training loops, the curve statistics)
+ * runs anywhere: then every comparison must be exact, whatever BLAS kernels the machine
+ * picks. MRCNN_GPU_MODEL_STEPS shortens the training runs (a multiple of 10; runs
+ * under 100 steps are only asked to go down, under 50 not even that) and
+ * MRCNN_GPU_MODEL_SEEDS sets the number of seeds (default 3, at least 2). */
 #include "test_scene.h"
 #include "test_util.h"
 
@@ -41,6 +46,7 @@
 
 static int g_selfcheck;
 static int g_steps = 200;
+static int g_seeds = 3;
 
 typedef struct {
     float images[NI * HH * WW * 3];
@@ -132,12 +138,18 @@ static double term(const mrcnn_losses *l, int i) {
     return v[i];
 }
 
+/* Bounds of one step's comparison. Losses: |a-b| / (|b| + loss_floor) <= loss_tol per
+ * term. Gradients, per parameter tensor: max|a-b| / max|b| <= grad_max and
+ * ||a-b|| / ||b|| <= grad_l2 (the bound that catches a whole tensor gone wrong, which a
+ * cosine over all tensors together hides when that tensor is small); and the cosine over
+ * all of them >= min_cos. */
+typedef struct {
+    double loss_tol, loss_floor, grad_max, grad_l2, min_cos;
+} step_bounds;
+
 /* One step on the CPU (reference, in ref_precision) and the device (dev_precision)
- * with the CPU's proposals pinned on the device; compares the losses (relative to
- * each term, plus abs_floor) and the gradients: per parameter max|a-b| / max|b| and
- * the cosine over all of them. */
-static void compare_step(const char *ref_precision, const char *dev_precision, double loss_tol, double abs_floor,
-                         double grad_tol, double min_cos) {
+ * with the CPU's proposals pinned on the device; compares losses and gradients. */
+static void compare_step(const char *ref_precision, const char *dev_precision, step_bounds bd) {
     mrcnn_config cfg;
     test_tiny_config(&cfg);
     cfg.backbone_freeze_at = 0; // every parameter gets a gradient
@@ -156,37 +168,42 @@ static void compare_step(const char *ref_precision, const char *dev_precision, d
     static const char *const names[5] = {"rpn_objectness", "rpn_box_reg", "classifier", "box_reg", "mask"};
     int bad = 0;
     for (int i = 0; i < 5; i++) {
-        double a = term(&ld, i), b = term(&lr, i), e = fabs(a - b) / (fabs(b) + abs_floor);
+        double a = term(&ld, i), b = term(&lr, i), e = fabs(a - b) / (fabs(b) + bd.loss_floor);
         printf("  %s vs cpu %s: %-15s %.6f vs %.6f  rel err %.2e\n", dev_precision, ref_precision, names[i], a, b, e);
-        if (!(e <= loss_tol)) bad++;
+        if (!(e <= bd.loss_tol)) bad++;
     }
     float *gr = read_grads(&ref), *gd = read_grads(&dev);
     const mrcnn_arena *a = &ref.m.params.grads;
-    double dot = 0, nr = 0, nd = 0, worst = 0;
-    int worst_i = -1;
+    double dot = 0, nr = 0, nd = 0, worst = 0, worst_l2 = 0;
+    int worst_i = -1, worst_l2_i = -1;
     for (int p = 0; p < a->n_entries; p++) {
         if (!ref.m.params.trainable[p]) continue;
         size_t off = (size_t)((char *)a->entries[p].tensor.data - (char *)a->base) / sizeof(float);
         int64_t n = mrcnn_tensor_numel(&a->entries[p].tensor);
         double e = test_max_rel_err(gd + off, gr + off, n);
-        if (worst_i < 0 || !(e <= worst)) {
-            worst = e;
-            worst_i = p;
-        }
-        if (!(e <= grad_tol)) {
-            printf("  gradient of %s: max rel err %.2e (tolerance %.1e)\n", a->entries[p].name, e, grad_tol);
-            bad++;
-        }
+        double d2 = 0, b2 = 0;
         for (int64_t j = 0; j < n; j++) {
-            dot += (double)gr[off + j] * gd[off + j];
-            nr += (double)gr[off + j] * gr[off + j];
-            nd += (double)gd[off + j] * gd[off + j];
+            double x = gd[off + j], y = gr[off + j];
+            d2 += (x - y) * (x - y);
+            b2 += y * y;
+            dot += x * y;
+            nr += y * y;
+            nd += x * x;
+        }
+        double l2 = d2 == 0 ? 0 : b2 > 0 ? sqrt(d2 / b2) : INFINITY;
+        if (worst_i < 0 || !(e <= worst)) worst = e, worst_i = p;
+        if (worst_l2_i < 0 || !(l2 <= worst_l2)) worst_l2 = l2, worst_l2_i = p;
+        if (!(e <= bd.grad_max) || !(l2 <= bd.grad_l2)) {
+            printf("  gradient of %s: max rel err %.2e (bound %.1e), relative L2 error %.2e (bound %.1e)\n",
+                   a->entries[p].name, e, bd.grad_max, l2, bd.grad_l2);
+            bad++;
         }
     }
     double cos = dot / sqrt(nr * nd);
-    printf("  %s vs cpu %s: gradients max rel err %.2e (%s), cosine %.7f\n", dev_precision, ref_precision, worst,
-           worst_i >= 0 ? a->entries[worst_i].name : "-", cos);
-    if (!(cos >= min_cos)) bad++;
+    printf("  %s vs cpu %s: gradients max rel err %.2e (%s), worst relative L2 error %.2e (%s), cosine %.7f\n",
+           dev_precision, ref_precision, worst, worst_i >= 0 ? a->entries[worst_i].name : "-", worst_l2,
+           worst_l2_i >= 0 ? a->entries[worst_l2_i].name : "-", cos);
+    if (!(cos >= bd.min_cos)) bad++;
     free(gr);
     free(gd);
     mrcnn_step_free(&st);
@@ -199,25 +216,32 @@ static void compare_step(const char *ref_precision, const char *dev_precision, d
 /* fp32 everywhere. Measured on the CPU self-check: exact. On the GPU: cuDNN and cuBLAS
  * sum in other orders (1e-6 relative per op), through ~30 layers and the losses. */
 static void test_step_fp32(void **state) {
-    if (g_selfcheck) compare_step("fp32", "fp32", 0, 1e-6, 0, 1.0);
-    else compare_step("fp32", "fp32", 1e-4, 1e-6, 5e-3, 0.99999);
+    if (g_selfcheck) compare_step("fp32", "fp32", (step_bounds){0, 1e-6, 0, 0, 1.0});
+    else compare_step("fp32", "fp32", (step_bounds){1e-4, 1e-6, 5e-3, 1e-3, 0.99999});
 }
 
-/* bf16 storage against the CPU's bf16 rounded storage. The CPU's own bf16-vs-fp32 gap
- * (tests/model test_rounded_storage): loss 2.2e-3, gradient cosine 0.9996; two such
- * independent errors plus bf16 weights on the GPU: 2e-2 on the losses (absolute floor
- * 1e-2 for the small box terms), cosine 0.99, no per-tensor bound beyond 0.5. */
+/* bf16 storage against the CPU's bf16 rounded storage. Each side rounds every stored
+ * activation and activation gradient to bf16 (relative error <= 2^-9 each, ~30 layers
+ * deep on the way down and back), independently, and the GPU also rounds the weights.
+ * The CPU's own bf16-vs-fp32 gap (tests/model test_rounded_storage): losses 2.2e-3,
+ * gradient cosine 0.9996; per tensor (measured with the self-check harness, CPU bf16
+ * against CPU fp32, under Haswell, Zen, Sandybridge and SkylakeX kernels): relative L2
+ * errors up to about 3e-2. Two such independent errors plus weight rounding: 2e-2 on the
+ * losses (absolute floor 1e-2 for the small box terms), per tensor a relative L2 error of
+ * 0.15 and a max error of 0.5 of the tensor's largest entry, cosine 0.99 overall. */
 static void test_step_bf16(void **state) {
-    if (g_selfcheck) compare_step("bf16", "bf16", 0, 1e-6, 0, 1.0);
-    else compare_step("bf16", "bf16", 2e-2, 1e-2, 0.5, 0.99);
+    if (g_selfcheck) compare_step("bf16", "bf16", (step_bounds){0, 1e-6, 0, 0, 1.0});
+    else compare_step("bf16", "bf16", (step_bounds){2e-2, 1e-2, 0.5, 0.15, 0.99});
 }
 
-/* A training run; curve[w] gets the mean total loss of window w. */
-static void train_run(mrcnn_backend *be, const char *precision, const synth_batch *batches, double *curve) {
+/* A training run from seed k; curve[w] gets the mean total loss of window w. */
+static void train_run(mrcnn_backend *be, const char *precision, int k, double *curve) {
+    synth_batch *batches = MRCNN_MALLOC(sizeof(synth_batch) * N_BATCHES, "batches");
+    for (int b = 0; b < N_BATCHES; b++) make_batch(&batches[b], 100 + 1000 * (uint64_t)k + (uint64_t)b);
     mrcnn_config cfg;
     test_tiny_config(&cfg);
     side s;
-    side_init(&s, be, &cfg, precision, 41);
+    side_init(&s, be, &cfg, precision, 41 + (uint64_t)k);
     mrcnn_lr_schedule sched;
     mrcnn_lr_schedule_init(&sched, &cfg);
     const int window = g_steps / N_WINDOWS;
@@ -229,45 +253,78 @@ static void train_run(mrcnn_backend *be, const char *precision, const synth_batc
         curve[step / window] += l.total / window;
     }
     side_free(&s);
+    free(batches);
 }
 
-/* Window means within 20% (+0.1) of the CPU's (the self-check: fp32 exactly): separate
- * runs diverge in detail (proposals from slightly different scores sample other ROIs),
- * not in trend; the last window at most 75% of the first. Measured on the CPU over 200
- * steps: fp32 2.117 -> 1.249 (59%); bf16 rounded storage 2.133 -> 1.356 (64%), its
- * largest window gap to fp32 0.345 (17%, steps 20-39), the kind of gap a GPU bf16 run
- * has for the same reasons. */
-static void test_training_curve(void **state) {
-    const int nw = N_WINDOWS, window = g_steps / N_WINDOWS, learn = g_steps >= 200;
-    synth_batch *batches = MRCNN_MALLOC(sizeof(synth_batch) * N_BATCHES, "batches");
-    for (int k = 0; k < N_BATCHES; k++) make_batch(&batches[k], 100 + k);
-    double *cpu = MRCNN_CALLOC((size_t)nw, sizeof(double), "curve");
-    double *dev = MRCNN_CALLOC((size_t)nw, sizeof(double), "curve");
-    train_run(mrcnn_backend_cpu_create(), "fp32", batches, cpu);
-    const char *precs[2] = {"fp32", "bf16"};
+/* Per window: mean and sample variance over the seeds' curves (c[k * N_WINDOWS + w]). */
+static void seed_stats(const double *c, int seeds, double *mean, double *var) {
+    for (int w = 0; w < N_WINDOWS; w++) {
+        double m = 0, v = 0;
+        for (int k = 0; k < seeds; k++) m += c[k * N_WINDOWS + w] / seeds;
+        for (int k = 0; k < seeds; k++) v += (c[k * N_WINDOWS + w] - m) * (c[k * N_WINDOWS + w] - m) / (seeds - 1);
+        mean[w] = m;
+        var[w] = v;
+    }
+}
+
+/* The device's seed-averaged curve against the CPU's at the same precision, window by
+ * window. Separate runs of one seed diverge in detail (other sampled ROIs after an ulp
+ * flips a proposal), so the difference of two seed means is noise of variance
+ * (var_cpu + var_dev) / seeds; allowed: 4 standard errors of that difference (Student's t
+ * with 2(S-1) degrees of freedom puts the two-sided 4-sigma tail under 2% at S = 3
+ * and under 0.5% at S = 4, per window and with the spread itself estimated, hence the
+ * floor below) plus rel times the CPU's mean for what is not noise: fp32 1%
+ * (summation order only), bf16 5% (the GPU also rounds the weights it convolves with,
+ * the CPU's bf16 mode does not: a small systematic shift). The floor of 0.02 absolute
+ * keeps a window whose seeds happen to agree from demanding more than the curves'
+ * rounding allows. The self-check runs the same code with everything exact: the
+ * curves are identical, so the difference must be 0. */
+static int compare_curves(const char *precision, const double *cpu, const double *dev, double rel) {
+    const int nw = N_WINDOWS, window = g_steps / N_WINDOWS, S = g_seeds;
+    double cm[N_WINDOWS], cv[N_WINDOWS], dm[N_WINDOWS], dv[N_WINDOWS];
+    seed_stats(cpu, S, cm, cv);
+    seed_stats(dev, S, dm, dv);
     int bad = 0;
-    for (int k = 0; k < 2; k++) {
-        const char *why = NULL;
-        train_run(device_backend(&why), precs[k], batches, dev);
-        for (int w = 0; w < nw; w++) {
-            double tol = g_selfcheck && k == 0 ? 0 : 0.2 * cpu[w] + 0.1;
-            int ok = fabs(dev[w] - cpu[w]) <= tol;
-            printf("  steps %3d-%3d: cpu fp32 %.4f  %s %s %.4f%s\n", w * window, (w + 1) * window - 1, cpu[w],
-                   g_selfcheck ? "cpu" : "gpu", precs[k], dev[w], ok ? "" : "  <- off the CPU's curve");
-            bad += !ok;
-        }
-        if (learn && !(dev[nw - 1] <= 0.75 * dev[0])) {
-            printf("  %s: did not learn (last window %.4f, first %.4f)\n", precs[k], dev[nw - 1], dev[0]);
+    for (int w = 0; w < nw; w++) {
+        double tol = g_selfcheck ? 0 : 4 * sqrt((cv[w] + dv[w]) / S) + rel * cm[w] + 0.02;
+        int ok = fabs(dm[w] - cm[w]) <= tol;
+        printf("  steps %3d-%3d: cpu %s %.4f (sd %.4f)  %s %s %.4f (sd %.4f)  allowed %.4f%s\n", w * window,
+               (w + 1) * window - 1, precision, cm[w], sqrt(cv[w]), g_selfcheck ? "cpu" : "gpu", precision, dm[w],
+               sqrt(dv[w]), tol, ok ? "" : "  <- off the CPU's curve");
+        bad += !ok;
+    }
+    /* Measured on the CPU over 200 steps: fp32 2.117 -> 1.249 (59%); bf16 rounded storage
+     * 2.133 -> 1.356 (64%). Shorter runs are still in warmup and only asked to go down. */
+    const char *who[2] = {"cpu", g_selfcheck ? "cpu (device slot)" : "gpu"};
+    const double *m[2] = {cm, dm};
+    for (int i = 0; i < 2; i++) {
+        double ratio = g_steps >= 200 ? 0.75 : g_steps >= 50 ? 1.0 : INFINITY;
+        if (!(m[i][nw - 1] < ratio * m[i][0]) && isfinite(ratio)) {
+            printf("  %s %s: did not learn (last window %.4f, first %.4f, at most %.2f x first wanted)\n", who[i],
+                   precision, m[i][nw - 1], m[i][0], ratio);
             bad++;
         }
     }
-    if (learn && !(cpu[nw - 1] <= 0.75 * cpu[0])) {
-        printf("  cpu fp32: did not learn (last window %.4f, first %.4f)\n", cpu[nw - 1], cpu[0]);
-        bad++;
+    return bad;
+}
+
+static void test_training_curve(void **state) {
+    const int S = g_seeds;
+    double *cpu = MRCNN_CALLOC((size_t)S * N_WINDOWS, sizeof(double), "curves");
+    double *dev = MRCNN_CALLOC((size_t)S * N_WINDOWS, sizeof(double), "curves");
+    const char *precs[2] = {"fp32", "bf16"};
+    const double rel[2] = {0.01, 0.05};
+    int bad = 0;
+    for (int p = 0; p < 2; p++) {
+        for (int k = 0; k < S; k++) {
+            const char *why = NULL;
+            train_run(mrcnn_backend_cpu_create(), precs[p], k, cpu + k * N_WINDOWS);
+            train_run(device_backend(&why), precs[p], k, dev + k * N_WINDOWS);
+        }
+        bad += compare_curves(precs[p], cpu, dev, rel[p]);
     }
     free(cpu);
     free(dev);
-    free(batches);
     assert_int_equal(bad, 0);
 }
 
@@ -304,16 +361,15 @@ int main(void) {
     const char *sc = getenv("MRCNN_GPU_MODEL_SELFCHECK"), *steps = getenv("MRCNN_GPU_MODEL_STEPS");
     g_selfcheck = sc && atoi(sc) != 0;
     if (steps && atoi(steps) >= N_WINDOWS) g_steps = atoi(steps);
+    const char *seeds = getenv("MRCNN_GPU_MODEL_SEEDS");
+    if (seeds && atoi(seeds) >= 2) g_seeds = atoi(seeds);
     const char *why = NULL;
     mrcnn_backend *probe = device_backend(&why);
-    if (!probe) {
-        printf("skip: no GPU (%s)\n", why ? why : "unknown reason");
-        return 77;
-    }
+    if (!probe) return test_gpu_skip(why);
     mrcnn_backend_destroy(probe);
-    printf(g_selfcheck ? "self-check: CPU backend against CPU backend, %d training steps\n"
-                       : "GPU backend against CPU backend, %d training steps\n",
-           g_steps);
+    printf(g_selfcheck ? "self-check: CPU backend against CPU backend, %d training steps, %d seeds\n"
+                       : "GPU backend against CPU backend, %d training steps, %d seeds\n",
+           g_steps, g_seeds);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cast_read),
         cmocka_unit_test(test_step_fp32),

@@ -6,7 +6,8 @@ set -u -o pipefail
 PREP=$ROOT/$BUILD/mrcnn-prep
 PROG=$ROOT/$BUILD/tests/data/prog_loader
 [ -x "$PREP" ] && [ -x "$PROG" ] || { echo "not built: $PREP or $PROG"; exit 1; }
-$PY_COCO -c 'import pycocotools, PIL' 2>/dev/null || { echo "skip: pycocotools/PIL not importable by $PY_COCO"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+$PY_COCO -c 'import pycocotools, PIL' 2>/dev/null || skip coco "pycocotools/PIL not importable by $PY_COCO"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
 # tests/lsan.supp; full unwinding lets the suppressions match.

@@ -4,7 +4,8 @@
 set -u -o pipefail
 PROG=$ROOT/$BUILD/tests/data/prog_resize
 [ -x "$PROG" ] || { echo "not built: $PROG"; exit 1; }
-$PY_TORCH -c 'import torch' 2>/dev/null || { echo "skip: torch not importable by $PY_TORCH"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+$PY_TORCH -c 'import torch' 2>/dev/null || skip torch "torch not importable by $PY_TORCH"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cases=("48 64 80 107 0" "48 64 80 107 1" "90 70 41 32 1" "33 47 33 47 0" "60 40 61 39 1")

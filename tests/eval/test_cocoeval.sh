@@ -9,7 +9,8 @@ PY=${PY_COCO:-python3}
 for b in "$BUILD/mrcnn" "$BUILD/tests/eval/prog_cocoeval"; do
     [ -x "$b" ] || { echo "FAIL: $b is not built"; exit 1; }
 done
-"$PY" -c 'import pycocotools' 2>/dev/null || { echo "skip: pycocotools is not installed for $PY"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+"$PY" -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools is not installed for $PY"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rc=0

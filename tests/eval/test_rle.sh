@@ -6,5 +6,6 @@ cd "${ROOT:-$(dirname "$0")/../..}"
 PROG=${BUILD:-build/release}/tests/eval/prog_rle
 PY=${PY_COCO:-python3}
 [ -x "$PROG" ] || { echo "FAIL: $PROG is not built"; exit 1; }
-"$PY" -c 'import pycocotools' 2>/dev/null || { echo "skip: pycocotools is not installed for $PY"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+"$PY" -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools is not installed for $PY"
 exec "$PY" tests/eval/rle_check.py "$PROG" 1000

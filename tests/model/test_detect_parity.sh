@@ -5,5 +5,6 @@
 set -u
 PROG=$BUILD/tests/model/prog_detect
 [ -x "$PROG" ] || { echo "prog_detect not built: $PROG"; exit 1; }
-"$PY_TORCH" -c "import torchvision" 2>/dev/null || { echo "skip: $PY_TORCH has no torchvision"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+"$PY_TORCH" -c "import torchvision" 2>/dev/null || skip torch "$PY_TORCH has no torchvision"
 exec "$PY_TORCH" "$ROOT/tests/model/detect_parity.py" "$PROG"

@@ -5,6 +5,7 @@
  *                                 staging; exits 77 without a GPU
  *   prog_buckets loop DIR TIMEOUT  all-reduce steps forever under the watchdog
  *                                  (writes DIR/pid.<rank>; a test stops or kills one) */
+#include "test_util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,8 +188,7 @@ int main(int argc, char **argv) {
     int loop = !strcmp(argv[1], "loop"), gpu = !strcmp(argv[1], "check-gpu");
     int n_gpu = gpu ? mrcnn_cuda_device_count() : 0;
     if (gpu && n_gpu == 0) {
-        printf("skip: no CUDA device visible, or a build without CUDA\n");
-        return 77;
+        return test_gpu_skip("no CUDA device visible, or a build without CUDA");
     }
     mrcnn_dist d;
     mrcnn_dist_init(&d, &argc, &argv, MPI_THREAD_MULTIPLE, n_gpu, loop && argc > 3 ? atof(argv[3]) : 0);

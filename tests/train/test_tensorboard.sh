@@ -4,7 +4,8 @@
 set -u
 prog=$BUILD/tests/train/prog_events
 [ -x "$prog" ] || { echo "not built: $prog"; exit 1; }
-$PY_COCO -c 'import tensorboard' 2>/dev/null || { echo "skip: pip package tensorboard missing (make deps)"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+$PY_COCO -c 'import tensorboard' 2>/dev/null || skip tensorboard "pip package tensorboard missing for $PY_COCO (make deps)"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$prog" "$tmp" || { echo "FAIL: prog_events"; exit 1; }
 $PY_COCO - "$tmp" <<'PY' || exit 1

@@ -240,7 +240,7 @@ static void test_fail_and_positions(void **state) {
     mrcnn_json_close(j);
 }
 
-static void test_skip(void **state) {
+static void test_skip_value(void **state) {
     const char *doc = "{\"skip\": {\"a\": [1, {\"b\": [[]]}], \"c\": \"]}\"}, \"x\": 5, \"arr\": [[1], [2]], \"y\": true}";
     mrcnn_json *j = mrcnn_json_open_mem(doc, strlen(doc));
     assert_int_equal(mrcnn_json_next(j), MRCNN_JSON_OBJECT_BEGIN);
@@ -331,7 +331,7 @@ int main(void) {
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_fail_and_positions),
-        cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_skip_value),
         cmocka_unit_test(test_buffer_refills),
         cmocka_unit_test(test_write_string_round_trip),
         cmocka_unit_test(test_open_missing_file),
