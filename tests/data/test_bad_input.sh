@@ -4,7 +4,8 @@
 set -u -o pipefail
 PREP=$ROOT/$BUILD/mrcnn-prep
 [ -x "$PREP" ] || { echo "not built: $PREP"; exit 1; }
-$PY_COCO -c 'import pycocotools' 2>/dev/null || { echo "skip: pycocotools not importable by $PY_COCO"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+$PY_COCO -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools not importable by $PY_COCO"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
 # tests/lsan.supp; full unwinding lets the suppressions match.
@@ -12,6 +13,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$ROOT/tests/common/exit_codes.sh"
 
 "$PREP" shapes --out "$T/a" --train 6 --val 1 --size 64x96 --seed 9 >/dev/null || fail "shapes"
 $PY_COCO "$ROOT/tests/data/make_cases.py" "$T/a/annotations/instances_train.json" "$T/a/train" "$T/c" >/dev/null || fail "make_cases.py"
@@ -45,12 +47,11 @@ d = json.load(open(sys.argv[1]))
 assert any(im["file_name"] == "lonely.jpg" for im in d["images"])
 PY
 
-# Each kind alone with --strict: non-zero exit, the kind named, no index written.
+# Each kind alone with --strict: exit 1, the kind named, no index written.
 for k in missing truncated corrupt escape unknown_image unknown_category zero_box negative_box short_polygon no_annotations; do
     rm -rf "$T/s"
-    if "$PREP" coco --annotations "$T/c/strict_$k.json" --images "$I" --out "$T/s" --strict --name s > "$T/s.out" 2>&1; then
-        cat "$T/s.out"; fail "--strict accepted bad input '$k'"
-    fi
+    "$PREP" coco --annotations "$T/c/strict_$k.json" --images "$I" --out "$T/s" --strict --name s > "$T/s.out" 2>&1
+    expect_exit "$EXIT_ERROR" $? "--strict with bad input '$k'" || { cat "$T/s.out"; exit 1; }
     grep -q "strict" "$T/s.out" || { cat "$T/s.out"; fail "'$k': the message does not say --strict made it fatal"; }
     [ -e "$T/s/s-index.h5" ] && fail "'$k': an index was written after a fatal error"
     ls "$T/s" 2>/dev/null | grep -v tmp | grep -q . && fail "'$k': a shard without .tmp exists after a fatal error"
@@ -58,16 +59,15 @@ for k in missing truncated corrupt escape unknown_image unknown_category zero_bo
     "$PREP" coco --annotations "$T/c/strict_$k.json" --images "$I" --out "$T/s" --name s > /dev/null 2>&1 || fail "'$k' non-strict failed"
 done
 
-# Strict in a multi-rank run: the failure takes the whole job down.
-if mpirun --oversubscribe -np 2 "$PREP" coco --annotations "$T/c/strict_truncated.json" --images "$I" --out "$T/s2" --shards 2 --strict > "$T/s2.out" 2>&1; then
-    fail "--strict with 2 ranks accepted a truncated JPEG"
-fi
+# Strict in a multi-rank run: the failure takes the whole job down, with exit 1.
+mpirun --oversubscribe -np 2 "$PREP" coco --annotations "$T/c/strict_truncated.json" --images "$I" --out "$T/s2" --shards 2 --strict > "$T/s2.out" 2>&1
+expect_exit "$EXIT_ERROR" $? "--strict with 2 ranks and a truncated JPEG" || { cat "$T/s2.out"; exit 1; }
+grep -q "strict" "$T/s2.out" || { cat "$T/s2.out"; fail "2 ranks: the message does not say --strict made it fatal"; }
 
-# Malformed JSON: always fatal, with line and byte offset.
+# Malformed JSON: always fatal (exit 1), with line and byte offset.
 for b in truncated syntax; do
-    if "$PREP" coco --annotations "$T/c/broken_$b.json" --images "$I" --out "$T/b" > "$T/b.out" 2>&1; then
-        fail "malformed JSON ($b) accepted"
-    fi
+    "$PREP" coco --annotations "$T/c/broken_$b.json" --images "$I" --out "$T/b" > "$T/b.out" 2>&1
+    expect_exit "$EXIT_ERROR" $? "malformed JSON ($b)" || { cat "$T/b.out"; exit 1; }
     grep -q "malformed JSON: line [0-9]*, column [0-9]* (byte [0-9]*)" "$T/b.out" || { cat "$T/b.out"; fail "no line/byte in the JSON error ($b)"; }
 done
 echo "PASS: every bad input reported and counted, fatal with --strict"

@@ -4,7 +4,8 @@
 set -u -o pipefail
 PREP=$ROOT/$BUILD/mrcnn-prep
 [ -x "$PREP" ] || { echo "not built: $PREP"; exit 1; }
-$PY_COCO -c 'import pycocotools' 2>/dev/null || { echo "skip: pycocotools not importable by $PY_COCO"; exit 77; }
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
+$PY_COCO -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools not importable by $PY_COCO"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
 # tests/lsan.supp; full unwinding lets the suppressions match.
@@ -12,14 +13,17 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$ROOT/tests/common/exit_codes.sh"
 
 for c in coco shapes inspect export; do
     "$PREP" $c --help > "$T/help.txt" || fail "$c --help exits non-zero"
     grep -q "usage: .*mrcnn-prep $c" "$T/help.txt" || fail "$c --help prints no usage"
 done
 "$PREP" --help | grep -q "inspect" || fail "mrcnn-prep --help lists no commands"
-"$PREP" nonsense > /dev/null 2>&1 && fail "an unknown command exits 0"
-"$PREP" coco --shards 2 > /dev/null 2>&1 && fail "coco without --annotations exits 0"
+"$PREP" nonsense > "$T/u.txt" 2>&1
+expect_exit "$EXIT_USAGE" $? "an unknown command" || { cat "$T/u.txt"; exit 1; }
+"$PREP" coco --shards 2 > "$T/u.txt" 2>&1
+expect_exit "$EXIT_USAGE" $? "coco without --annotations" || { cat "$T/u.txt"; exit 1; }
 
 "$PREP" shapes --out "$T/a" --train 24 --val 8 --size 96x128 --seed 5 >/dev/null || fail "shapes"
 "$PREP" shapes --out "$T/b" --train 24 --val 8 --size 96x128 --seed 5 >/dev/null || fail "shapes again"
@@ -60,7 +64,8 @@ else:
         sys.exit(1)
 open(path, "wb").write(data)
 PY
-    "$PREP" inspect "$T/bad/instances_train-index.h5" --check > "$T/bad.log" 2>&1 && { cat "$T/bad.log"; fail "--check passed a damaged $what"; }
+    "$PREP" inspect "$T/bad/instances_train-index.h5" --check > "$T/bad.log" 2>&1
+    expect_exit "$EXIT_ERROR" $? "--check of a damaged $what" || { cat "$T/bad.log"; exit 1; }
     grep -q "check: FAILED" "$T/bad.log" || fail "--check did not report the damaged $what"
 done
 $PY_COCO "$ROOT/tests/data/coco_compare.py" "$S" "$T/r1.json" | tail -3 || fail "export differs from the source (pycocotools)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The loader: reproduces every annotation and mask (pycocotools), covers the permutation
 # across 1-3 ranks with equal step counts, flips consistently, resumes exactly, and
-# refuses an MPI without MPI_THREAD_MULTIPLE.
+# refuses an MPI without MPI_THREAD_MULTIPLE (exit 1).
 set -u -o pipefail
 PREP=$ROOT/$BUILD/mrcnn-prep
 PROG=$ROOT/$BUILD/tests/data/prog_loader
@@ -15,6 +15,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$ROOT/tests/common/exit_codes.sh"
 MPI="mpirun --oversubscribe"
 
 # 20 training images: not divisible by 3 (ranks) nor by 6 (global batch).
@@ -44,6 +45,7 @@ $MPI -np 3 "$PROG" cover "$IDX" 2 3 0 || fail "cover, 3 ranks (20 images, global
 $MPI -np 3 "$PROG" cover "$IDX" 1 2 1 || fail "cover, 3 ranks, aspect grouping"
 $MPI -np 1 "$PROG" flip "$IDX" || fail "flip"
 $MPI -np 2 "$PROG" resume "$IDX" || fail "resume"
-if $MPI -np 1 "$PROG" threadlevel "$IDX" > "$T/tl.log" 2>&1; then fail "the loader accepted MPI without MPI_THREAD_MULTIPLE"; fi
+$MPI -np 1 "$PROG" threadlevel "$IDX" > "$T/tl.log" 2>&1
+expect_exit "$EXIT_ERROR" $? "the loader under MPI without MPI_THREAD_MULTIPLE" || { cat "$T/tl.log"; exit 1; }
 grep -q "MPI_THREAD_MULTIPLE" "$T/tl.log" || { cat "$T/tl.log"; fail "the thread-level refusal does not say what is needed"; }
 echo "PASS: loader"

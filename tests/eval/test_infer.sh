@@ -8,12 +8,13 @@
 #    are in the original image's pixels (also with a test size that rescales);
 #  - pycocotools on the results JSON and the exported ground truth (mrcnn-prep export)
 #    prints the same 12 lines, for bbox and segm, and the same stats to 1e-12;
-#  - usage errors exit 2.
+#  - a missing checkpoint or shard index exits 1 naming it; usage errors exit 2.
 set -u
 cd "${ROOT:=$(cd "$(dirname "$0")/../.." && pwd)}"
 BUILD=${BUILD:-build/release}
 PY_COCO=${PY_COCO:-python3}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$ROOT/tests/common/exit_codes.sh"
 . "$ROOT/tests/eval/infer_fixture.sh"
 VAL=$FIX/shards/val-index.h5
 
@@ -24,8 +25,8 @@ VAL=$FIX/shards/val-index.h5
 [ $? -eq 2 ] && grep -q "not both" "$tmp/mixed.log" || { echo "FAIL: --gt with --weights must exit 2"; cat "$tmp/mixed.log"; exit 1; }
 for bad in "--weights $tmp/none.h5 --shards $VAL" "--weights $CKPT --shards $tmp/none-index.h5"; do
     # shellcheck disable=SC2086
-    mpirun --oversubscribe -np 1 "$M" eval --config "$ROOT/configs/tiny.yaml" $bad --out "$tmp/bad" > "$tmp/bad.log" 2>&1 \
-        && { echo "FAIL: eval $bad exited 0"; exit 1; }
+    mpirun --oversubscribe -np 1 "$M" eval --config "$ROOT/configs/tiny.yaml" $bad --out "$tmp/bad" > "$tmp/bad.log" 2>&1
+    expect_exit "$EXIT_ERROR" $? "eval $bad" || { cat "$tmp/bad.log"; exit 1; }
     grep -q "mrcnn error.*$tmp/none" "$tmp/bad.log" || { echo "FAIL: eval $bad: the error does not name the file"; cat "$tmp/bad.log"; exit 1; }
 done
 echo "ok: a missing checkpoint or shard index fails naming it"

@@ -15,6 +15,7 @@ fail() {
     exit 1
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. tests/common/exit_codes.sh
 [ -x "$MRCNN" ] && [ -x "$BUILD/mrcnn-prep" ] || fail "build first: $MRCNN and $BUILD/mrcnn-prep"
 
 # ---- --model: the hand case of tests/slurm/test_scaling_model.c ----
@@ -54,11 +55,14 @@ echo "hidden share: measured speed $h1, backward x4 $h4"
 awk -v a="$h1" -v b="$h4" 'BEGIN { exit !(a < 0.3 && b >= 0.8) }' ||
     fail "a 4x slower backward should hide >= 80% (got $h4; at speed $h1)"
 
-# ---- bad input is an error, not a number ----
+# ---- bad input is an error (exit 1), a bad option a usage error (exit 2), not a number ----
 echo '{"forward_ms": 1}' > "$T/bad.json"
-if "$MRCNN" bench scaling --model "$T/bad.json" > "$T/bad.log" 2>&1; then fail "a timeline without buckets was accepted"; fi
+"$MRCNN" bench scaling --model "$T/bad.json" > "$T/bad.log" 2>&1
+expect_exit "$EXIT_ERROR" $? "a timeline without buckets" || { cat "$T/bad.log"; exit 1; }
 grep -q "backward_ms" "$T/bad.log" || fail "the timeline error does not say what is missing: $(cat "$T/bad.log")"
-if "$MRCNN" bench scaling --model "$T/hand.json" --intra warp-drive > /dev/null 2>&1; then fail "an unknown link was accepted"; fi
+"$MRCNN" bench scaling --model "$T/hand.json" --intra warp-drive > "$T/bad.log" 2>&1
+expect_exit "$EXIT_USAGE" $? "an unknown link" || { cat "$T/bad.log"; exit 1; }
+grep -q "warp-drive" "$T/bad.log" || fail "the unknown link is not named: $(cat "$T/bad.log")"
 
 # ---- measured: 1 and 2 CPU ranks through mpirun ----
 "$BUILD/mrcnn-prep" shapes --out "$T/shapes" --train 8 --val 2 --size 128x128 > "$T/prep.log" 2>&1 ||

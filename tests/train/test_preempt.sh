@@ -13,6 +13,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 prog=$BUILD/tests/train/prog_standin
 [ -x "$prog" ] || { echo "not built: $prog"; exit 1; }
 tmp=$(mktemp -d)
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/exit_codes.sh"
 pids=""
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -36,8 +37,7 @@ signal_case() { # name how
         kill -TERM "$rank_pid"
     fi
     wait $mp
-    local rc=$?
-    [ $rc -eq 99 ] || { echo "FAIL: $name: exit $rc, want 99"; cat "$dir.log"; return 1; }
+    expect_exit "$EXIT_REQUEUE" $? "$name" || { cat "$dir.log"; return 1; }
     grep -q "preemption signal: checkpoint at step [0-9]* written" "$dir.log" || { echo "FAIL: $name: no message"; cat "$dir.log"; return 1; }
     local step
     step=$(ls "$dir" | sed -n 's/^model_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -1)
@@ -66,6 +66,9 @@ for attempt in 1 2 3; do
         sleep 0.005
     done
     wait $tp 2>/dev/null
+    rc=$?
+    # killed by our SIGKILL, not ended on its own (a crash, an error) before it
+    [ $hit -eq 1 ] && { expect_exit 137 $rc "the trainer killed during a checkpoint write" || { cat "$dir.log"; exit 1; }; }
     ls "$dir"/.model_*.h5.tmp > /dev/null 2>&1 && [ $hit -eq 1 ] && break
     echo "attempt $attempt: the kill missed the write window; again"
 done
