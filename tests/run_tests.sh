@@ -16,9 +16,11 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export CMOCKA_MESSAGE_OUTPUT=stdout
 # Busy-waiting OpenMP workers starve the other ranks of an oversubscribed mpirun.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0}
+# A sanitizer report exits 86, not 1: an error test that wants exit 1 must not pass
+# on a memory error in the error path.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0:exitcode=86}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=86}
 TEST_TIMEOUT=${TEST_TIMEOUT:-900}
 
 all_suites=$(ls -d tests/*/ | xargs -n1 basename | grep -v -E '^(common|fixtures)$')

@@ -185,7 +185,7 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         mrcnn_infer_run(inf, &in, &inst);
         int kept = 0;
         for (int k = 0; k < inst.n; k++) {
-            if (inst.scores[k] < score_thresh) continue;
+            if (inst.scores[k] < (float)score_thresh) continue; // the overlay compares in float too
             kept++;
             int c = inst.classes[k];
             const float *b = inst.boxes + 4 * k;

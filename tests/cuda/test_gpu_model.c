@@ -142,10 +142,32 @@ static double term(const mrcnn_losses *l, int i) {
  * term. Gradients, per parameter tensor: max|a-b| / max|b| <= grad_max and
  * ||a-b|| / ||b|| <= grad_l2 (the bound that catches a whole tensor gone wrong, which a
  * cosine over all tensors together hides when that tensor is small); and the cosine over
- * all of them >= min_cos. */
+ * all of them >= min_cos. With rounding_k > 0 the per-tensor bounds become relative to
+ * that tensor's own rounding noise, measured in the same run: rounding_k times the
+ * CPU's error at the reference precision against the CPU in fp32 (same pinned
+ * proposals), plus grad_max / grad_l2 as a floor. */
 typedef struct {
-    double loss_tol, loss_floor, grad_max, grad_l2, min_cos;
+    double loss_tol, loss_floor, grad_max, grad_l2, min_cos, rounding_k;
 } step_bounds;
+
+/* Per trainable tensor p of arena a: max|x-y| / max|y| into mx[p], ||x-y|| / ||y|| into l2[p]. */
+static void tensor_errors(const mrcnn_arena *a, const bool *trainable, const float *x, const float *y, double *mx,
+                          double *l2) {
+    for (int p = 0; p < a->n_entries; p++) {
+        mx[p] = l2[p] = 0;
+        if (!trainable[p]) continue;
+        size_t off = (size_t)((char *)a->entries[p].tensor.data - (char *)a->base) / sizeof(float);
+        int64_t n = mrcnn_tensor_numel(&a->entries[p].tensor);
+        mx[p] = test_max_rel_err(x + off, y + off, n);
+        double d2 = 0, b2 = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double u = x[off + j], v = y[off + j];
+            d2 += (u - v) * (u - v);
+            b2 += v * v;
+        }
+        l2[p] = d2 == 0 ? 0 : b2 > 0 ? sqrt(d2 / b2) : INFINITY;
+    }
+}
 
 /* One step on the CPU (reference, in ref_precision) and the device (dev_precision)
  * with the CPU's proposals pinned on the device; compares losses and gradients. */
@@ -174,28 +196,40 @@ static void compare_step(const char *ref_precision, const char *dev_precision, s
     }
     float *gr = read_grads(&ref), *gd = read_grads(&dev);
     const mrcnn_arena *a = &ref.m.params.grads;
+    const int np = a->n_entries;
+    double *mx = MRCNN_CALLOC((size_t)np * 4, sizeof(double), "errors"), *l2 = mx + np, *mx0 = mx + 2 * np,
+           *l20 = mx + 3 * np;
+    tensor_errors(a, ref.m.params.trainable, gd, gr, mx, l2);
+    if (bd.rounding_k > 0) {
+        /* the reference's own rounding noise per tensor: the CPU in fp32 on the same ROIs */
+        side exact;
+        side_init(&exact, mrcnn_backend_cpu_create(), &cfg, "fp32", 31);
+        exact.m.pinned_proposals = st.proposals;
+        exact.m.pinned_counts = st.proposal_counts;
+        exact.m.pinned_cap = st.prop_cap;
+        side_step(&exact, sb, NULL);
+        float *ge = read_grads(&exact);
+        tensor_errors(a, ref.m.params.trainable, gr, ge, mx0, l20);
+        free(ge);
+        side_free(&exact);
+    }
     double dot = 0, nr = 0, nd = 0, worst = 0, worst_l2 = 0;
     int worst_i = -1, worst_l2_i = -1;
-    for (int p = 0; p < a->n_entries; p++) {
+    for (int p = 0; p < np; p++) {
         if (!ref.m.params.trainable[p]) continue;
         size_t off = (size_t)((char *)a->entries[p].tensor.data - (char *)a->base) / sizeof(float);
         int64_t n = mrcnn_tensor_numel(&a->entries[p].tensor);
-        double e = test_max_rel_err(gd + off, gr + off, n);
-        double d2 = 0, b2 = 0;
         for (int64_t j = 0; j < n; j++) {
-            double x = gd[off + j], y = gr[off + j];
-            d2 += (x - y) * (x - y);
-            b2 += y * y;
-            dot += x * y;
-            nr += y * y;
-            nd += x * x;
+            dot += (double)gr[off + j] * gd[off + j];
+            nr += (double)gr[off + j] * gr[off + j];
+            nd += (double)gd[off + j] * gd[off + j];
         }
-        double l2 = d2 == 0 ? 0 : b2 > 0 ? sqrt(d2 / b2) : INFINITY;
-        if (worst_i < 0 || !(e <= worst)) worst = e, worst_i = p;
-        if (worst_l2_i < 0 || !(l2 <= worst_l2)) worst_l2 = l2, worst_l2_i = p;
-        if (!(e <= bd.grad_max) || !(l2 <= bd.grad_l2)) {
-            printf("  gradient of %s: max rel err %.2e (bound %.1e), relative L2 error %.2e (bound %.1e)\n",
-                   a->entries[p].name, e, bd.grad_max, l2, bd.grad_l2);
+        if (worst_i < 0 || !(mx[p] <= worst)) worst = mx[p], worst_i = p;
+        if (worst_l2_i < 0 || !(l2[p] <= worst_l2)) worst_l2 = l2[p], worst_l2_i = p;
+        double bmax = bd.grad_max + bd.rounding_k * mx0[p], bl2 = bd.grad_l2 + bd.rounding_k * l20[p];
+        if (!(mx[p] <= bmax) || !(l2[p] <= bl2)) {
+            printf("  gradient of %s: max rel err %.2e (bound %.2e), relative L2 error %.2e (bound %.2e)\n",
+                   a->entries[p].name, mx[p], bmax, l2[p], bl2);
             bad++;
         }
     }
@@ -204,6 +238,7 @@ static void compare_step(const char *ref_precision, const char *dev_precision, s
            dev_precision, ref_precision, worst, worst_i >= 0 ? a->entries[worst_i].name : "-", worst_l2,
            worst_l2_i >= 0 ? a->entries[worst_l2_i].name : "-", cos);
     if (!(cos >= bd.min_cos)) bad++;
+    free(mx);
     free(gr);
     free(gd);
     mrcnn_step_free(&st);
@@ -214,24 +249,29 @@ static void compare_step(const char *ref_precision, const char *dev_precision, s
 }
 
 /* fp32 everywhere. Measured on the CPU self-check: exact. On the GPU: cuDNN and cuBLAS
- * sum in other orders (1e-6 relative per op), through ~30 layers and the losses. */
+ * sum in other orders (1e-6 relative per op), through ~30 layers and the losses: per
+ * tensor 5e-3 of its largest entry and 1e-3 in L2. */
 static void test_step_fp32(void **state) {
-    if (g_selfcheck) compare_step("fp32", "fp32", (step_bounds){0, 1e-6, 0, 0, 1.0});
-    else compare_step("fp32", "fp32", (step_bounds){1e-4, 1e-6, 5e-3, 1e-3, 0.99999});
+    if (g_selfcheck) compare_step("fp32", "fp32", (step_bounds){0, 1e-6, 0, 0, 1.0, 0});
+    else compare_step("fp32", "fp32", (step_bounds){1e-4, 1e-6, 5e-3, 1e-3, 0.99999, 0});
 }
 
 /* bf16 storage against the CPU's bf16 rounded storage. Each side rounds every stored
  * activation and activation gradient to bf16 (relative error <= 2^-9 each, ~30 layers
  * deep on the way down and back), independently, and the GPU also rounds the weights.
  * The CPU's own bf16-vs-fp32 gap (tests/model test_rounded_storage): losses 2.2e-3,
- * gradient cosine 0.9996; per tensor (measured with the self-check harness, CPU bf16
- * against CPU fp32, under Haswell, Zen, Sandybridge and SkylakeX kernels): relative L2
- * errors up to about 3e-2. Two such independent errors plus weight rounding: 2e-2 on the
- * losses (absolute floor 1e-2 for the small box terms), per tensor a relative L2 error of
- * 0.15 and a max error of 0.5 of the tensor's largest entry, cosine 0.99 overall. */
+ * gradient cosine 0.9996, but per tensor it is uneven: measured with this harness (CPU
+ * bf16 against CPU fp32, three batches), relative L2 errors from 1e-3 up to 0.26 (the
+ * biases of early convs, sums with cancellation). So each tensor is bounded by its own
+ * noise: two independent roundings of the same size differ by about sqrt(2) times one
+ * rounding's error, weight rounding adds about as much again, so 4 times the CPU's
+ * bf16-vs-fp32 error of that tensor (plus 2e-2 for tensors the CPU rounds exactly)
+ * leaves a margin of ~2x over what rounding explains and still fails a tensor
+ * computed wrong. Losses: 2e-2 (absolute floor 1e-2 for the small box terms); cosine
+ * over all tensors 0.99. */
 static void test_step_bf16(void **state) {
-    if (g_selfcheck) compare_step("bf16", "bf16", (step_bounds){0, 1e-6, 0, 0, 1.0});
-    else compare_step("bf16", "bf16", (step_bounds){2e-2, 1e-2, 0.5, 0.15, 0.99});
+    if (g_selfcheck) compare_step("bf16", "bf16", (step_bounds){0, 1e-6, 0, 0, 1.0, 4});
+    else compare_step("bf16", "bf16", (step_bounds){2e-2, 1e-2, 2e-2, 2e-2, 0.99, 4});
 }
 
 /* A training run from seed k; curve[w] gets the mean total loss of window w. */
