@@ -7,7 +7,7 @@
  * Inputs are random (never constant: constant data flatters tensor cores). Weights
  * are given in the compute dtype, as cuDNN's ceiling was measured; the training
  * path's fp32 master weights add one cast per call. Without a GPU it prints
- * "skip: no GPU (...)" and exits 77. --cpu-check runs every case on the CPU backend
+ * "skip [gpu]: no GPU (...)" and exits 77. --cpu-check runs every case on the CPU backend
  * at fp32 with shapes divided by 8 (a check of the harness, not a benchmark). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,7 +444,7 @@ int main(int argc, char **argv) {
     } else {
         be = mrcnn_backend_cuda_create(0, &why);
         if (!be) {
-            printf("skip: no GPU (%s)\n", why ? why : "?");
+            printf("skip [gpu]: no GPU (%s)\n", why ? why : "?");
             return 77;
         }
     }

@@ -1,81 +1,182 @@
 #!/usr/bin/env bash
-# The GPU check: one call on the GPU host answers everything, from a build made
-# elsewhere (bench/README.md). In order, each step bounded in time, the most wanted
-# answers first so that a tight budget squeezes out only the last ones:
-#   1. the device and the libraries the programs resolve;
-#   2. the CUDA op tests (every op against the CPU backend, fp32/fp16/bf16);
-#   3. torchvision's Mask R-CNN on the training benchmark's workload
-#      (bench/torchvision_bench.py, TV_ARGS), then at once `mrcnn bench train` on the
-#      same workload at the first precision of TRAIN_DTYPES (bf16): the two throughputs
-#      are a ratio measured side by side; its 1-GPU step timeline is written to
-#      $GPU_CHECK_OUT/timeline_1gpu_<dtype>.json and fed to `mrcnn bench scaling --model`;
-#   4. the GPU model tests (tests/cuda/test_* beyond the op tests: the whole model's
-#      losses and gradients against the CPU at fp32 and bf16, a 200-step training curve),
-#      and the gradient buckets over GPU arenas (tests/mpi/prog_buckets, 1 and 2 ranks);
-#   5. a training smoke run: `mrcnn train` on configs/tiny.yaml with MODEL.DEVICE=cuda for
-#      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot;
-#   6. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32), when the
-#      budget allows;
-#   7. the op benchmark at R50-FPN shapes (bench_gpu_ops), per dtype in BENCH_DTYPES.
-# The full log goes to $GPU_CHECK_OUT/gpu_check.log (default ./gpu-check-out; give
-# GPU_CHECK_OUT=$OUT on the device tool); a short table is printed last and saved as
-# summary.txt beside it.
+# The GPU check, from a build made elsewhere (bench/README.md), in two stages that each
+# fit one device call; the most wanted answers come first, every step has a time limit.
 #
-# env: BUILD (default: the build packed in .gpu-pack/pack.tar.xz, unpacked into
-# .gpu-pack/root; else build/release), BENCH_DTYPES ("bf16"; "" skips the op
-# benchmark), BENCH_ITERS (20), TRAIN_DTYPES ("bf16 fp32"), TRAIN_ARGS (more arguments
-# of `mrcnn bench train`, e.g. "--device cpu --size 128x160 --batch 1" to rehearse
-# without a GPU), TV_ARGS ("8 800 1216 bf16"), PYTHON (python3), SKIP_TV=1,
-# SKIP_SMOKE=1, SMOKE_STEPS, SMOKE_DEVICE (cuda), GPU_CHECK_BUDGET (seconds for the
-# whole script, 540).
+# GPU_CHECK_STAGE=1 (the default; at most 300 s wall, budget GPU_CHECK_BUDGET=290):
+#   0. the CPU features the -march=x86-64-v3 build needs (before anything else), the
+#      device, the libraries the programs resolve;
+#   1. the CUDA op tests: tests/cuda/test_cuda_ops (every op of the CUDA backend against
+#      the CPU backend at fp32/fp16/bf16, odd channel counts included) and
+#      tests/cuda/test_cuda_detect, with MRCNN_CUDA_SYNC_CHECK=1 (a fault is reported at
+#      the kernel that caused it) and MRCNN_CONV_VERBOSE=1 (cuDNN's choices in the log);
+#   2. torchvision's Mask R-CNN training (bench/torchvision_bench.py's train() only, not
+#      its inference pass) on TV_ARGS, then at once `mrcnn bench train` at the first
+#      precision of TRAIN_DTYPES (bf16) on the same workload: img/s of both, their ratio;
+#      its 1-GPU step timeline is kept as timeline_1gpu_<dtype>.json;
+#   3. the GPU model test (tests/cuda/test_gpu_model) at GPU_MODEL_STEPS_1 (50) steps.
+# GPU_CHECK_STAGE=2 (the rest; budget 360 s):
+#   4. the GPU model test at GPU_MODEL_STEPS_2 (200) steps;
+#   5. gradient buckets over GPU arenas (tests/mpi/prog_buckets check-gpu, 1 and 2 ranks);
+#   6. a training smoke run: `mrcnn train` on configs/tiny.yaml, MODEL.DEVICE=cuda,
+#      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot;
+#   7. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32), then the
+#      scaling model (`mrcnn bench scaling --model`) from the timelines at hand;
+#   8. the op benchmark at R50-FPN shapes (bench_gpu_ops), per dtype in BENCH_DTYPES.
+# GPU_CHECK_STAGE=all runs both in one call (budget 570 s, stage 1 within 290 s of it).
+#
+# Test programs run with MRCNN_REQUIRE=gpu,nccl (a missing capability is a failure, not a
+# skip); on a machine with a GPU an exit 77 (skip) of any test counts as a failure.
+# Python (torchvision) runs without the CUDA toolkit's directories on LD_LIBRARY_PATH, so
+# torch binds its own cuBLAS/cuDNN; only our programs get the toolkit's and the pack's.
+# Output, at most 8 files: $GPU_CHECK_OUT/gpu_check.log (everything), summary.txt (the
+# table, also printed last), timeline_1gpu_<dtype>.json, scaling_model.csv and .png.
+#
+# env: GPU_CHECK_STAGE (1|2|all), GPU_CHECK_OUT (./gpu-check-out; $OUT on the device
+# tool), GPU_CHECK_BUDGET (seconds for this call), BUILD (default: the build packed in
+# .gpu-pack/pack.tar.xz by bench/gpu_pack.sh, unpacked into .gpu-pack/root; else
+# build/release), TV_ARGS ("8 800 1216 bf16"), PYTHON (python3), SKIP_TV=1,
+# TRAIN_DTYPES ("bf16 fp32"), TRAIN_ARGS (more arguments of `mrcnn bench train`, e.g.
+# "--device cpu --size 128x160 --batch 1 --steps 2" to rehearse without a GPU),
+# TRAIN_FIND (MRCNN_CUDNN_FIND for bench train: 0 = cuDNN heuristics, no timed search),
+# GPU_MODEL_STEPS_1 (50), GPU_MODEL_STEPS_2 (200), GPU_MODEL_SEEDS (the test's default),
+# SKIP_SMOKE=1, SMOKE_STEPS (20), SMOKE_DEVICE (cuda), BENCH_DTYPES ("bf16"; "" skips
+# the op benchmark), BENCH_ITERS (20), SCALING_TIMELINE (a timeline file for the scaling
+# model, e.g. stage 1's carried back), MRCNN_REQUIRE (gpu,nccl; "" to rehearse),
+# GPU_CHECK_THREADS (OMP_NUM_THREADS; default nproc).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 T0=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET:-540}
+STAGE=${GPU_CHECK_STAGE:-1}
+case $STAGE in
+1) BUDGET=${GPU_CHECK_BUDGET:-290} ;;
+2) BUDGET=${GPU_CHECK_BUDGET:-360} ;;
+all) BUDGET=${GPU_CHECK_BUDGET:-570} ;;
+*) echo "gpu_check: GPU_CHECK_STAGE=$STAGE: expected 1, 2 or all" >&2; exit 2 ;;
+esac
 OUTDIR=${GPU_CHECK_OUT:-./gpu-check-out}
 mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
 LOG=$OUTDIR/gpu_check.log
 SUMMARY=$OUTDIR/summary.txt
 : > "$LOG"
 : > "$SUMMARY"
+TMPD=$(mktemp -d)
+trap 'rm -rf "$TMPD"' EXIT
 say() { echo "$*" | tee -a "$LOG"; }
-left() { echo $((BUDGET - ($(date +%s) - T0))); }
-# Runs a step with a time limit bounded by what is left of the budget; output to the log.
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local l
-    l=$(left)
-    [ "$l" -lt "$limit" ] && limit=$l
-    if [ "$limit" -lt 20 ]; then
-        say "== $name: skipped, ${l}s of the budget left"
-        return 124
-    fi
-    say "== $name (limit ${limit}s): $*"
-    local t=$(date +%s)
-    timeout "$limit" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    say "== $name: rc=$rc in $(($(date +%s) - t))s"
-    return $rc
-}
 
-# ---- 0. the build: the carried pack (bench/gpu_pack.sh), unpacked beside the tree, else $BUILD
+# ---- 0a. CPU features, first: the release build is -march=x86-64-v3 and dies of SIGILL without them
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+missing_flags=""
+for f in avx avx2 fma bmi1 bmi2 f16c movbe; do
+    case $cpu_flags in *" $f "*) ;; *) missing_flags="$missing_flags $f" ;; esac
+done
+if [ -n "$missing_flags" ]; then
+    say "gpu_check: STOP: this CPU lacks$missing_flags (from /proc/cpuinfo), which the -march=x86-64-v3"
+    say "gpu_check: build needs: its programs would die of an illegal instruction. Build for this host"
+    say "gpu_check: without -march=x86-64-v3 (e.g. make MODE=debug, or edit OPT in the Makefile) and repack."
+    cp "$LOG" "$SUMMARY"
+    exit 3
+fi
+
+# ---- 0b. the build: the carried pack (bench/gpu_pack.sh), unpacked beside the tree, else $BUILD
+ORIG_LD=${LD_LIBRARY_PATH:-}
+# Python's library path: the caller's, less any CUDA toolkit directory.
+PY_LD=$(printf '%s' "$ORIG_LD" | tr ':' '\n' | grep -v -E '^$|/usr/local/cuda|/cuda-[0-9.]+/|/targets/x86_64-linux' | paste -sd: -)
 LIBDIR="" MPIDIR=.mpi
 if [ -z "${BUILD:-}" ] && [ -f .gpu-pack/pack.tar.xz ]; then
+    t=$(date +%s)
     rm -rf .gpu-pack/root && mkdir -p .gpu-pack/root
     tar -xJf .gpu-pack/pack.tar.xz -C .gpu-pack/root || { say "gpu_check: cannot unpack .gpu-pack/pack.tar.xz"; exit 1; }
     BUILD=.gpu-pack/root/$(cat .gpu-pack/root/BUILD)
     LIBDIR=$ROOT/.gpu-pack/root/lib
     MPIDIR=.gpu-pack/root/.mpi
+    say "gpu_check: unpacked .gpu-pack/pack.tar.xz in $(($(date +%s) - t))s"
 fi
 BUILD=${BUILD:-build/release}
 [ -f "$MPIDIR/env.sh" ] && source "$MPIDIR/env.sh"
-export LD_LIBRARY_PATH=$ROOT/$BUILD${LIBDIR:+:$LIBDIR}:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
-say "gpu_check: $(date -u '+%F %T') UTC, build $BUILD, log $LOG"
+# Our programs: the build, the packed libraries, the CUDA toolkit's, the MPI bundle's.
+case $BUILD in /*) BUILD_ABS=$BUILD ;; *) BUILD_ABS=$ROOT/$BUILD ;; esac
+export LD_LIBRARY_PATH=$BUILD_ABS${LIBDIR:+:$LIBDIR}:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Python: without them (torch ships and must bind its own cuBLAS and cuDNN): "${PY_ENV[@]}" python3 ...
+if [ -n "$PY_LD" ]; then PY_ENV=(env LD_LIBRARY_PATH="$PY_LD"); else PY_ENV=(env -u LD_LIBRARY_PATH); fi
+export OMP_NUM_THREADS=${GPU_CHECK_THREADS:-$(nproc)}
+export PYTHONUNBUFFERED=1
+export MRCNN_REQUIRE=${MRCNN_REQUIRE-gpu,nccl}
+PY=${PYTHON:-python3}
+TRAIN_DTYPES=${TRAIN_DTYPES:-bf16 fp32}
+first_dt=${TRAIN_DTYPES%% *}
 
-# ---- 1. device and libraries ----------------------------------------------------------------
+GPU_PRESENT=0
+if [ -e /dev/nvidia0 ] || [ -n "$(ls -A /proc/driver/nvidia/gpus 2>/dev/null)" ]; then GPU_PRESENT=1; fi
+[ "${GPU_CHECK_ASSUME_GPU:-0}" = 1 ] && GPU_PRESENT=1 # to rehearse the GPU host's verdicts
+# The self-check modes put the CPU backend in the GPU's slot: a rehearsal, never on a GPU.
+if [ "$GPU_PRESENT" = 1 ]; then
+    for v in MRCNN_CUDA_OPS_SELFCHECK MRCNN_GPU_MODEL_SELFCHECK; do
+        [ -n "${!v:-}" ] && { say "gpu_check: a GPU is present: ignoring $v=${!v}"; unset "$v"; }
+    done
+fi
+say "gpu_check: stage $STAGE, budget ${BUDGET}s, $(date -u '+%F %T') UTC, build $BUILD, $OMP_NUM_THREADS threads, GPU present: $GPU_PRESENT, MRCNN_REQUIRE=$MRCNN_REQUIRE, log $LOG"
+
+# ---- time: each stage has a deadline; a step's limit is cut to what is left of it --------
+DEADLINE=$((T0 + BUDGET))
+set_stage_deadline() { # stage 1 within `all` ends by T0 + 290 s (GPU_CHECK_STAGE1_BUDGET)
+    if [ "$STAGE" = all ] && [ "$1" = 1 ]; then
+        DEADLINE=$((T0 + ${GPU_CHECK_STAGE1_BUDGET:-290}))
+        [ "$DEADLINE" -gt $((T0 + BUDGET)) ] && DEADLINE=$((T0 + BUDGET))
+    else
+        DEADLINE=$((T0 + BUDGET))
+    fi
+}
+left() { echo $((DEADLINE - $(date +%s))); }
+STEPS_TABLE=$TMPD/steps.txt
+: > "$STEPS_TABLE"
+STEP_OUT=$TMPD/step.out
+# step NAME LIMIT CMD...: runs CMD with a time limit (cut to the stage's budget, less the
+# 10 s that `timeout -k` may add), output to the log and to $STEP_OUT; returns its status.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local l
+    l=$(($(left) - 12))
+    [ "$l" -lt "$limit" ] && limit=$l
+    : > "$STEP_OUT"
+    if [ "$limit" -lt 15 ]; then
+        say "== $name: skipped, $(left)s of the stage's budget left"
+        printf '%-44s %-9s %5s\n' "$name" "skipped" "-" >> "$STEPS_TABLE"
+        return 124
+    fi
+    say "== $name (limit ${limit}s): $*"
+    local t rc
+    t=$(date +%s)
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$STEP_OUT" >> "$LOG"
+    rc=${PIPESTATUS[0]}
+    local dt=$(($(date +%s) - t)) note=""
+    case $rc in 124 | 137) note=" (time limit)" ;; esac
+    say "== $name: rc=$rc in ${dt}s$note"
+    printf '%-44s %-9s %5s\n' "$name" "rc=$rc" "${dt}s" >> "$STEPS_TABLE"
+    return $rc
+}
+# A test's result from its exit status; on a machine with a GPU a skip (77) is a failure.
+verdict() {
+    local rc=$1 why
+    why=$(grep -m1 -E '^(skip|FAIL) \[' "$STEP_OUT" | cut -c1-110)
+    case $rc in
+    0) echo "PASS" ;;
+    77) if [ "$GPU_PRESENT" = 1 ]; then echo "FAIL (skipped on a machine with a GPU: $why)"; else echo "SKIP ($why)"; fi ;;
+    124 | 137) echo "FAIL (time limit)" ;;
+    *)
+        local failed
+        failed=$(grep -E '^\[  FAILED  \] test_' "$STEP_OUT" | awk '{print $4}' | sort -u | tr '\n' ' ')
+        echo "FAIL rc=$rc${failed:+: $failed}${why:+ $why}"
+        ;;
+    esac
+}
+RESULTS=$TMPD/results.txt
+: > "$RESULTS"
+result() { printf '%-26s: %s\n' "$1" "$2" >> "$RESULTS"; }
+
+# ---- device and libraries (both stages) -----------------------------------------------------------
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed"; } >> "$LOG"
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 unresolved=""
@@ -84,169 +185,240 @@ for f in "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/bench/bench_gpu_ops" "$BUILD/
     nf=$(ldd "$f" | grep "not found")
     [ -n "$nf" ] && unresolved="$unresolved $(basename "$f"): $nf;"
 done
-ldd "$BUILD/libmrcnn_cuda.so" >> "$LOG" 2>&1
+[ -f "$BUILD/libmrcnn_cuda.so" ] && ldd "$BUILD/libmrcnn_cuda.so" >> "$LOG" 2>&1
 [ -n "$unresolved" ] && say "unresolved libraries:$unresolved"
-
-# ---- 2. CUDA op tests -------------------------------------------------------------------------
-test_status="not run"
-if [ -x "$BUILD/tests/cuda/test_cuda_ops" ]; then
-    step "cuda op tests" 200 "$BUILD/tests/cuda/test_cuda_ops"
-    rc=$?
-    case $rc in
-    0) test_status="PASS" ;;
-    77) test_status="SKIP ($(grep -m1 skip "$LOG" | cut -c1-80))" ;;
-    *) test_status="FAIL rc=$rc: $(grep -E '^\[  FAILED  \] test_' "$LOG" | awk '{print $4}' | sort -u | tr '\n' ' ')" ;;
-    esac
-fi
-
-# ---- 3. torchvision, then our training benchmark at once (same call, same workload) -------
-PY=${PYTHON:-python3}
-TRAIN_DTYPES=${TRAIN_DTYPES:-bf16 fp32}
-first_dt=${TRAIN_DTYPES%% *}
-tv_line="skipped"
-if [ "${SKIP_TV:-0}" != 1 ] && [ -f bench/torchvision_bench.py ]; then
-    TV_OUT=$OUTDIR/.tv.txt
-    step "torchvision" 240 bash -c "set -o pipefail; $PY bench/torchvision_bench.py ${TV_ARGS:-8 800 1216 bf16} | tee '$TV_OUT'"
-    rc=$?
-    tv_line="rc=$rc: $(grep 'torchvision train' "$TV_OUT" | tail -1)"
-fi
 have_bench_train=0
 [ -x "$BUILD/mrcnn" ] && "$BUILD/mrcnn" bench train --help > /dev/null 2>&1 && have_bench_train=1
-# bench_train DTYPE LIMIT: one `mrcnn bench train` run; its human line and JSON line are
-# kept in $OUTDIR/bench_train_DTYPE.txt, its timeline in $OUTDIR/timeline_1gpu_DTYPE.json.
+
+# bench_train DTYPE LIMIT: one `mrcnn bench train` run; the human and JSON lines go to
+# $TMPD/bench_train_DTYPE.txt (and the log), the timeline to $OUTDIR/timeline_1gpu_DTYPE.json.
 bench_train() {
     local dt=$1 limit=$2
-    local out=$OUTDIR/bench_train_$dt.txt
+    local out=$TMPD/bench_train_$dt.txt
     : > "$out"
-    step "mrcnn bench train $dt" "$limit" bash -c "set -o pipefail; '$BUILD/mrcnn' bench train --precision $dt \
-        --timeline '$OUTDIR/timeline_1gpu_$dt.json' ${TRAIN_ARGS:-} | tee '$out'"
+    step "mrcnn bench train $dt" "$limit" env ${TRAIN_FIND:+MRCNN_CUDNN_FIND=$TRAIN_FIND} bash -c "set -o pipefail; '$BUILD/mrcnn' bench train \
+        --precision $dt --timeline '$OUTDIR/timeline_1gpu_$dt.json' ${TRAIN_ARGS:-} | tee '$out'"
 }
-if [ "$have_bench_train" = 1 ]; then
-    bench_train "$first_dt" 240
-    if [ -s "$OUTDIR/timeline_1gpu_$first_dt.json" ]; then
-        step "scaling model from the $first_dt timeline" 30 bash -c "set -o pipefail; '$BUILD/mrcnn' bench scaling \
-            --model '$OUTDIR/timeline_1gpu_$first_dt.json' --gpus 8,16,64 --out '$OUTDIR/scaling_model' | tee '$OUTDIR/.scaling.txt'"
-    fi
-fi
+# gpu_model_test STEPS LIMIT
+gpu_model_test() {
+    local n=$1 limit=$2
+    [ -x "$BUILD/tests/cuda/test_gpu_model" ] || { result "gpu model test ($n steps)" "FAIL (not in this build)"; return; }
+    step "test_gpu_model ($n steps)" "$limit" env ROOT="$ROOT" MRCNN_GPU_MODEL_STEPS="$n" \
+        ${GPU_MODEL_SEEDS:+MRCNN_GPU_MODEL_SEEDS=$GPU_MODEL_SEEDS} "$BUILD/tests/cuda/test_gpu_model"
+    result "gpu model test ($n steps)" "$(verdict $?)"
+}
 
-# ---- 4. GPU model tests and any other CUDA test programs ---------------------------------------
-if [ -x "$BUILD/tests/cuda/test_cuda_ops" ]; then
-    for t in "$BUILD"/tests/cuda/test_*; do
-        [ "$t" = "$BUILD/tests/cuda/test_cuda_ops" ] && continue
-        [ -x "$t" ] || continue
-        step "$(basename "$t")" 240 env ROOT="$ROOT" "$t"
-        rc=$?
-        case $rc in 0) r=PASS ;; 77) r=SKIP ;; *) r="FAIL rc=$rc" ;; esac
-        test_status="$test_status; $(basename "$t") $r"
-    done
-fi
-
-# ---- 4b. gradient buckets over GPU arenas (tests/mpi/prog_buckets): 1 rank, and 2 ranks on the
-# one GPU through MPI host staging (NCCL refuses two ranks of one communicator on one GPU) ------
-if [ -x "$BUILD/tests/mpi/prog_buckets" ]; then
-    MPIRUN=$(command -v mpirun || command -v orterun)
-    step "gpu buckets, 1 rank" 60 env OMP_NUM_THREADS=1 "$BUILD/tests/mpi/prog_buckets" check-gpu
-    rc=$?
-    case $rc in 0) r=PASS ;; 77) r=SKIP ;; *) r="FAIL rc=$rc" ;; esac
-    test_status="$test_status; gpu buckets 1 rank $r"
-    if [ -n "$MPIRUN" ] && [ "$rc" = 0 ]; then
-        step "gpu buckets, 2 ranks" 90 env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-            "$MPIRUN" --oversubscribe -np 2 "$BUILD/tests/mpi/prog_buckets" check-gpu
-        rc=$?
-        case $rc in 0) r=PASS ;; *) r="FAIL rc=$rc" ;; esac
-        test_status="$test_status; gpu buckets 2 ranks $r"
-    fi
-fi
-
-# ---- 5. training smoke run: tiny config on a synthetic set, MODEL.DEVICE=cuda ------------------
-smoke_line="not run"
-if [ "${SKIP_SMOKE:-0}" != 1 ] && [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-prep" ]; then
-    SM=$(mktemp -d)
-    if step "smoke data" 120 bash -c "'$BUILD/mrcnn-prep' shapes --out '$SM/raw' --train 32 --val 4 --size 128x128 &&
-        '$BUILD/mrcnn-prep' coco --annotations '$SM/raw/annotations/instances_train.json' --images '$SM/raw/train' \
-        --out '$SM/shards' --name train --shards 1"; then
-        step "smoke train (${SMOKE_DEVICE:-cuda}, tiny, ${SMOKE_STEPS:-20} steps)" 150 bash -c "set -o pipefail; '$BUILD/mrcnn' train \
-            --config configs/tiny.yaml --set MODEL.DEVICE=${SMOKE_DEVICE:-cuda} --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
-            --set OUTPUT_DIR='$SM/out' --set LOG_PERIOD=5 --max-steps ${SMOKE_STEPS:-20} | tee '$SM/train.txt'"
-        rc=$?
-        smoke_line="rc=$rc: $(grep -E 'step [0-9]+/[0-9]+ +loss' "$SM/train.txt" 2>/dev/null | tail -1 |
-            sed 's/^\[[^]]*\] *//; s/ loss_objectness.* lr [^ ]*//' | cut -c1-110)"
-        grep -q "training on the CPU" "$LOG" && smoke_line="$smoke_line (fell back to the CPU)"
-    else
-        smoke_line="data preparation failed (see the log)"
-    fi
-    rm -rf "$SM"
-fi
-
-# ---- 6. the training benchmark at the other precisions, as the budget allows ------------------
-if [ "$have_bench_train" = 1 ]; then
-    for dt in $TRAIN_DTYPES; do
-        [ "$dt" = "$first_dt" ] && continue
-        bench_train "$dt" 180
-    done
-fi
-
-# ---- 7. op benchmark ----------------------------------------------------------------------------
-BENCH_OUT=$OUTDIR/.bench_ops.txt
+TV_OUT=$TMPD/tv.txt
+: > "$TV_OUT"
+tv_line="not run"
+BENCH_OUT=$TMPD/bench_ops.txt
 : > "$BENCH_OUT"
-for dt in ${BENCH_DTYPES-bf16}; do
-    [ -x "$BUILD/bench/bench_gpu_ops" ] || break
-    echo "== op benchmark $dt" >> "$BENCH_OUT"
-    step "op benchmark $dt" 150 env MRCNN_CONV_VERBOSE=1 bash -c \
-        "set -o pipefail; '$BUILD/bench/bench_gpu_ops' --dtype $dt --iters ${BENCH_ITERS:-20} | tee -a '$BENCH_OUT'"
-done
+smoke_line=""
+scaling_line=""
 
-# ---- summary --------------------------------------------------------------------------------------------
-{
-    echo
-    echo "==== GPU check summary: ${device:-no GPU?}, build $BUILD, $(($(date +%s) - T0))s ===="
-    echo "cuda op tests : $test_status"
-    [ -n "$unresolved" ] && echo "unresolved libs:$unresolved"
-    echo "convolutions (fwd + bwd data + bwd filter; % of the measured cuDNN ceiling):"
-    grep -E "^conv .* fwd\+bwd " "$BENCH_OUT" | awk '{
-        n = index($0, " fwd+bwd"); name = substr($0, 1, n - 1);
-        printf "  %-34s %-5s %9s ms %7s TFLOP/s %6s of %s\n", name, $(NF-7), $(NF-6), $(NF-4), $(NF-2), $NF }'
-    echo "fused conv+bias+ReLU choices:"
-    grep -E "^conv x .*-> (fused|plain)" "$LOG" | sed 's/^/  /' | sort -u
-    echo "other ops:"
-    grep -E "^(linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT" |
-        awk '{ printf "  %s\n", $0 }' | cut -c1-110
-    echo "smoke (${SMOKE_DEVICE:-cuda})  : $smoke_line"
-    echo "scaling model : $(grep -E '^ +(8|64) ' "$OUTDIR/.scaling.txt" 2>/dev/null | awk '{ printf "%s GPUs %s eff, ", $1, $7 }' | sed 's/, $//')"
-    echo "training throughput (same call, same workload; peak: torchvision max_memory_allocated, mrcnn its allocator high-water):"
-    printf "  %-18s %9s %9s %9s %s\n" what img/s ms/step "peak GiB" "loss first -> last"
-    tv_rate=""
-    if [ -n "${TV_OUT:-}" ] && [ -f "$TV_OUT" ]; then
-        while read -r l; do
-            printf "  %-18s %9s %9s %9s %s\n" "torchvision $(echo "$l" | awk '{print $3}')" \
-                "$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)" "$(echo "$l" | grep -oE '[0-9.]+ ms/iter' | cut -d' ' -f1)" \
-                "$(echo "$l" | grep -oE 'peak [0-9.]+' | cut -d' ' -f2)" "$(echo "$l" | sed -n 's/.*loss first \([^ ]*\) last \([^ ]*\).*/\1 -> \2/p')"
-            [ -z "$tv_rate" ] && tv_rate=$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)
-        done < <(grep 'torchvision train' "$TV_OUT")
-    else
-        echo "  torchvision: $tv_line"
-    fi
-    for dt in $TRAIN_DTYPES; do
-        f=$OUTDIR/bench_train_$dt.txt
-        j=$(grep '^{"bench": "train"' "$f" 2>/dev/null | tail -1)
-        if [ -z "$j" ]; then
-            echo "  mrcnn $dt: $([ "$have_bench_train" = 1 ] && echo "no result (see the log)" || echo "not in this build")"
+# =================================== stage 1 ===========================================================
+if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
+    set_stage_deadline 1
+    # ---- 1. CUDA op tests
+    for t in test_cuda_ops test_cuda_detect; do
+        if [ ! -x "$BUILD/tests/cuda/$t" ]; then
+            result "$t" "FAIL (not in this build)"
             continue
         fi
-        $PY -c 'import json, sys
-j = json.loads(sys.argv[1])
-print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s" % ("mrcnn " + j["precision"], j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024,
-      j["loss_first"] if isinstance(j["loss_first"], float) else float("nan"), j["loss_last"] if isinstance(j["loss_last"], float) else float("nan"),
-      "" if j["finite"] else "  NOT FINITE"))' "$j"
-        if [ "$dt" = "$first_dt" ] && [ -n "$tv_rate" ]; then
-            mr=$($PY -c 'import json, sys; print(json.loads(sys.argv[1])["img_per_s"])' "$j")
-            mr_ratio=$(awk -v a="$mr" -v b="$tv_rate" 'BEGIN { printf "%.2f", a / b }')
+        lim=90
+        [ $t = test_cuda_detect ] && lim=40
+        step "$t" $lim env MRCNN_CUDA_SYNC_CHECK=1 MRCNN_CONV_VERBOSE=1 "$BUILD/tests/cuda/$t"
+        rc=$?
+        r=$(verdict $rc)
+        if [ $t = test_cuda_ops ]; then
+            n=$(grep -c "max rel err" "$STEP_OUT")
+            fma=$(grep -E "^conv algo .* fp32: .* math fma" "$STEP_OUT" | sort -u | wc -l)
+            other=$(grep -E "^conv algo .* fp32: " "$STEP_OUT" | grep -v " math fma" | sort -u | wc -l)
+            [ "$n" -gt 0 ] && r="$r ($n comparisons; cuDNN fp32 choices: $fma FMA-math, $other other)"
         fi
+        result "$t" "$r"
     done
-    [ -n "${mr_ratio:-}" ] && echo "ratio mrcnn $first_dt / torchvision (first row): $mr_ratio (milestone >= 1, goal >= 2.5)"
+
+    # ---- 2. torchvision's training, then ours at once (same call, same workload)
+    if [ "${SKIP_TV:-0}" != 1 ] && [ -f bench/torchvision_bench.py ]; then
+        cat > "$TMPD/tv_train.py" <<'PY'
+# bench/torchvision_bench.py's training benchmark alone (its __main__ also times inference).
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["GPU_CHECK_ROOT"], "bench"))
+import torch, torchvision
+import torchvision_bench as tb
+print(torch.__version__, torchvision.__version__, tb.dev, torch.cuda.get_device_name() if tb.dev == "cuda" else "", flush=True)
+torch.backends.cudnn.benchmark = tb.dev == "cuda"
+a = sys.argv[1:]
+for k in range(0, len(a), 4):
+    bs, H, W, mode = int(a[k]), int(a[k + 1]), int(a[k + 2]), a[k + 3]
+    tb.train(bs, H, W, mode, 4 if tb.dev == "cuda" else 1, 10 if tb.dev == "cuda" else 2)
+PY
+        step "torchvision train" 100 "${PY_ENV[@]}" GPU_CHECK_ROOT="$ROOT" "$PY" "$TMPD/tv_train.py" ${TV_ARGS:-8 800 1216 bf16}
+        rc=$?
+        cp "$STEP_OUT" "$TV_OUT"
+        tv_line="rc=$rc, no result line: $(grep -E 'Error|error' "$TV_OUT" | tail -1 | cut -c1-100)"
+    else
+        tv_line="skipped"
+    fi
+    if [ "$have_bench_train" = 1 ]; then
+        bench_train "$first_dt" 120
+    fi
+
+    # ---- 3. the GPU model test, short
+    gpu_model_test "${GPU_MODEL_STEPS_1:-50}" 90
+fi
+
+# =================================== stage 2 ===========================================================
+if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
+    set_stage_deadline 2
+    # ---- 4. the GPU model test at full length
+    gpu_model_test "${GPU_MODEL_STEPS_2:-200}" 240
+    # and any CUDA test program this script does not know by name
+    for t in "$BUILD"/tests/cuda/test_*; do
+        case $(basename "$t") in test_cuda_ops | test_cuda_detect | test_gpu_model) continue ;; esac
+        [ -x "$t" ] || continue
+        step "$(basename "$t")" 120 env ROOT="$ROOT" "$t"
+        result "$(basename "$t")" "$(verdict $?)"
+    done
+
+    # ---- 5. gradient buckets over GPU arenas: 1 rank, and 2 ranks on the one GPU through MPI
+    # host staging (NCCL refuses two ranks of one communicator on one GPU)
+    if [ -x "$BUILD/tests/mpi/prog_buckets" ]; then
+        MPIRUN=$(command -v mpirun || command -v orterun)
+        step "gpu buckets, 1 rank" 60 env OMP_NUM_THREADS=1 "$BUILD/tests/mpi/prog_buckets" check-gpu
+        rc=$?
+        result "gpu buckets, 1 rank" "$(verdict $rc)"
+        if [ -n "$MPIRUN" ] && [ "$rc" = 0 ]; then
+            step "gpu buckets, 2 ranks" 90 env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                "$MPIRUN" --oversubscribe -np 2 "$BUILD/tests/mpi/prog_buckets" check-gpu
+            result "gpu buckets, 2 ranks" "$(verdict $?)"
+        fi
+    fi
+
+    # ---- 6. training smoke run: tiny config on a synthetic set, MODEL.DEVICE=cuda
+    if [ "${SKIP_SMOKE:-0}" != 1 ] && [ -x "$BUILD/mrcnn" ] && [ -x "$BUILD/mrcnn-prep" ]; then
+        SM=$TMPD/smoke
+        mkdir -p "$SM"
+        if step "smoke data" 90 bash -c "'$BUILD/mrcnn-prep' shapes --out '$SM/raw' --train 32 --val 4 --size 128x128 &&
+            '$BUILD/mrcnn-prep' coco --annotations '$SM/raw/annotations/instances_train.json' --images '$SM/raw/train' \
+            --out '$SM/shards' --name train --shards 1"; then
+            step "smoke train (${SMOKE_DEVICE:-cuda}, tiny, ${SMOKE_STEPS:-20} steps)" 150 bash -c "set -o pipefail; '$BUILD/mrcnn' train \
+                --config configs/tiny.yaml --set MODEL.DEVICE=${SMOKE_DEVICE:-cuda} --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
+                --set OUTPUT_DIR='$SM/out' --set LOG_PERIOD=5 --max-steps ${SMOKE_STEPS:-20}"
+            rc=$?
+            smoke_line="rc=$rc: $(grep -E 'step [0-9]+/[0-9]+ +loss' "$STEP_OUT" | tail -1 |
+                sed 's/^\[[^]]*\] *//; s/ loss_objectness.* lr [^ ]*//' | cut -c1-100)"
+            grep -q "training on the CPU" "$STEP_OUT" && smoke_line="$smoke_line (fell back to the CPU)"
+        else
+            smoke_line="data preparation failed (see the log)"
+        fi
+        rm -rf "$SM"
+    fi
+
+    # ---- 7. the training benchmark at the other precisions, then the scaling model
+    if [ "$have_bench_train" = 1 ]; then
+        for dt in $TRAIN_DTYPES; do
+            [ "$dt" = "$first_dt" ] && continue
+            bench_train "$dt" 150
+        done
+        tl=${SCALING_TIMELINE:-}
+        if [ -z "$tl" ]; then
+            for dt in $TRAIN_DTYPES; do
+                [ -s "$OUTDIR/timeline_1gpu_$dt.json" ] && { tl=$OUTDIR/timeline_1gpu_$dt.json; break; }
+            done
+        fi
+        if [ -n "$tl" ] && [ -s "$tl" ]; then
+            step "scaling model from $(basename "$tl")" 30 "$BUILD/mrcnn" bench scaling --model "$tl" --gpus 8,16,64 \
+                --out "$TMPD/scaling_model"
+            cp "$STEP_OUT" "$TMPD/scaling.txt"
+            for f in scaling_model.csv scaling_model.png; do
+                [ -f "$TMPD/scaling_model/$f" ] && cp "$TMPD/scaling_model/$f" "$OUTDIR/$f"
+            done
+            scaling_line="$(grep -E '^ +(8|64) ' "$TMPD/scaling.txt" | awk '{ printf "%s GPUs %s eff, ", $1, $7 }' | sed 's/, $//') ($(basename "$tl"))"
+        fi
+    fi
+
+    # ---- 8. op benchmark
+    for dt in ${BENCH_DTYPES-bf16}; do
+        [ -x "$BUILD/bench/bench_gpu_ops" ] || break
+        echo "== op benchmark $dt" >> "$BENCH_OUT"
+        step "op benchmark $dt" 150 env MRCNN_CONV_VERBOSE=1 "$BUILD/bench/bench_gpu_ops" --dtype $dt --iters ${BENCH_ITERS:-20}
+        rc=$?
+        cat "$STEP_OUT" >> "$BENCH_OUT"
+        result "op benchmark $dt" "$(verdict $rc)"
+    done
+fi
+
+# ---- summary ------------------------------------------------------------------------------------------
+{
+    echo
+    echo "==== GPU check, stage $STAGE: ${device:-no GPU?}, build $BUILD, $(($(date +%s) - T0))s of ${BUDGET}s ===="
+    echo "cpu features              : avx avx2 fma bmi1 bmi2 f16c movbe present"
+    [ -n "$unresolved" ] && echo "unresolved libs           :$unresolved"
+    cat "$RESULTS"
+    if [ "$STAGE" != 2 ] || [ -n "$(ls "$TMPD"/bench_train_*.txt 2>/dev/null)" ]; then
+        echo "training throughput (same call, same workload; peak: torchvision max_memory_allocated, mrcnn its allocator high-water):"
+        printf "  %-18s %9s %9s %9s %s\n" what img/s ms/step "peak GiB" "loss first -> last"
+        tv_rate=""
+        if grep -q 'torchvision train' "$TV_OUT"; then
+            while read -r l; do
+                printf "  %-18s %9s %9s %9s %s\n" "torchvision $(echo "$l" | awk '{print $3}')" \
+                    "$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)" "$(echo "$l" | grep -oE '[0-9.]+ ms/iter' | cut -d' ' -f1)" \
+                    "$(echo "$l" | grep -oE 'peak [0-9.]+' | cut -d' ' -f2)" "$(echo "$l" | sed -n 's/.*loss first \([^ ]*\) last \([^ ]*\).*/\1 -> \2/p')"
+                [ -z "$tv_rate" ] && tv_rate=$(echo "$l" | grep -oE '[0-9.]+ img/s' | cut -d' ' -f1)
+            done < <(grep 'torchvision train' "$TV_OUT")
+        else
+            echo "  torchvision: $tv_line"
+        fi
+        for dt in $TRAIN_DTYPES; do
+            f=$TMPD/bench_train_$dt.txt
+            [ -f "$f" ] || continue
+            j=$(grep '^{"bench": "train"' "$f" 2>/dev/null | tail -1)
+            if [ -z "$j" ]; then
+                echo "  mrcnn $dt: no result (see the log)"
+                continue
+            fi
+            "${PY_ENV[@]}" python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+f = lambda v: v if isinstance(v, float) else float("nan")
+print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s" % ("mrcnn " + j["precision"], j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024,
+      f(j["loss_first"]), f(j["loss_last"]), "" if j["finite"] else "  NOT FINITE"))' "$j"
+            if [ "$dt" = "$first_dt" ] && [ -n "$tv_rate" ]; then
+                mr=$("${PY_ENV[@]}" python3 -c 'import json, sys; print(json.loads(sys.argv[1])["img_per_s"])' "$j")
+                echo "  ratio mrcnn $first_dt / torchvision (first row): $(awk -v a="$mr" -v b="$tv_rate" 'BEGIN { printf "%.2f", a / b }') (milestone >= 1, goal >= 2.5)"
+            fi
+        done
+        [ "$have_bench_train" = 1 ] || echo "  mrcnn: no \`mrcnn bench train\` in this build"
+    fi
+    [ -n "$smoke_line" ] && echo "smoke (${SMOKE_DEVICE:-cuda})              : $smoke_line"
+    [ -n "$scaling_line" ] && echo "scaling model             : $scaling_line"
+    if grep -qE "^(conv|linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT"; then
+        echo "convolutions (fwd + bwd data + bwd filter; % of the measured cuDNN ceiling):"
+        grep -E "^conv .* fwd\+bwd " "$BENCH_OUT" | awk '{
+            n = index($0, " fwd+bwd"); name = substr($0, 1, n - 1);
+            printf "  %-34s %-5s %9s ms %7s TFLOP/s %6s of %s\n", name, $(NF-7), $(NF-6), $(NF-4), $(NF-2), $NF }'
+        echo "fused conv+bias+ReLU choices:"
+        grep -E "^conv x .*-> (fused|plain)" "$BENCH_OUT" | sed 's/^/  /' | sort -u
+        echo "other ops:"
+        grep -E "^(linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT" |
+            awk '{ printf "  %s\n", $0 }' | cut -c1-110
+    fi
     ls "$OUTDIR"/timeline_1gpu_*.json > /dev/null 2>&1 && echo "timelines: $(cd "$OUTDIR" && ls timeline_1gpu_*.json | tr '\n' ' ')(mrcnn bench scaling --model FILE)"
+    echo "steps (name, exit status, seconds):"
+    sed 's/^/  /' "$STEPS_TABLE"
 } > "$SUMMARY"
 cat "$SUMMARY" >> "$LOG"
-rm -f "$OUTDIR"/.bench_ops.txt "$OUTDIR"/.tv.txt "$OUTDIR"/.scaling.txt
+
+# ---- at most 8 files come back: fold any others into the log (text) or drop them -----------------------
+n=$(find "$OUTDIR" -type f | wc -l)
+if [ "$n" -gt 8 ]; then
+    find "$OUTDIR" -type f ! -name gpu_check.log ! -name summary.txt | sort | tail -n +7 | while read -r f; do
+        if grep -Iq . "$f" 2>/dev/null; then { echo "==== folded in: ${f#$OUTDIR/}"; cat "$f"; } >> "$LOG"; fi
+        rm -f "$f"
+    done
+    find "$OUTDIR" -mindepth 1 -type d -empty -delete
+fi
 cat "$SUMMARY"
-case "$test_status" in *FAIL*) exit 1 ;; PASS*) exit 0 ;; *) exit 1 ;; esac
+grep -q "FAIL" "$RESULTS" && exit 1
+exit 0

@@ -29,7 +29,26 @@
         ncclResult_t e_ = (call);                                                      \
         if (e_ != ncclSuccess) mrcnn_fail("NCCL", #call, ncclGetErrorString(e_), __FILE__, __LINE__); \
     } while (0)
-/* Kernel launches report errors only through cudaGetLastError. */
-#define MRCNN_CHECK_LAUNCH(what) MRCNN_CHECK_CUDA(cudaGetLastError())
+/* Kernel launches report errors only through cudaGetLastError. MRCNN_CHECK_LAUNCH("op")
+ * after each launch fails with the op (kernel) named, the CUDA error's name and text,
+ * and file:line. An asynchronous fault (illegal address, trap) of a kernel surfaces
+ * only at a later call, so by default it may be reported at another kernel; with
+ * MRCNN_CUDA_SYNC_CHECK=1 in the environment (read once per process) every launch is
+ * followed by a device synchronisation, so the fault is reported at the kernel that
+ * caused it (slow: for debugging and for the GPU op tests). MRCNN_CUDA_DEBUG_SYNC("call")
+ * does the same after a library call that launches kernels (cuDNN, cuBLAS): nothing
+ * unless that mode is on. Both are defined in src/cuda/backend_cuda.cu. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+void mrcnn_cuda_check_launch(const char *what, const char *file, int line);
+void mrcnn_cuda_debug_sync(const char *what, const char *file, int line);
+/* 1 when MRCNN_CUDA_SYNC_CHECK is set to a nonzero number. */
+int mrcnn_cuda_sync_check(void);
+#ifdef __cplusplus
+}
+#endif
+#define MRCNN_CHECK_LAUNCH(what) mrcnn_cuda_check_launch((what), __FILE__, __LINE__)
+#define MRCNN_CUDA_DEBUG_SYNC(what) mrcnn_cuda_debug_sync((what), __FILE__, __LINE__)
 
 #endif

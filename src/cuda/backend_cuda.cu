@@ -89,6 +89,44 @@ const void *cu_as_dtype(cu_state *s, const mrcnn_tensor *t, mrcnn_dtype dt, int 
     return dst;
 }
 
+/* ---- launch checks (cuda_check.h) ------------------------------------------------- */
+
+extern "C" int mrcnn_cuda_sync_check(void) {
+    static const int on = [] {
+        const char *v = getenv("MRCNN_CUDA_SYNC_CHECK");
+        return v && *v && atoi(v) != 0 ? 1 : 0;
+    }(); // read once, thread-safe (C++ local static)
+    return on;
+}
+
+extern "C" void mrcnn_cuda_check_launch(const char *what, const char *file, int line) {
+    const int sync = mrcnn_cuda_sync_check();
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        mrcnn_failf("CUDA", "kernel launch", file, line, "CUDA kernel %s: launch failed: %s: %s%s", what ? what : "?",
+                    cudaGetErrorName(e), cudaGetErrorString(e),
+                    sync ? ""
+                         : " (a fault of an earlier kernel also surfaces here: rerun with MRCNN_CUDA_SYNC_CHECK=1 "
+                           "to have each kernel checked as it finishes)");
+    if (!sync) return;
+    e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        mrcnn_failf("CUDA", "cudaDeviceSynchronize", file, line,
+                    "CUDA kernel %s failed while running: %s: %s (MRCNN_CUDA_SYNC_CHECK=1: the device was "
+                    "synchronised after this launch and was clean at the previous check)",
+                    what ? what : "?", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+extern "C" void mrcnn_cuda_debug_sync(const char *what, const char *file, int line) {
+    if (!mrcnn_cuda_sync_check()) return;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        mrcnn_failf("CUDA", "cudaDeviceSynchronize", file, line,
+                    "%s failed while running: %s: %s (MRCNN_CUDA_SYNC_CHECK=1: the device was synchronised "
+                    "after this call and was clean at the previous check)",
+                    what ? what : "?", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 /* ---- memory --------------------------------------------------------------------- */
 
 /* be->alloc / be->free: stream-ordered from the device's default pool, which keeps

@@ -4,7 +4,16 @@
  * conv + bias + ReLU uses cudnnConvolutionBiasActivationForward only where it is
  * faster: that call takes IMPLICIT_PRECOMP_GEMM alone, which often loses to the
  * best plain algorithm followed by the bias + ReLU kernel, so the first call of a
- * shape times both. */
+ * shape times both.
+ *
+ * Math types: the descriptor starts with the precision's math type (fp32 without TF32:
+ * CUDNN_FMA_MATH, which keeps the tensor cores off; otherwise CUDNN_TENSOR_OP_MATH),
+ * the algorithm searches run with it, and each direction's chosen result carries the
+ * math type cuDNN timed it with (cuDNN pairs an algorithm with a math type). That math
+ * type is set on the descriptor before every call of that direction: one descriptor
+ * serves forward, data gradient and filter gradient, whose choices may differ. fp32
+ * without TF32 accepts only results whose math type is CUDNN_FMA_MATH: a
+ * CUDNN_DEFAULT_MATH result may run TF32 on Ampere and later. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +36,9 @@ struct cu_conv_algo {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    /* base_math: the precision's math type (searches, the fused call); the others: each
+     * direction's chosen result's; cur_math: what the descriptor holds now. */
+    cudnnMathType_t base_math, fwd_math, bwd_data_math, bwd_filter_math, cur_math;
     size_t fwd_ws, bwd_data_ws, bwd_filter_ws, fused_ws;
     int fused; // -1 undecided, 0 plain conv then bias + ReLU kernel, 1 fused call
 };
@@ -61,8 +73,9 @@ static void entry_init(cu_state *s, cu_conv_algo *e, const conv_key *k) {
     MRCNN_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(e->conv_desc, k->ph, k->pw, k->sh, k->sw, k->dh, k->dw,
                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     /* FMA_MATH keeps fp32 convs off TF32; half types want the tensor cores. */
-    cudnnMathType_t math = (k->dtype == MRCNN_DTYPE_F32 && !k->tf32) ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
-    MRCNN_CHECK_CUDNN(cudnnSetConvolutionMathType(e->conv_desc, math));
+    e->base_math = (k->dtype == MRCNN_DTYPE_F32 && !k->tf32) ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    MRCNN_CHECK_CUDNN(cudnnSetConvolutionMathType(e->conv_desc, e->base_math));
+    e->cur_math = e->base_math;
     int on, oc, oh, ow;
     MRCNN_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(e->conv_desc, e->x_desc, e->w_desc, &on, &oc, &oh, &ow));
     MRCNN_CHECK(on == k->n && oc == k->k, "conv2d: cuDNN output dims (%d, %d) disagree with (N, K) = (%d, %d)", on, oc,
@@ -118,14 +131,65 @@ static cu_conv_algo *conv_lookup(cu_state *s, const conv_key *k) {
     return e;
 }
 
-/* fp32 without TF32 is the reference precision: it accepts FMA-math results only and
- * leaves out the FFT and Winograd transforms, whose rounding errors exceed plain
- * fp32 summation's. Every other mode takes the fastest algorithm. */
+/* fp32 without TF32 is the reference precision: it accepts CUDNN_FMA_MATH results only
+ * (not TENSOR_OP, TENSOR_OP_ALLOW_CONVERSION or DEFAULT, any of which may run on TF32
+ * tensor cores) and leaves out the FFT and Winograd transforms, whose rounding errors
+ * exceed plain fp32 summation's. Every other mode takes the fastest algorithm. */
+static int fp32_strict(const conv_key *k) { return k->dtype == MRCNN_DTYPE_F32 && !k->tf32; }
+
 static int perf_ok(const cu_state *s, const conv_key *k, cudnnStatus_t st, size_t mem, cudnnMathType_t math,
                    int transform) {
     if (st != CUDNN_STATUS_SUCCESS || mem > s->workspace_limit) return 0;
-    if (k->dtype == MRCNN_DTYPE_F32 && !k->tf32 && (math == CUDNN_TENSOR_OP_MATH || transform)) return 0;
+    if (fp32_strict(k) && (math != CUDNN_FMA_MATH || transform)) return 0;
     return 1;
+}
+
+static const char *math_name(cudnnMathType_t m) {
+    switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op-conversion";
+    case CUDNN_FMA_MATH: return "fma";
+    default: return "?";
+    }
+}
+
+/* The descriptor's math type, set only when it changes (a host-side call either way). */
+static void set_math(cu_conv_algo *e, cudnnMathType_t m) {
+    if (e->cur_math == m) return;
+    MRCNN_CHECK_CUDNN(cudnnSetConvolutionMathType(e->conv_desc, m));
+    e->cur_math = m;
+}
+
+/* Nothing cuDNN offered was acceptable: fails with what it offered (algorithm, math
+ * type, status, workspace), which says whether the math-type or the workspace rule
+ * excluded everything. */
+template <typename Perf>
+static void no_algorithm(const cu_state *s, const cu_conv_algo *e, const Perf *perf, int n, const char *what) {
+    char list[768];
+    size_t used = 0;
+    list[0] = 0;
+    for (int i = 0; i < n && used + 1 < sizeof list; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%d/%s/%s/%zuMB", i ? ", " : "", (int)perf[i].algo,
+                         math_name(perf[i].mathType), perf[i].status == CUDNN_STATUS_SUCCESS ? "ok" : "unsupported",
+                         perf[i].memory >> 20);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    MRCNN_CHECK(0, "%s: cuDNN offers no %salgorithm within a %zu MB workspace for x (%d, %d, %d, %d), K %d, %dx%d "
+                "(offered algo/math/status/workspace: %s)",
+                what, fp32_strict(&e->key) ? "FMA-math non-transform " : "", s->workspace_limit >> 20, e->key.n,
+                e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, n ? list : "nothing");
+}
+
+static void verbose_choice(const cu_conv_algo *e, const char *dir, int algo, cudnnMathType_t math, size_t ws,
+                           const cu_state *s) {
+    if (!getenv("MRCNN_CONV_VERBOSE")) return;
+    static const char *const dt_name[] = {"fp32", "fp16", "bf16"};
+    int dt = e->key.dtype == MRCNN_DTYPE_F16 ? 1 : e->key.dtype == MRCNN_DTYPE_BF16 ? 2 : 0;
+    fprintf(stderr, "conv algo x (%d, %d, %d, %d) K %d %dx%d s%d %s%s: %s algo %d math %s ws %zu MB (%s)\n", e->key.n,
+            e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, e->key.sh, dt_name[dt],
+            e->key.tf32 ? " tf32" : "", dir, algo, math_name(math), ws >> 20, s->algo_find ? "find" : "heuristic");
 }
 
 static int fwd_transform(cudnnConvolutionFwdAlgo_t a) {
@@ -148,6 +212,7 @@ static int bwd_filter_transform(cudnnConvolutionBwdFilterAlgo_t a) {
 static void choose_fwd(cu_state *s, cu_conv_algo *e) {
     cudnnConvolutionFwdAlgoPerf_t perf[CU_MAX_ALGOS];
     int n = 0;
+    set_math(e, e->base_math); // the search runs under the precision's math type
     if (s->algo_find)
         MRCNN_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
                                                                CU_MAX_ALGOS, &n, perf));
@@ -157,18 +222,20 @@ static void choose_fwd(cu_state *s, cu_conv_algo *e) {
     for (int i = 0; i < n; i++) {
         if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, fwd_transform(perf[i].algo))) {
             e->fwd = perf[i].algo;
+            e->fwd_math = perf[i].mathType;
             e->fwd_ws = perf[i].memory;
             e->have_fwd = 1;
+            verbose_choice(e, "fwd", (int)e->fwd, e->fwd_math, e->fwd_ws, s);
             return;
         }
     }
-    MRCNN_CHECK(0, "conv2d_forward: cuDNN offers no algorithm within a %zu MB workspace for x (%d, %d, %d, %d), K %d, %dx%d",
-                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s);
+    no_algorithm(s, e, perf, n, "conv2d_forward");
 }
 
 static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CU_MAX_ALGOS];
     int n = 0;
+    set_math(e, e->base_math);
     if (s->algo_find)
         MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
                                                                     e->x_desc, CU_MAX_ALGOS, &n, perf));
@@ -178,18 +245,20 @@ static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
     for (int i = 0; i < n; i++) {
         if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_data_transform(perf[i].algo))) {
             e->bwd_data = perf[i].algo;
+            e->bwd_data_math = perf[i].mathType;
             e->bwd_data_ws = perf[i].memory;
             e->have_bwd_data = 1;
+            verbose_choice(e, "bwd-data", (int)e->bwd_data, e->bwd_data_math, e->bwd_data_ws, s);
             return;
         }
     }
-    MRCNN_CHECK(0, "conv2d_backward: cuDNN offers no data-gradient algorithm within %zu MB for x (%d, %d, %d, %d), K %d",
-                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k);
+    no_algorithm(s, e, perf, n, "conv2d_backward (data gradient)");
 }
 
 static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CU_MAX_ALGOS];
     int n = 0;
+    set_math(e, e->base_math);
     if (s->algo_find)
         MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
                                                                       e->w_desc, CU_MAX_ALGOS, &n, perf));
@@ -199,13 +268,14 @@ static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
     for (int i = 0; i < n; i++) {
         if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_filter_transform(perf[i].algo))) {
             e->bwd_filter = perf[i].algo;
+            e->bwd_filter_math = perf[i].mathType;
             e->bwd_filter_ws = perf[i].memory;
             e->have_bwd_filter = 1;
+            verbose_choice(e, "bwd-filter", (int)e->bwd_filter, e->bwd_filter_math, e->bwd_filter_ws, s);
             return;
         }
     }
-    MRCNN_CHECK(0, "conv2d_backward: cuDNN offers no filter-gradient algorithm within %zu MB for x (%d, %d, %d, %d), K %d",
-                s->workspace_limit >> 20, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k);
+    no_algorithm(s, e, perf, n, "conv2d_backward (filter gradient)");
 }
 
 static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype, const char *op) {
@@ -229,18 +299,25 @@ static const float k_one = 1.0f, k_zero = 0.0f;
 
 static cudnnStatus_t run_fused(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, void *y) {
     void *ws = cu_workspace(s, e->fused_ws);
+    /* The fused call's one algorithm under the precision's math type (what its
+     * workspace size was asked with). */
+    set_math(e, e->base_math);
     /* z = y with alpha2 = 0: the call requires a z tensor; its value does not enter. */
-    return cudnnConvolutionBiasActivationForward(s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc,
-                                                 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, e->fused_ws,
-                                                 &k_zero, e->y_desc, y, e->b_desc, b, e->act_desc, e->y_desc, y);
+    cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+        s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws,
+        e->fused_ws, &k_zero, e->y_desc, y, e->b_desc, b, e->act_desc, e->y_desc, y);
+    if (st == CUDNN_STATUS_SUCCESS) MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBiasActivationForward");
+    return st;
 }
 
 /* b in its own dtype bt (an fp32 bias is added unrounded). */
 static void run_plain(cu_state *s, cu_conv_algo *e, const void *x, const void *w, const void *b, mrcnn_dtype bt,
                       int relu, void *y) {
     void *ws = cu_workspace(s, e->fwd_ws);
+    set_math(e, e->fwd_math);
     MRCNN_CHECK_CUDNN(cudnnConvolutionForward(s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc, e->fwd, ws,
                                               e->fwd_ws, &k_zero, e->y_desc, y));
+    MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionForward");
     cu_bias_act(s, y, (mrcnn_dtype)e->key.dtype, (int64_t)e->key.n * e->p * e->q, e->key.k, b, bt, relu);
 }
 
@@ -260,6 +337,7 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
         e->fused = 0;
         return;
     }
+    set_math(e, e->base_math);
     cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
                                                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
                                                                &e->fused_ws);
@@ -357,9 +435,11 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
         const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
         if (!e->have_bwd_data) choose_bwd_data(s, e);
         void *ws = cu_workspace(s, e->bwd_data_ws);
+        set_math(e, e->bwd_data_math);
         MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardData(s->cudnn, &k_one, e->w_desc, wp, e->y_desc, dy->data,
                                                        e->conv_desc, e->bwd_data, ws, e->bwd_data_ws, &k_one,
                                                        e->x_desc, dx->data));
+        MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBackwardData");
     }
     if (dw) {
         cu_check_float(x, "conv2d_backward x");
@@ -373,9 +453,11 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
         const int direct = dw->dtype == dt;
         void *target = direct ? dw->data : cu_scratch(s, CU_SCRATCH_GRAD, (size_t)nw * cu_dtype_size(dt));
         void *ws = cu_workspace(s, e->bwd_filter_ws);
+        set_math(e, e->bwd_filter_math);
         MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardFilter(s->cudnn, &k_one, e->x_desc, x->data, e->y_desc, dy->data,
                                                          e->conv_desc, e->bwd_filter, ws, e->bwd_filter_ws,
                                                          direct ? &k_one : &k_zero, e->w_desc, target));
+        MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBackwardFilter");
         if (!direct) cu_accumulate(s, target, dt, dw->data, dw->dtype, nw);
     }
     if (db) {

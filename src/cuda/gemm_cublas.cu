@@ -38,6 +38,7 @@ static void lin_fwd(cu_state *s, int n, int in, int out, const void *x, const vo
     MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, cublas_dtype(dt), in, x,
                                     cublas_dtype(dt), in, &beta, y, cublas_dtype(yt), out, compute_type(s, dt),
                                     CUBLAS_GEMM_DEFAULT));
+    MRCNN_CUDA_DEBUG_SYNC("cublasGemmEx (linear forward)");
 }
 
 /* dx (n, in) += dy (n, out) w (out, in). */
@@ -48,6 +49,7 @@ static void lin_bwd_data(cu_state *s, int n, int in, int out, const void *dy, co
     MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, cublas_dtype(dt), in, dy,
                                     cublas_dtype(dt), out, &one, dx, cublas_dtype(dxt), in, compute_type(s, dt),
                                     CUBLAS_GEMM_DEFAULT));
+    MRCNN_CUDA_DEBUG_SYNC("cublasGemmEx (linear data gradient)");
 }
 
 /* dw (out, in) += dy^T (out, n) x (n, in). */
@@ -58,6 +60,7 @@ static void lin_bwd_filter(cu_state *s, int n, int in, int out, const void *x, c
     MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, cublas_dtype(dt), in, dy,
                                     cublas_dtype(dt), out, &one, dw, cublas_dtype(dwt), in, compute_type(s, dt),
                                     CUBLAS_GEMM_DEFAULT));
+    MRCNN_CUDA_DEBUG_SYNC("cublasGemmEx (linear weight gradient)");
 }
 
 static int as_int(int64_t v, const char *what) {

@@ -2,7 +2,9 @@
  * roi_targets.h) on random data with ties: IoU, matches, NMS keep lists, mask
  * targets and the Philox-keyed balanced sampling must agree exactly (the kernels pin the host's float arithmetic); the box
  * coder within 1e-5 (device logf/expf differ by an ulp). Outputs are poisoned first.
- * Without a GPU, or in a GPU=0 build, it prints "skip: ..." and exits 77. */
+ * Without a GPU, or in a GPU=0 build, it prints "skip [gpu]: ..." and exits 77; when
+ * MRCNN_REQUIRE lists gpu, or the machine has a GPU but the backend did not start, that
+ * is a failure, exit 1 (test_gpu_skip, tests/common/test_util.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,10 +471,7 @@ GUARDED_TEST(test_rle_decode)
 int main(void) {
     const char *why = NULL;
     G = mrcnn_backend_cuda_create(0, &why);
-    if (!G) {
-        printf("skip: no GPU (%s)\n", why ? why : "?");
-        return 77;
-    }
+    if (!G) return test_gpu_skip(why);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
         cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
@@ -486,8 +485,5 @@ int main(void) {
     return rc;
 }
 #else
-int main(void) {
-    printf("skip: no GPU (this build has no CUDA (built with GPU=0))\n");
-    return 77;
-}
+int main(void) { return test_gpu_skip("this build has no CUDA (built with GPU=0)"); }
 #endif

@@ -16,8 +16,14 @@
  *  - fp16/bf16 against the CPU backend's rounded-storage mode: 1e-2 (one bf16 ulp is
  *    2^-8 of a value, and values straddling a rounding boundary differ by one ulp).
  *
- * Without a GPU (or in a GPU=0 build) the program prints "skip: no GPU (...)" and
- * exits 77, which the runner counts as skipped. */
+ * Odd channel counts at the model's own shapes have their own tests: the stem (C = 3),
+ * the RPN head's objectness and box convs (K = 3, K = 12) and the mask logits (K = 91).
+ *
+ * Without a GPU (or in a GPU=0 build) the program prints "skip [gpu]: no GPU (...)" and
+ * exits 77, which the runner counts as skipped; when MRCNN_REQUIRE lists gpu, or when
+ * the machine has a GPU but the backend did not start, that is a failure: exit 1
+ * (test_gpu_skip, tests/common/test_util.h). MRCNN_CUDA_OPS_SELFCHECK=1 runs the
+ * harness with the CPU backend in the GPU's slot (tests/cuda/test_cuda_ops_selfcheck.sh). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +219,15 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
     C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, NULL);
     G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, NULL);
     tp_expect(&dw, op);
+    /* Weight and bias gradients without dx: how the model calls the stem (the images
+     * take no gradient) and every first layer of a trainable stage after a frozen one. */
+    tp_fill(&dw, -1, 1);
+    tp_fill(&db, -1, 1);
+    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, &db.c);
+    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, &db.g);
+    snprintf(op, sizeof op, "conv_bwd %s no dx", label);
+    tp_expect(&dw, op);
+    tp_expect(&db, op);
     tpair *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tp_free(all[i]);
 }
@@ -241,6 +256,33 @@ static void test_conv2d_body(void) {
         conv_case(mrcnn_conv2d_desc_make(2, 10, 9, 16, 8, 3, 2, 1), "3x3s2");
         conv_case(mrcnn_conv2d_desc_make(1, 12, 14, 4, 8, 7, 2, 3), "7x7s2");
         conv_case(mrcnn_conv2d_desc_make(3, 8, 8, 16, 32, 1, 2, 0), "1x1s2");
+    }
+}
+
+/* Odd channel counts at the model's shapes (R50-FPN: stem 3 -> 64, 7x7 s2 p3, bias +
+ * ReLU forward, dw and db without dx backward; RPN head 1x1 256 -> 3 anchors' objectness
+ * and 256 -> 12 box deltas on an odd FPN level; mask logits 1x1 256 -> 91 classes at
+ * 28x28 per ROI). None is a multiple of 8, so cuDNN's NHWC paths differ from the other
+ * cases' (the half types' tensor-core kernels want multiples of 8). Every combination of
+ * bias, ReLU and the fused call, and every backward output set, as in conv_case. */
+static void odd_channel_cases(void) {
+    conv_case(mrcnn_conv2d_desc_make(2, 30, 38, 3, 64, 7, 2, 3), "stem C3 7x7s2");
+    conv_case(mrcnn_conv2d_desc_make(2, 13, 19, 256, 3, 1, 1, 0), "rpn cls K3");
+    conv_case(mrcnn_conv2d_desc_make(2, 13, 19, 256, 12, 1, 1, 0), "rpn bbox K12");
+    conv_case(mrcnn_conv2d_desc_make(3, 28, 28, 256, 91, 1, 1, 0), "mask logits K91");
+}
+
+/* fp32 (TF32 off: FMA-math algorithms only) in a test of its own, so that a half-type
+ * failure cannot hide its result. */
+static void test_conv2d_odd_fp32_body(void) {
+    set_precision(MRCNN_DTYPE_F32);
+    odd_channel_cases();
+}
+
+static void test_conv2d_odd_half_body(void) {
+    for (int i = 1; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        odd_channel_cases();
     }
 }
 
@@ -613,6 +655,8 @@ static void test_roi_align_body(void) {
 }
 
 GUARDED_TEST(test_conv2d)
+GUARDED_TEST(test_conv2d_odd_fp32)
+GUARDED_TEST(test_conv2d_odd_half)
 GUARDED_TEST(test_conv2d_dilated)
 GUARDED_TEST(test_deconv2x2)
 GUARDED_TEST(test_linear)
@@ -638,10 +682,7 @@ int main(void) {
         GF = mrcnn_backend_cpu_create();
     } else {
         G = mrcnn_backend_cuda_create(0, &why);
-        if (!G) {
-            printf("skip: no GPU (%s)\n", why ? why : "unknown reason");
-            return 77;
-        }
+        if (!G) return test_gpu_skip(why);
         setenv("MRCNN_CONV_FUSED", "1", 1);
         GF = mrcnn_backend_cuda_create(0, &why);
         unsetenv("MRCNN_CONV_FUSED");
@@ -649,7 +690,9 @@ int main(void) {
     }
     C = mrcnn_backend_cpu_create();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d),     cmocka_unit_test(test_deconv2x2), cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_conv2d),     cmocka_unit_test(test_conv2d_odd_fp32),
+        cmocka_unit_test(test_conv2d_odd_half),
+        cmocka_unit_test(test_deconv2x2),  cmocka_unit_test(test_linear),
         cmocka_unit_test(test_relu_add),   cmocka_unit_test(test_maxpool),   cmocka_unit_test(test_upsample_add),
         cmocka_unit_test(test_losses),     cmocka_unit_test(test_sgd),       cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_roi_align),  cmocka_unit_test(test_conv2d_dilated),
