@@ -2,10 +2,13 @@
  * and NAME-index.h5, with MPI. Every rank streams the JSON itself (the same records on
  * every rank, no broadcast), images go to shards by bytes in JSON order, and shard s
  * is written by rank s % ranks. The result does not depend on the rank count. */
+#include <dirent.h>
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coco.h"
@@ -51,12 +54,64 @@ static void coco_usage(FILE *f) {
             "OUTDIR/NAME-00000-of-0000N.h5 ... and the index OUTDIR/NAME-index.h5.\n"
             "  --shards N   number of shard files, balanced by bytes (default 1)\n"
             "  --name NAME  shard name (default: the JSON's base name, e.g. instances_train2017)\n"
-            "  --strict     any bad input is fatal (default: report it, skip it, count it)\n"
-            "Bad input: malformed JSON (always fatal), missing/unreadable/corrupt/truncated images,\n"
-            "annotations with an unknown image or category, boxes without area, polygons with\n"
-            "fewer than 3 points, images without annotations (kept, flagged), file names\n"
-            "outside --images (rejected). Polygons and uncompressed RLE are stored as\n"
-            "compressed RLE with pycocotools' semantics. The format: data_prep/README.md.\n");
+            "  --strict     any bad input is fatal (default: report it, skip it, count it); the\n"
+            "               set already in OUTDIR is left untouched by a failed conversion\n"
+            "Bad input: malformed JSON and image sizes outside [1, 65535] (always fatal),\n"
+            "missing/unreadable/corrupt/truncated images, annotations with an unknown image or\n"
+            "category, boxes without area, non-finite or out-of-range numbers (bbox, area,\n"
+            "iscrowd, polygon coordinates), polygons with fewer than 3 points, malformed RLE,\n"
+            "file names outside --images (also through symbolic links) or with a NUL byte\n"
+            "(rejected). Images without annotations are normal data: kept and flagged, also\n"
+            "with --strict. Polygons and uncompressed RLE are stored as compressed RLE with\n"
+            "pycocotools' semantics. The format: data_prep/README.md.\n");
+}
+
+/* ---- staging: a conversion never touches the set already in --out until it is done ----
+ * Every shard and the index are written into OUT/.NAME.staging/ (each under a .tmp name
+ * until closed). When all are complete, rank 0 removes the old index (the file that
+ * makes a set loadable), moves the new shards into place, and moves the new index in
+ * last. A failure before that (--strict, a write error, a dead rank) removes the
+ * staging folder and leaves the previous set as it was; a crash during the moves leaves
+ * no index, never an index with shards of another conversion. */
+static char g_staging[4096]; // set while this process has a staging folder to clean up
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[8192];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* The failure path (check.h): remove the partial new set, then the default report and
+ * abort (a handler that returns falls through to them). */
+static void on_fail(const char *message) {
+    (void)message;
+    if (g_staging[0]) remove_tree(g_staging);
+    g_staging[0] = 0;
+}
+
+static void commit_staged(const char *out, const char *staging, const char *name, int num_shards) {
+    char from[8192], to[8192], fname[512];
+    snprintf(to, sizeof to, "%s/%s-index.h5", out, name);
+    MRCNN_CHECK(unlink(to) == 0 || errno == ENOENT, "cannot remove the previous index %s: %s", to, strerror(errno));
+    for (int s = 0; s < num_shards; s++) {
+        prep_shard_file_name(fname, sizeof fname, name, s, num_shards);
+        snprintf(from, sizeof from, "%s/%s", staging, fname);
+        snprintf(to, sizeof to, "%s/%s", out, fname);
+        MRCNN_CHECK(rename(from, to) == 0, "cannot move %s to %s: %s", from, to, strerror(errno));
+    }
+    snprintf(from, sizeof from, "%s/%s-index.h5", staging, name);
+    snprintf(to, sizeof to, "%s/%s-index.h5", out, name);
+    MRCNN_CHECK(rename(from, to) == 0, "cannot move %s to %s: %s", from, to, strerror(errno));
+    MRCNN_CHECK(rmdir(staging) == 0, "cannot remove the staging folder %s: %s", staging, strerror(errno));
 }
 
 /* The whole file into *buf (grown); 0 if it cannot be read. */
@@ -122,6 +177,7 @@ int prep_cmd_coco(int argc, char **argv) {
 
     int provided = 0, rank = 0, size = 1;
     MRCNN_CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+    mrcnn_set_fail_handler(on_fail);
     MRCNN_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MRCNN_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
     mrcnn_log_set_rank(rank, size);
@@ -170,9 +226,16 @@ int prep_cmd_coco(int argc, char **argv) {
         while (s + 1 <= num_shards) shard_first[++s] = n_ok;
     }
 
-    /* 3. Write this rank's shards. */
-    if (rank == 0) prep_mkdirs(out);
+    /* 3. Write this rank's shards, into the staging folder. */
+    char staging[4096];
+    snprintf(staging, sizeof staging, "%s/.%s.staging", out, name);
+    if (rank == 0) {
+        prep_mkdirs(out);
+        remove_tree(staging); // what a killed run left
+        MRCNN_CHECK(mkdir(staging, 0777) == 0, "cannot create %s: %s", staging, strerror(errno));
+    }
     MRCNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    snprintf(g_staging, sizeof g_staging, "%s", staging); // from here on, a failure removes it
     coco_report wrep = {.strict = strict, .print = 1};
     int64_t *cnt = MRCNN_CALLOC((size_t)num_shards * 3, sizeof(int64_t), "shard counts");
     int64_t my_total = 0, my_done = 0;
@@ -182,15 +245,19 @@ int prep_cmd_coco(int argc, char **argv) {
     size_t cap = 0, len = 0;
     char path[8192], err[512];
     for (int64_t s = rank; s < num_shards; s += size) {
-        prep_shard_writer *w = prep_shard_begin(out, name, (int)s, (int)num_shards, &ds.cats);
+        prep_shard_writer *w = prep_shard_begin(staging, name, (int)s, (int)num_shards, &ds.cats);
         for (int64_t k = shard_first[s]; k < shard_first[s + 1]; k++) {
             const int64_t ii = order[k];
             const coco_image *im = &ds.images[ii];
             const char *fname = ds.names + im->name_off;
-            snprintf(path, sizeof path, "%s/%s", image_dir, fname);
-            int h = 0, wd = 0, ok = read_file(path, &buf, &cap, &len);
+            /* Resolved again (links followed): it must still be a file inside --images. */
+            const int where = coco_image_path(ds.image_root, image_dir, fname, path, sizeof path);
+            int h = 0, wd = 0, ok = where > 0 && read_file(path, &buf, &cap, &len);
             const uint8_t *data = buf;
-            if (!ok) {
+            if (where < 0) {
+                coco_report_issue(&wrep, ISSUE_IMAGE_PATH, "image id %lld: file_name '%s' resolves to %s, outside %s",
+                                  (long long)im->id, fname, path, ds.image_root);
+            } else if (!ok) {
                 coco_report_issue(&wrep, ISSUE_IMAGE_MISSING, "image id %lld: cannot read %s", (long long)im->id, path);
             } else {
                 if (!mrcnn_image_check(data, len, &h, &wd, err, sizeof err)) {
@@ -227,8 +294,11 @@ int prep_cmd_coco(int argc, char **argv) {
     MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cnt, (int)(3 * num_shards), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
     int64_t wcounts[ISSUE_COUNT];
     MRCNN_CHECK_MPI(MPI_Reduce(wrep.count, wcounts, ISSUE_COUNT, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
+    if (rank != 0) g_staging[0] = 0; // every shard is complete; rank 0 moves the set into place
     if (rank == 0) {
-        prep_index_write(out, name, (int)num_shards, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
+        prep_index_write(staging, name, (int)num_shards, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
+        commit_staged(out, staging, name, (int)num_shards);
+        g_staging[0] = 0;
         int64_t ni = 0, na = 0, nb = 0;
         for (int64_t s = 0; s < num_shards; s++) ni += cnt[s], na += cnt[num_shards + s], nb += cnt[2 * num_shards + s];
         const double secs = mrcnn_time_now() - t0;

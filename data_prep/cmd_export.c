@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
@@ -15,6 +16,14 @@ static void export_usage(FILE *f) {
             "usage: mrcnn-prep export NAME-index.h5 --out FILE.json\n"
             "Writes the images, annotations (segmentation as {\"size\": [h, w], \"counts\": \"...\"})\n"
             "and categories of a shard set as a COCO instances JSON.\n");
+}
+
+static char g_tmp[8192]; // the half-written output, removed on failure
+
+static void on_fail(const char *message) {
+    (void)message;
+    if (g_tmp[0]) unlink(g_tmp);
+    g_tmp[0] = 0;
 }
 
 int prep_cmd_export(int argc, char **argv) {
@@ -44,6 +53,8 @@ int prep_cmd_export(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     FILE *f = fopen(tmp, "w");
     MRCNN_CHECK(f, "cannot write %s", tmp);
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmp);
+    mrcnn_set_fail_handler(on_fail);
     fprintf(f, "{\"categories\": [");
     for (int c = 0; c < set.num_classes; c++) {
         fprintf(f, "%s\n  {\"id\": %lld, \"name\": ", c ? "," : "", (long long)set.category_ids[c]);
@@ -55,11 +66,9 @@ int prep_cmd_export(int argc, char **argv) {
     /* Images first, then annotations: two passes over the shards keep memory small. */
     fprintf(f, "],\n\"images\": [");
     int64_t n = 0;
-    char path[8192];
     for (int s = 0; s < set.num_shards; s++) {
-        mrcnn_shard_set_path(&set, s, path, sizeof path);
         mrcnn_shard sh;
-        mrcnn_shard_open(&sh, path, 0);
+        mrcnn_shard_set_open_shard(&set, s, &sh, 0);
         for (int64_t i = 0; i < sh.num_images; i++) {
             int64_t l = sh.name_offset[i + 1] - sh.name_offset[i];
             char *name = MRCNN_MALLOC((size_t)l + 1, "file name");
@@ -77,9 +86,8 @@ int prep_cmd_export(int argc, char **argv) {
     char *rles = NULL;
     size_t cap = 0;
     for (int s = 0; s < set.num_shards; s++) {
-        mrcnn_shard_set_path(&set, s, path, sizeof path);
         mrcnn_shard sh;
-        mrcnn_shard_open(&sh, path, 0);
+        mrcnn_shard_set_open_shard(&set, s, &sh, 0);
         mrcnn_shard_read_rles(&sh, 0, sh.num_annotations, &rles, &cap);
         const char *r = rles;
         for (int64_t a = 0; a < sh.num_annotations; a++, r += strlen(r) + 1) {
@@ -99,6 +107,7 @@ int prep_cmd_export(int argc, char **argv) {
     free(rles);
     MRCNN_CHECK(fclose(f) == 0, "cannot write %s", tmp);
     MRCNN_CHECK(rename(tmp, out) == 0, "cannot rename %s to %s", tmp, out);
+    g_tmp[0] = 0;
     printf("exported %lld images and %lld annotations to %s\n", (long long)set.num_images,
            (long long)set.num_annotations, out);
     mrcnn_shard_set_free(&set);

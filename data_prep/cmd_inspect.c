@@ -1,5 +1,6 @@
 /* `mrcnn-prep inspect`: a shard set's summary, its integrity check, and a render of one
  * image with its masks and boxes. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,21 +39,24 @@ static void bad(checker *c, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* A reader's message without the leading "PATH: " (bad() prints the path already). */
+static const char *after_path(const char *err, const char *path) {
+    size_t n = strlen(path);
+    return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
+}
+
 static int64_t check_shard(const mrcnn_shard_set *set, int s) {
-    char path[8192];
+    char path[8192], err[1024];
     mrcnn_shard_set_path(set, s, path, sizeof path);
     checker c = {0, path};
     mrcnn_shard sh;
-    mrcnn_shard_open(&sh, path, 0);
-    if (sh.num_images != set->shard_images[s] || sh.num_annotations != set->shard_annotations[s] ||
-        sh.image_bytes != set->shard_bytes[s])
-        bad(&c, "counts (%lld images, %lld annotations, %lld bytes) differ from the index (%lld, %lld, %lld)",
-            (long long)sh.num_images, (long long)sh.num_annotations, (long long)sh.image_bytes,
-            (long long)set->shard_images[s], (long long)set->shard_annotations[s], (long long)set->shard_bytes[s]);
+    /* Opening validates every table (and its checksums) and its counts against the
+     * index; a damaged table ends the check there, with one line saying what it is. */
+    mrcnn_shard_set_open_shard(set, s, &sh, 0);
     int64_t expect_off = 0, expect_ann = 0;
     uint8_t *img = NULL;
     size_t img_cap = 0;
-    char *rles = NULL, err[512];
+    char *rles = NULL;
     size_t rles_cap = 0;
     for (int64_t i = 0; i < sh.num_images; i++) {
         if (sh.offset[i] != expect_off || sh.length[i] <= 0 || sh.offset[i] + sh.length[i] > sh.image_bytes) {
@@ -72,13 +76,18 @@ static int64_t check_shard(const mrcnn_shard_set *set, int s) {
         if (!sh.ann_count[i] != !!(sh.flags[i] & MRCNN_IMAGE_FLAG_NO_ANNOTATIONS))
             bad(&c, "image %lld: the no-annotations flag disagrees with its %lld annotations", (long long)i,
                 (long long)sh.ann_count[i]);
-        size_t len = mrcnn_shard_read_image(&sh, i, &img, &img_cap);
+        size_t len = 0;
         int h = 0, w = 0;
-        if (!mrcnn_image_check(img, len, &h, &w, err, sizeof err))
+        if (!mrcnn_shard_try_read_image(&sh, i, &img, &img_cap, &len, err, sizeof err))
+            bad(&c, "%s", after_path(err, path));
+        else if (!mrcnn_image_check(img, len, &h, &w, err, sizeof err))
             bad(&c, "image %lld (id %lld): %s", (long long)i, (long long)sh.image_id[i], err);
         else if (h != sh.height[i] || w != sh.width[i])
             bad(&c, "image %lld: decodes to %dx%d, the table says %dx%d", (long long)i, h, w, sh.height[i], sh.width[i]);
-        mrcnn_shard_read_rles(&sh, sh.ann_start[i], sh.ann_count[i], &rles, &rles_cap);
+        if (!mrcnn_shard_try_read_rles(&sh, sh.ann_start[i], sh.ann_count[i], &rles, &rles_cap, &len, err, sizeof err)) {
+            bad(&c, "%s", after_path(err, path));
+            continue;
+        }
         const char *r = rles;
         for (int64_t a = sh.ann_start[i]; a < sh.ann_start[i] + sh.ann_count[i]; a++) {
             if (sh.ann_image[a] != i) bad(&c, "annotation %lld: image %lld, expected %lld", (long long)a, (long long)sh.ann_image[a], (long long)i);
@@ -87,7 +96,13 @@ static int64_t check_shard(const mrcnn_shard_set *set, int s) {
                 bad(&c, "annotation %lld: class %d does not map to category %lld", (long long)a, cls,
                     (long long)sh.ann_category_id[a]);
             const float *b = sh.ann_bbox + 4 * a;
+            const double bd[4] = {b[0], b[1], b[2], b[3]};
             if (!(b[2] > 0 && b[3] > 0)) bad(&c, "annotation %lld: box without area", (long long)a);
+            else if (!mrcnn_bbox_in_range(bd, sh.height[i], sh.width[i]))
+                bad(&c, "annotation %lld: box [%g, %g, %g, %g] is not finite or out of range", (long long)a, bd[0], bd[1],
+                    bd[2], bd[3]);
+            if (!isfinite(sh.ann_area[a]) || sh.ann_area[a] < 0)
+                bad(&c, "annotation %lld: area %g is not finite and >= 0", (long long)a, sh.ann_area[a]);
             mrcnn_rle rle;
             if (!mrcnn_rle_from_string(&rle, r, sh.height[i], sh.width[i]))
                 bad(&c, "annotation %lld (id %lld): RLE string does not decode to %dx%d", (long long)a,
@@ -112,10 +127,9 @@ static void render(const mrcnn_shard_set *set, int64_t g, const char *png) {
     int s = 0;
     while (set->image_base[s + 1] <= g) s++;
     const int64_t i = g - set->image_base[s];
-    char path[8192], err[512];
-    mrcnn_shard_set_path(set, s, path, sizeof path);
+    char err[512];
     mrcnn_shard sh;
-    mrcnn_shard_open(&sh, path, 0);
+    mrcnn_shard_set_open_shard(set, s, &sh, 0);
     uint8_t *img = NULL, *rgb = NULL;
     size_t img_cap = 0, rgb_cap = 0;
     size_t len = mrcnn_shard_read_image(&sh, i, &img, &img_cap);

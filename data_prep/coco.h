@@ -12,7 +12,8 @@
 typedef enum {
     ISSUE_IMAGE_MISSING,        // missing or unreadable image file
     ISSUE_IMAGE_CORRUPT,        // truncated or corrupt JPEG/PNG, or size differs from the JSON
-    ISSUE_IMAGE_PATH,           // file_name escapes the image folder (rejected)
+    ISSUE_IMAGE_PATH,           // file_name escapes the image folder (rejected), also through a symbolic link
+    ISSUE_IMAGE_BAD_NAME,       // file_name with a NUL byte (it would be cut there)
     ISSUE_IMAGE_DUPLICATE,      // a second image with an id already seen
     ISSUE_IMAGE_NO_ANNOTATIONS, // kept, flagged
     ISSUE_ANN_UNKNOWN_IMAGE,
@@ -20,6 +21,7 @@ typedef enum {
     ISSUE_ANN_BAD_BOX,          // zero or negative width/height, or missing
     ISSUE_ANN_BAD_POLYGON,      // a polygon with fewer than 3 points (or an odd coordinate count)
     ISSUE_ANN_BAD_SEGMENTATION, // missing/empty segmentation, malformed RLE, RLE size != image size
+    ISSUE_ANN_BAD_NUMBER,       // a bbox, area, iscrowd or polygon number not finite or out of range
     ISSUE_ANN_OF_SKIPPED_IMAGE, // dropped with its image (a consequence, not a cause)
     ISSUE_COUNT
 } coco_issue;
@@ -32,14 +34,21 @@ typedef struct {
 
 const char *coco_issue_name(coco_issue k);
 /* Counts one issue and prints its message (the first few of each kind); with --strict
- * it is fatal. */
+ * it is fatal, except for an image without annotations (normal data: COCO train2017
+ * has about a thousand) and the annotations dropped with a skipped image. */
 void coco_report_issue(coco_report *r, coco_issue k, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
 
-enum { SEG_NONE = 0, SEG_RLE, SEG_POLY, SEG_BAD_POLY, SEG_BAD };
+/* SEG_BAD_RANGE: polygons with a coordinate that is not finite or far outside the image
+ * (mrcnn_polygon_in_range): counted as ISSUE_ANN_BAD_NUMBER. */
+enum { SEG_NONE = 0, SEG_RLE, SEG_POLY, SEG_BAD_POLY, SEG_BAD, SEG_BAD_RANGE };
+/* Why a segmentation is SEG_BAD, for the message. */
+enum { SEGWHY_FORM = 0, SEGWHY_RLE_SIZE, SEGWHY_RLE_SUM, SEGWHY_RLE_COUNTS };
+/* coco_ann.bad_number: the fields whose number is not finite or out of range. */
+enum { BADNUM_BBOX = 1, BADNUM_AREA = 2, BADNUM_ISCROWD = 4 };
 
 typedef struct {
     int64_t id;
@@ -47,6 +56,7 @@ typedef struct {
     int64_t name_off;   // into names
     int64_t file_bytes; // from stat
     int ok;             // 0: skipped
+    int bad_name;       // file_name holds a NUL byte
     int64_t num_ann;    // valid annotations
 } coco_image;
 
@@ -55,7 +65,11 @@ typedef struct {
     float bbox[4];
     double area;
     uint8_t has_bbox, has_area, iscrowd, seg_kind;
+    uint8_t bad_number;   // BADNUM_* bits
+    uint8_t seg_why;      // SEGWHY_* when seg_kind is SEG_BAD
     int32_t rle_h, rle_w; // the RLE's own size (SEG_RLE)
+    int64_t bad_rle_h, bad_rle_w, bad_rle_sum; // what was wrong (SEGWHY_RLE_SIZE / _SUM)
+    int64_t iscrowd_value; // as given
     int64_t seg_off;      // SEG_RLE: into rles (NUL-terminated); SEG_POLY: into polys
     int64_t image;        // index into images once resolved, -1 if unknown
     int32_t class_index;
@@ -77,6 +91,7 @@ typedef struct {
     /* image id -> index (open addressing) */
     int64_t *map_keys, *map_vals;
     int64_t map_cap;
+    char *image_root; // realpath of the image folder (coco_resolve)
 } coco_dataset;
 
 /* Streams the JSON into ds; malformed JSON is fatal with line and byte offset.
@@ -88,10 +103,17 @@ void coco_parse(coco_dataset *ds, const char *path, coco_report *rep, void (*pro
  * deferred polygons, and checks that every image's file exists inside image_dir. */
 void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep);
 void coco_free(coco_dataset *ds);
+/* image_dir/name resolved (symbolic links followed) into out; 1 when it is a file
+ * inside root (the image folder's realpath), 0 when it cannot be resolved (missing),
+ * -1 when it resolves outside root. */
+int coco_image_path(const char *root, const char *image_dir, const char *name, char *out, size_t len);
 int64_t coco_find_image(const coco_dataset *ds, int64_t id);
 int coco_find_category(const coco_dataset *ds, int64_t id);
+/* Whether every coordinate of an annotation's polygons is finite and within reach of
+ * an h x w image (mrcnn_polygon_in_range). */
+int coco_polygons_in_range(const double *p, int64_t h, int64_t w);
 /* pycocotools semantics: the polygons of one annotation rasterized and merged, as a
- * compressed RLE string (malloc'ed). */
+ * compressed RLE string (malloc'ed); they must be in range. */
 char *coco_polygons_to_rle(const double *p, int64_t h, int64_t w);
 
 #endif

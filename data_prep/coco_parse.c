@@ -2,6 +2,8 @@
  * top-level arrays may come in any order: a polygon whose image is already known
  * becomes compressed RLE at once; otherwise its coordinates wait (as doubles, never as
  * text) until coco_resolve. Memory: the records, RLE strings and deferred polygons. */
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,7 @@ typedef struct {
     int64_t counts_len, counts_cap;
     void (*progress)(int64_t, void *);
     void *ctx;
+    int64_t image_index; // the "images" entry being read, for messages
 } parser;
 
 static _Noreturn void json_fatal(parser *p) {
@@ -64,9 +67,22 @@ static int64_t read_int(parser *p, const char *key) {
     if (!ok) {
         /* 1.0 style integers do occur in exported files; accept exact ones. */
         double d = mrcnn_json_double(p->j);
-        if (d == (double)(int64_t)d && d > -9.2e18 && d < 9.2e18) return (int64_t)d;
+        if (d > -9.2e18 && d < 9.2e18 && d == (double)(int64_t)d) return (int64_t)d; // range first: no UB cast
         mrcnn_json_fail(p->j, "\"%s\" must be an integer", key);
         json_fatal(p);
+    }
+    return v;
+}
+
+/* An image's integer that must lie in [lo, hi]: out of it, the image entry is
+ * malformed (fatal, as a missing height is, with the position and the entry's index),
+ * never silently truncated to a narrower type. */
+static int64_t read_int_range(parser *p, const char *key, int64_t lo, int64_t hi) {
+    int64_t v = read_int(p, key);
+    if (v < lo || v > hi) {
+        mrcnn_json_fail(p->j, "images[%lld]: \"%s\" must be an integer in [%lld, %lld], not %s", (long long)p->image_index,
+                        key, (long long)lo, (long long)hi, mrcnn_json_text(p->j, NULL));
+        mrcnn_failf("", "", __FILE__, __LINE__, "%s: %s", p->path, mrcnn_json_error(p->j));
     }
     return v;
 }
@@ -149,6 +165,7 @@ static void parse_images(parser *p) {
     mrcnn_json_token t;
     while ((t = next(p)) == MRCNN_JSON_OBJECT_BEGIN) {
         coco_image im = {.id = 0, .height = -1, .width = -1, .name_off = -1, .ok = 1};
+        p->image_index = ds->num_images;
         int has_id = 0;
         while ((t = next(p)) == MRCNN_JSON_KEY) {
             const char *k = mrcnn_json_text(p->j, NULL);
@@ -156,12 +173,15 @@ static void parse_images(parser *p) {
                 im.id = read_int(p, "id");
                 has_id = 1;
             } else if (!strcmp(k, "height")) {
-                im.height = (int32_t)read_int(p, "height");
+                im.height = (int32_t)read_int_range(p, "height", 1, MRCNN_MAX_IMAGE_SIDE);
             } else if (!strcmp(k, "width")) {
-                im.width = (int32_t)read_int(p, "width");
+                im.width = (int32_t)read_int_range(p, "width", 1, MRCNN_MAX_IMAGE_SIDE);
             } else if (!strcmp(k, "file_name")) {
                 size_t n = 0;
                 const char *s = read_string(p, "file_name", &n);
+                /* "\u0000" unescapes to a NUL byte: the stored name would end there (and
+                 * could name another image). coco_resolve rejects the image. */
+                im.bad_name = memchr(s, 0, n) != NULL;
                 GROW(ds->names, ds->names_len, ds->names_cap, n + 1, "image file names");
                 memcpy(ds->names + ds->names_len, s, n + 1);
                 im.name_off = ds->names_len;
@@ -287,7 +307,7 @@ static int parse_rle(parser *p, coco_ann *a) {
                 while ((t = next(p)) == MRCNN_JSON_NUMBER) {
                     int ok = 0;
                     int64_t v = mrcnn_json_int64(p->j, &ok);
-                    if (!ok || v < 0 || v > UINT32_MAX) bad = 1;
+                    if (!ok || v < 0 || v > UINT32_MAX) bad = 1, a->seg_why = SEGWHY_RLE_COUNTS;
                     GROW(p->counts, p->counts_len, p->counts_cap, 1, "RLE counts");
                     p->counts[p->counts_len++] = (uint32_t)v;
                 }
@@ -299,10 +319,17 @@ static int parse_rle(parser *p, coco_ann *a) {
             }
         } else if (!strcmp(k, "size")) {
             expect(p, next(p), MRCNN_JSON_ARRAY_BEGIN, "\"size\": [height, width]");
-            a->rle_h = (int32_t)read_int(p, "size");
-            a->rle_w = (int32_t)read_int(p, "size");
+            const int64_t h = read_int(p, "size"), w = read_int(p, "size");
             expect(p, next(p), MRCNN_JSON_ARRAY_END, "']' after [height, width]");
             have_size = 1;
+            if (h < 1 || h > MRCNN_MAX_IMAGE_SIDE || w < 1 || w > MRCNN_MAX_IMAGE_SIDE) {
+                bad = 1; // never truncated to 32 bits: 2^32 + 64 is not 64
+                a->seg_why = SEGWHY_RLE_SIZE;
+                a->bad_rle_h = h, a->bad_rle_w = w;
+            } else {
+                a->rle_h = (int32_t)h;
+                a->rle_w = (int32_t)w;
+            }
         } else {
             skip_value(p);
         }
@@ -316,7 +343,10 @@ static int parse_rle(parser *p, coco_ann *a) {
         } else {
             uint64_t sum = 0;
             for (int64_t i = 0; i < p->counts_len; i++) sum += p->counts[i];
-            if (sum == (uint64_t)a->rle_h * (uint64_t)a->rle_w) {
+            if (sum != (uint64_t)a->rle_h * (uint64_t)a->rle_w) {
+                a->seg_why = SEGWHY_RLE_SUM;
+                a->bad_rle_sum = (int64_t)sum;
+            } else {
                 mrcnn_rle r;
                 mrcnn_rle_init(&r, a->rle_h, a->rle_w, p->counts_len, p->counts);
                 char *s = mrcnn_rle_to_string(&r);
@@ -329,6 +359,17 @@ static int parse_rle(parser *p, coco_ann *a) {
     }
     free(str);
     return kind;
+}
+
+int coco_polygons_in_range(const double *p, int64_t h, int64_t w) {
+    const int npoly = (int)p[0];
+    const double *q = p + 1;
+    for (int i = 0; i < npoly; i++) {
+        int k = (int)q[0];
+        if (!mrcnn_polygon_in_range(q + 1, 2 * (int64_t)k, h, w)) return 0;
+        q += 1 + 2 * k;
+    }
+    return 1;
 }
 
 char *coco_polygons_to_rle(const double *p, int64_t h, int64_t w) {
@@ -377,13 +418,24 @@ static void parse_annotations(parser *p) {
                 a.category_id = read_int(p, "category_id");
                 has_cat = 1;
             } else if (!strcmp(k, "iscrowd")) {
-                a.iscrowd = read_int(p, "iscrowd") != 0;
+                a.iscrowd_value = read_int(p, "iscrowd");
+                a.iscrowd = a.iscrowd_value != 0;
+                if (a.iscrowd_value != 0 && a.iscrowd_value != 1) a.bad_number |= BADNUM_ISCROWD;
             } else if (!strcmp(k, "area")) {
                 a.area = read_number(p, "area");
                 a.has_area = 1;
+                if (!isfinite(a.area) || a.area < 0) a.bad_number |= BADNUM_AREA;
             } else if (!strcmp(k, "bbox")) {
                 expect(p, next(p), MRCNN_JSON_ARRAY_BEGIN, "\"bbox\": [x, y, w, h]");
-                for (int i = 0; i < 4; i++) a.bbox[i] = (float)read_number(p, "bbox");
+                for (int i = 0; i < 4; i++) {
+                    const double v = read_number(p, "bbox"); // 1e400 reads as inf, 1e39 fits no float
+                    if (isfinite(v) && fabs(v) <= FLT_MAX) {
+                        a.bbox[i] = (float)v;
+                    } else {
+                        a.bbox[i] = isnan(v) ? NAN : v < 0 ? -INFINITY : INFINITY;
+                        a.bad_number |= BADNUM_BBOX;
+                    }
+                }
                 expect(p, next(p), MRCNN_JSON_ARRAY_END, "']' after the 4 bbox numbers");
                 a.has_bbox = 1;
             } else if (!strcmp(k, "segmentation")) {
@@ -407,7 +459,9 @@ static void parse_annotations(parser *p) {
         }
         if (a.seg_kind == SEG_POLY) {
             int64_t im = coco_find_image(ds, a.image_id);
-            if (im >= 0) {
+            if (im >= 0 && !coco_polygons_in_range(p->seg, ds->images[im].height, ds->images[im].width)) {
+                a.seg_kind = SEG_BAD_RANGE; // never rasterized: its coordinates would overflow the grid
+            } else if (im >= 0) {
                 char *s = coco_polygons_to_rle(p->seg, ds->images[im].height, ds->images[im].width);
                 rles_push(ds, s, strlen(s), &a);
                 a.rle_h = ds->images[im].height;
@@ -478,5 +532,6 @@ void coco_free(coco_dataset *ds) {
     free(ds->polys);
     free(ds->map_keys);
     free(ds->map_vals);
+    free(ds->image_root);
     memset(ds, 0, sizeof *ds);
 }

@@ -1,4 +1,6 @@
 /* After the parse: cross-references, validity checks and the bad-input report. */
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +16,10 @@
 
 static const char *k_issue_names[ISSUE_COUNT] = {
     "missing or unreadable image", "truncated or corrupt image", "file_name escapes the image folder",
-    "duplicate image id", "image without annotations (kept, flagged)", "annotation with unknown image",
-    "annotation with unknown category", "zero or negative box", "polygon with fewer than 3 points",
-    "missing or malformed segmentation", "annotation of a skipped image"};
+    "file_name with a NUL byte", "duplicate image id", "image without annotations (kept, flagged)",
+    "annotation with unknown image", "annotation with unknown category", "zero or negative box",
+    "polygon with fewer than 3 points", "missing or malformed segmentation", "non-finite or out-of-range number",
+    "annotation of a skipped image"};
 
 const char *coco_issue_name(coco_issue k) { return k_issue_names[k]; }
 
@@ -27,11 +30,14 @@ void coco_report_issue(coco_report *r, coco_issue k, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     r->count[k]++;
-    if (r->strict && k != ISSUE_ANN_OF_SKIPPED_IMAGE)
+    /* An image without annotations is normal data (COCO train2017 has ~1000), not bad
+     * input: kept and flagged, and counted, also under --strict. */
+    const int normal = k == ISSUE_IMAGE_NO_ANNOTATIONS;
+    if (r->strict && k != ISSUE_ANN_OF_SKIPPED_IMAGE && !normal)
         mrcnn_failf("", "", __FILE__, __LINE__, "bad input (--strict makes it fatal): %s: %s", k_issue_names[k], msg);
     if (!r->print) return;
     if (r->count[k] <= MESSAGES_PER_KIND)
-        fprintf(stderr, "mrcnn-prep coco: warning: %s: %s\n", k_issue_names[k], msg);
+        fprintf(stderr, "mrcnn-prep coco: %s: %s: %s\n", normal ? "note" : "warning", k_issue_names[k], msg);
     if (r->count[k] == MESSAGES_PER_KIND + 1)
         fprintf(stderr, "mrcnn-prep coco: warning: further '%s' messages are only counted\n", k_issue_names[k]);
 }
@@ -72,14 +78,36 @@ static int path_is_safe(const char *name) {
     return 1;
 }
 
+int coco_image_path(const char *root, const char *image_dir, const char *name, char *out, size_t len) {
+    char joined[PATH_MAX + 256], real[PATH_MAX];
+    snprintf(out, len, "%s/%s", image_dir, name);
+    if ((size_t)snprintf(joined, sizeof joined, "%s/%s", image_dir, name) >= sizeof joined) return 0;
+    if (!realpath(joined, real)) return 0;
+    snprintf(out, len, "%s", real);
+    /* Inside: root itself is a folder, so the file must be below "root/". */
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return real[0] == '/' && real[1] ? 1 : -1;
+    return strncmp(real, root, n) == 0 && real[n] == '/' ? 1 : -1;
+}
+
 void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
     sort_categories(&ds->cats);
-    char path[8192];
+    char path[PATH_MAX + 256];
+    char *root = realpath(image_dir, NULL);
+    MRCNN_CHECK(root, "--images %s: %s", image_dir, strerror(errno));
+    free(ds->image_root);
+    ds->image_root = root;
     for (int64_t i = 0; i < ds->num_images; i++) {
         coco_image *im = &ds->images[i];
         const char *name = ds->names + im->name_off;
         if (coco_find_image(ds, im->id) != i) {
             coco_report_issue(rep, ISSUE_IMAGE_DUPLICATE, "image id %lld ('%s') appears again; the first is kept",
+                              (long long)im->id, name);
+            im->ok = 0;
+            continue;
+        }
+        if (im->bad_name) {
+            coco_report_issue(rep, ISSUE_IMAGE_BAD_NAME, "image id %lld: file_name '%s\\u0000...' holds a NUL byte (\\u0000)",
                               (long long)im->id, name);
             im->ok = 0;
             continue;
@@ -90,9 +118,16 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
             im->ok = 0;
             continue;
         }
-        snprintf(path, sizeof path, "%s/%s", image_dir, name);
+        /* Symbolic links are followed: the file itself must lie inside the folder. */
+        int where = coco_image_path(root, image_dir, name, path, sizeof path);
+        if (where < 0) {
+            coco_report_issue(rep, ISSUE_IMAGE_PATH, "image id %lld: file_name '%s' resolves to %s, outside %s",
+                              (long long)im->id, name, path, root);
+            im->ok = 0;
+            continue;
+        }
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, R_OK) != 0) {
+        if (where == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, R_OK) != 0) {
             coco_report_issue(rep, ISSUE_IMAGE_MISSING, "image id %lld: cannot read %s", (long long)im->id, path);
             im->ok = 0;
             continue;
@@ -116,6 +151,19 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
                               aid, (long long)a->category_id);
             continue;
         }
+        if (a->bad_number) {
+            const float *b = a->bbox;
+            if (a->bad_number & BADNUM_BBOX)
+                coco_report_issue(rep, ISSUE_ANN_BAD_NUMBER, "annotation id %lld: \"bbox\" [%g, %g, %g, %g] is not finite (in float32)",
+                                  aid, b[0], b[1], b[2], b[3]);
+            else if (a->bad_number & BADNUM_AREA)
+                coco_report_issue(rep, ISSUE_ANN_BAD_NUMBER, "annotation id %lld: \"area\" %g is not a finite number >= 0", aid,
+                                  a->area);
+            else
+                coco_report_issue(rep, ISSUE_ANN_BAD_NUMBER, "annotation id %lld: \"iscrowd\" is %lld, not 0 or 1", aid,
+                                  (long long)a->iscrowd_value);
+            continue;
+        }
         if (!a->has_bbox || !(a->bbox[2] > 0) || !(a->bbox[3] > 0)) {
             if (a->has_bbox)
                 coco_report_issue(rep, ISSUE_ANN_BAD_BOX, "annotation id %lld: bbox [%g, %g, %g, %g] has no area", aid,
@@ -124,13 +172,36 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
                 coco_report_issue(rep, ISSUE_ANN_BAD_BOX, "annotation id %lld: no \"bbox\"", aid);
             continue;
         }
+        const double bd[4] = {a->bbox[0], a->bbox[1], a->bbox[2], a->bbox[3]};
+        if (!mrcnn_bbox_in_range(bd, im->height, im->width)) {
+            coco_report_issue(rep, ISSUE_ANN_BAD_NUMBER,
+                              "annotation id %lld: \"bbox\" [%g, %g, %g, %g] reaches more than an image size (+%d) outside image %lld's %dx%d",
+                              aid, bd[0], bd[1], bd[2], bd[3], MRCNN_COORD_SLACK, (long long)im->id, im->height, im->width);
+            continue;
+        }
         if (a->seg_kind == SEG_BAD_POLY) {
             coco_report_issue(rep, ISSUE_ANN_BAD_POLYGON, "annotation id %lld: a polygon has fewer than 3 points (or an odd coordinate count)", aid);
             continue;
         }
         if (a->seg_kind == SEG_NONE || a->seg_kind == SEG_BAD) {
-            coco_report_issue(rep, ISSUE_ANN_BAD_SEGMENTATION, "annotation id %lld: \"segmentation\" is %s", aid,
-                              a->seg_kind == SEG_NONE ? "missing" : "neither polygons nor a valid RLE");
+            char why[160] = "neither polygons nor a valid RLE";
+            if (a->seg_kind == SEG_NONE) snprintf(why, sizeof why, "missing");
+            else if (a->seg_why == SEGWHY_RLE_SIZE)
+                snprintf(why, sizeof why, "an RLE of size [%lld, %lld], outside [1, %d]", (long long)a->bad_rle_h,
+                         (long long)a->bad_rle_w, MRCNN_MAX_IMAGE_SIDE);
+            else if (a->seg_why == SEGWHY_RLE_SUM)
+                snprintf(why, sizeof why, "an RLE whose counts add up to %lld, not %d x %d", (long long)a->bad_rle_sum,
+                         a->rle_h, a->rle_w);
+            else if (a->seg_why == SEGWHY_RLE_COUNTS)
+                snprintf(why, sizeof why, "an RLE whose counts are not all integers in [0, 2^32)");
+            coco_report_issue(rep, ISSUE_ANN_BAD_SEGMENTATION, "annotation id %lld: \"segmentation\" is %s", aid, why);
+            continue;
+        }
+        if (a->seg_kind == SEG_BAD_RANGE ||
+            (a->seg_kind == SEG_POLY && !coco_polygons_in_range(ds->polys + a->seg_off, im->height, im->width))) {
+            coco_report_issue(rep, ISSUE_ANN_BAD_NUMBER,
+                              "annotation id %lld: a \"segmentation\" polygon coordinate is not finite or more than an image size (+%d) outside image %lld's %dx%d",
+                              aid, MRCNN_COORD_SLACK, (long long)im->id, im->height, im->width);
             continue;
         }
         if (a->seg_kind == SEG_POLY) {

@@ -1,5 +1,8 @@
 /* HDF5 writing helpers for the shard and index writers: every call checked, with the
- * dataset name in the message. */
+ * dataset name in the message. Every dataset is chunked with HDF5's Fletcher32
+ * checksum filter (the reader, src/data/shard.c, requires it): each file is written
+ * by one process with the POSIX driver, so filters need no parallel HDF5 support;
+ * ranks only read them back, and parallel HDF5 reads filtered datasets (1.10.8 too). */
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,19 +11,52 @@
 #include "mrcnn/check.h"
 #include "prep.h"
 
-void prep_h5_write(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
-                   const void *data) {
-    hsize_t d[4] = {0, 0, 0, 0};
+int64_t prep_h5_create(const char *path) {
+    /* The 1.8 file format: its superblock and object headers (attributes included)
+     * carry checksums, which the library verifies on every read. */
+    hid_t fapl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), path);
+    MRCNN_CHECK_HDF5(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), path);
+    hid_t f = MRCNN_CHECK_HDF5(H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path);
+    MRCNN_CHECK_HDF5(H5Pclose(fapl), path);
+    return f;
+}
+
+int64_t prep_h5_dcpl_checksummed(int rank, const uint64_t *dims, size_t elem_bytes, size_t chunk_bytes,
+                                 const char *name) {
+    hsize_t row = elem_bytes;
+    for (int i = 1; i < rank; i++) row *= dims[i];
+    hsize_t chunk[4] = {1, 1, 1, 1};
+    chunk[0] = chunk_bytes / (row ? row : 1);
+    if (chunk[0] < 1) chunk[0] = 1;
+    if (dims[0] > 0 && chunk[0] > dims[0]) chunk[0] = dims[0];
+    for (int i = 1; i < rank; i++) chunk[i] = dims[i] ? dims[i] : 1;
+    hid_t dcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), name);
+    MRCNN_CHECK_HDF5(H5Pset_chunk(dcpl, rank, chunk), name);
+    MRCNN_CHECK_HDF5(H5Pset_fletcher32(dcpl), name);
+    return dcpl;
+}
+
+void prep_h5_write_chunked(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
+                           const void *data, size_t chunk_bytes) {
+    hsize_t d[4] = {0, 0, 0, 0}, maxd[4] = {0, 0, 0, 0};
     hsize_t total = 1;
-    for (int i = 0; i < rank; i++) d[i] = dims[i], total *= dims[i];
-    hid_t space = MRCNN_CHECK_HDF5(H5Screate_simple(rank, d, NULL), name);
+    for (int i = 0; i < rank; i++) d[i] = maxd[i] = dims[i], total *= dims[i];
+    if (d[0] == 0) maxd[0] = H5S_UNLIMITED; // a chunk of one row must fit the maximum size
+    hid_t space = MRCNN_CHECK_HDF5(H5Screate_simple(rank, d, maxd), name);
     hid_t lcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), name);
     MRCNN_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl, 1), name);
-    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2((hid_t)loc, name, (hid_t)type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT), name);
+    hid_t dcpl = (hid_t)prep_h5_dcpl_checksummed(rank, dims, H5Tget_size((hid_t)type), chunk_bytes, name);
+    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2((hid_t)loc, name, (hid_t)type, space, lcpl, dcpl, H5P_DEFAULT), name);
     if (total > 0) MRCNN_CHECK_HDF5(H5Dwrite(ds, (hid_t)type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
     MRCNN_CHECK_HDF5(H5Dclose(ds), name);
+    MRCNN_CHECK_HDF5(H5Pclose(dcpl), name);
     MRCNN_CHECK_HDF5(H5Pclose(lcpl), name);
     MRCNN_CHECK_HDF5(H5Sclose(space), name);
+}
+
+void prep_h5_write(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
+                   const void *data) {
+    prep_h5_write_chunked(loc, name, type, rank, dims, data, PREP_H5_TABLE_CHUNK);
 }
 
 void prep_h5_attr_i64(int64_t loc, const char *name, int64_t v) {

@@ -53,7 +53,15 @@ void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, in
 void prep_index_write(const char *dir, const char *name, int num_shards, const int64_t *images,
                       const int64_t *annotations, const int64_t *bytes, const prep_categories *cats);
 
-/* HDF5 helpers (h5util.c). */
+/* HDF5 helpers (h5util.c). Every dataset they write is chunked with a Fletcher32
+ * checksum per chunk; files are created in the 1.8 format (checksummed metadata). */
+#define PREP_H5_TABLE_CHUNK (64 << 10) // bytes per chunk of a table
+int64_t prep_h5_create(const char *path);
+/* A dataset creation list: chunks of about chunk_bytes along dims[0], Fletcher32. */
+int64_t prep_h5_dcpl_checksummed(int rank, const uint64_t *dims, size_t elem_bytes, size_t chunk_bytes,
+                                 const char *name);
+void prep_h5_write_chunked(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
+                           const void *data, size_t chunk_bytes);
 void prep_h5_write(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
                    const void *data);
 void prep_h5_attr_i64(int64_t loc, const char *name, int64_t v);

@@ -10,14 +10,18 @@
 #include <stdint.h>
 
 #include "mrcnn/config.h"
+#include "mrcnn/rle.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---- shard format: names shared by the writer (data_prep) and the reader ---- */
-#define MRCNN_SHARD_SCHEMA_VERSION 1
+/* 2: every dataset chunked with HDF5's Fletcher32 checksum filter, files in the 1.8
+ * format (superblock and object headers checksummed too); schema 1 had no checksums. */
+#define MRCNN_SHARD_SCHEMA_VERSION 2
 #define MRCNN_IMAGE_FLAG_NO_ANNOTATIONS 1u // kept, but flagged by the converter
+/* Image sides are at most MRCNN_MAX_IMAGE_SIDE (rle.h). */
 
 /* ---- image codecs (src/data/image.c); pure CPU, thread-safe ---- */
 /* Decodes a JPEG (grayscale, RGB/YCbCr, CMYK/YCCK) or PNG into RGB8 (H, W, 3).
@@ -47,7 +51,9 @@ typedef struct mrcnn_shard_set {
     char **category_supercategories; // (num_classes)
 } mrcnn_shard_set;
 
-/* Reads NAME-index.h5 (any process, any thread that owns HDF5; plain POSIX I/O). */
+/* Reads NAME-index.h5 (any process, any thread that owns HDF5; plain POSIX I/O) and
+ * checks every field (counts, file names, category ids ascending); a damaged or
+ * inconsistent index fails with one line naming the file, the dataset and the index. */
 void mrcnn_shard_set_open(mrcnn_shard_set *s, const char *index_path);
 void mrcnn_shard_set_free(mrcnn_shard_set *s);
 /* dir/files[i] into buf. */
@@ -75,17 +81,37 @@ typedef struct mrcnn_shard {
     int64_t *rle_offset;      // (num_annotations + 1) into the flat RLE string bytes
     int64_t rle_bytes;        // total
     int64_t image_bytes;      // total
+    int64_t num_categories;   // the shard's own category table (equal to its index's)
+    int64_t *category_ids;    // (num_categories) ascending
+    char *path;               // the file, for messages
 } mrcnn_shard;
 
 /* fapl: an HDF5 file-access property list id, or 0 for the default (POSIX) driver.
- * With an MPI-IO fapl the open is collective over its communicator. */
+ * With an MPI-IO fapl the open is collective over its communicator.
+ * Every table is validated once here, so that no reader can be led out of bounds:
+ * counts and rows agree, image byte ranges, annotation ranges (contiguous, each
+ * annotation's image is the one whose range holds it), RLE and name offsets lie in
+ * their byte streams, image sizes in [1, MRCNN_MAX_IMAGE_SIDE], class ids map to the
+ * categories, boxes and areas are finite and in range (mrcnn_bbox_in_range), flags and
+ * crowd flags are 0/1, and every dataset carries its Fletcher32 checksum. Any problem
+ * fails (exit 1) with one line naming the file, the dataset, the index and the value. */
 void mrcnn_shard_open(mrcnn_shard *sh, const char *path, int64_t fapl);
+/* Opens shard i of a set (mrcnn_shard_open) and checks it against the index: image,
+ * annotation and byte counts, and the category table. */
+void mrcnn_shard_set_open_shard(const mrcnn_shard_set *s, int i, mrcnn_shard *sh, int64_t fapl);
 void mrcnn_shard_close(mrcnn_shard *sh);
-/* Encoded bytes of image i into *buf (grown as needed); returns the length. */
+/* Encoded bytes of image i into *buf (grown as needed); returns the length. A read
+ * error or a checksum mismatch fails, naming the shard, images/bytes and the image. */
 size_t mrcnn_shard_read_image(const mrcnn_shard *sh, int64_t i, uint8_t **buf, size_t *cap);
 /* The RLE strings of annotations [a0, a0 + n) into *buf (grown), each NUL-terminated
- * in turn; returns the byte count including the NULs. */
+ * in turn; returns the byte count including the NULs. Fails like read_image. */
 size_t mrcnn_shard_read_rles(const mrcnn_shard *sh, int64_t a0, int64_t n, char **buf, size_t *cap);
+/* The same, returning 0 with the reason in err instead of failing (inspect --check
+ * reports damaged images and masks as problems and goes on). */
+int mrcnn_shard_try_read_image(const mrcnn_shard *sh, int64_t i, uint8_t **buf, size_t *cap, size_t *len, char *err,
+                               size_t err_len);
+int mrcnn_shard_try_read_rles(const mrcnn_shard *sh, int64_t a0, int64_t n, char **buf, size_t *cap, size_t *len,
+                              char *err, size_t err_len);
 /* A file access property list for MPI-IO on comm (close with H5Pclose). */
 int64_t mrcnn_shard_fapl_mpio(MPI_Comm comm);
 

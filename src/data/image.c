@@ -115,32 +115,144 @@ static int decode_jpeg(const uint8_t *data, size_t len, int scale_denom, uint8_t
     return 1;
 }
 
+/* PNG through libpng's low-level API, to PIL's `Image.open(p).convert('RGB')` pixel for
+ * pixel (the reference the models are trained and compared with). libpng's simplified
+ * API converts 16-bit files to linear light and composites alpha onto black, which PIL
+ * does not do. PIL's rules, per colour type:
+ *   - alpha channels and tRNS transparency are dropped, never blended;
+ *   - 16-bit RGB, RGBA and grey + alpha keep the high byte of each sample;
+ *   - 16-bit grey opens as 32-bit integers ("I") and convert('RGB') clips them to 255;
+ *   - 1/2/4-bit grey is scaled to 0..255 (x 255, 85, 17);
+ *   - palette indices map through PLTE; an index past its end takes PIL's default
+ *     entry, the grey ramp (i, i, i);
+ *   - gAMA, sRGB, iCCP are ignored. */
+typedef struct {
+    jmp_buf jump;
+    char msg[256];
+    const uint8_t *data;
+    size_t len, pos;
+} png_src;
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    png_src *s = png_get_error_ptr(png);
+    snprintf(s->msg, sizeof s->msg, "%s", msg);
+    longjmp(s->jump, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg) {
+    (void)png;
+    (void)msg; // ancillary-chunk trouble: PIL reads such files too
+}
+
+static void png_on_read(png_structp png, png_bytep out, png_size_t n) {
+    png_src *s = png_get_io_ptr(png);
+    if (n > s->len - s->pos) png_error(png, "truncated file (read past the end of the data)");
+    memcpy(out, s->data + s->pos, n);
+    s->pos += n;
+}
+
+/* One row of unpacked samples (png_set_packing: 1 byte per sample below 8 bits; 16-bit
+ * samples big-endian) to RGB8. */
+static void png_row_to_rgb(const uint8_t *in, uint8_t *out, int w, int color, int depth, const png_color *pal,
+                           int npal) {
+    const int b = depth == 16 ? 2 : 1; // bytes per sample
+    switch (color) {
+    case PNG_COLOR_TYPE_GRAY:
+    case PNG_COLOR_TYPE_GRAY_ALPHA: {
+        const int step = (color == PNG_COLOR_TYPE_GRAY ? 1 : 2) * b;
+        const int scale = depth == 1 ? 255 : depth == 2 ? 85 : depth == 4 ? 17 : 1;
+        for (int x = 0; x < w; x++) {
+            const uint8_t *p = in + (size_t)x * step;
+            int v = p[0] * scale;                     // 1..8 bits, or 16-bit grey + alpha: the high byte
+            if (depth == 16 && color == PNG_COLOR_TYPE_GRAY) { // PIL's "I" -> "RGB": clipped
+                const int v16 = (p[0] << 8) | p[1];
+                v = v16 > 255 ? 255 : v16;
+            }
+            out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = (uint8_t)v;
+        }
+        break;
+    }
+    case PNG_COLOR_TYPE_RGB:
+    case PNG_COLOR_TYPE_RGB_ALPHA: {
+        const int step = (color == PNG_COLOR_TYPE_RGB ? 3 : 4) * b;
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++) out[3 * x + c] = in[(size_t)x * step + c * b]; // high byte first
+        break;
+    }
+    default: // palette
+        for (int x = 0; x < w; x++) {
+            const int i = in[x];
+            if (i < npal) out[3 * x] = pal[i].red, out[3 * x + 1] = pal[i].green, out[3 * x + 2] = pal[i].blue;
+            else out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = (uint8_t)i;
+        }
+    }
+}
+
 static int decode_png(const uint8_t *data, size_t len, int want_pixels, uint8_t **rgb, size_t *cap,
                       int *h, int *w, char *err, size_t err_len) {
-    png_image img;
-    memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&img, data, len)) {
-        snprintf(err, err_len, "corrupt PNG: %s", img.message);
+    png_src src;
+    memset(&src, 0, sizeof src);
+    src.data = data;
+    src.len = len;
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        if (png) png_destroy_read_struct(&png, NULL, NULL);
+        snprintf(err, err_len, "out of memory starting a PNG decode");
         return 0;
     }
-    img.format = PNG_FORMAT_RGB;
-    *h = (int)img.height;
-    *w = (int)img.width;
-    uint8_t *scratch = NULL;
-    size_t scratch_cap = 0;
-    uint8_t **dst = want_pixels ? rgb : &scratch;
-    size_t *dcap = want_pixels ? cap : &scratch_cap;
-    if (!grow(dst, dcap, PNG_IMAGE_SIZE(img))) {
-        png_image_free(&img);
-        snprintf(err, err_len, "out of memory decoding a %dx%d PNG", *w, *h);
+    uint8_t *volatile native = NULL; // the image (interlaced) or one row, as the file stores it
+    uint8_t *volatile scratch = NULL; // RGB of one row when only validating
+    png_bytep *volatile rows = NULL;  // (interlaced) row pointers into native
+    if (setjmp(src.jump)) {
+        snprintf(err, err_len, "corrupt PNG: %s", src.msg);
+        png_destroy_read_struct(&png, &info, NULL);
+        free(native);
+        free(scratch);
+        free(rows);
         return 0;
     }
-    int ok = png_image_finish_read(&img, NULL, *dst, 0, NULL);
-    if (!ok) snprintf(err, err_len, "corrupt PNG: %s", img.message);
-    png_image_free(&img);
+    png_set_read_fn(png, &src, png_on_read);
+    png_read_info(png, info);
+    png_uint_32 pw = 0, ph = 0;
+    int depth = 0, color = 0, interlace = 0;
+    png_get_IHDR(png, info, &pw, &ph, &depth, &color, &interlace, NULL, NULL);
+    if (pw > 65535 || ph > 65535) png_error(png, "image larger than 65535 pixels on a side");
+    *h = (int)ph;
+    *w = (int)pw;
+    png_colorp pal = NULL;
+    int npal = 0;
+    if (color == PNG_COLOR_TYPE_PALETTE && !png_get_PLTE(png, info, &pal, &npal)) png_error(png, "palette image without PLTE");
+    if (depth < 8) png_set_packing(png); // one byte per sample, values unscaled
+    const int passes = png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    const size_t rowbytes = png_get_rowbytes(png, info);
+    const size_t w3 = (size_t)pw * 3;
+    if (want_pixels && !grow(rgb, cap, w3 * ph + 1)) png_error(png, "out of memory for the pixels");
+    native = malloc(rowbytes * (passes > 1 ? (size_t)ph : 1) + 1);
+    scratch = want_pixels ? NULL : malloc(w3 + 1);
+    if (!native || (!want_pixels && !scratch)) png_error(png, "out of memory for the rows");
+    if (passes > 1) {
+        /* Adam7: every pass refines the whole image, which must be kept as stored. */
+        rows = malloc(sizeof(png_bytep) * ((size_t)ph + 1));
+        if (!rows) png_error(png, "out of memory for the rows");
+        for (png_uint_32 y = 0; y < ph; y++) rows[y] = native + y * rowbytes;
+        png_read_image(png, rows);
+        for (png_uint_32 y = 0; y < ph; y++)
+            png_row_to_rgb(native + y * rowbytes, want_pixels ? *rgb + y * w3 : scratch, (int)pw, color, depth, pal,
+                           npal);
+    } else {
+        for (png_uint_32 y = 0; y < ph; y++) {
+            png_read_row(png, native, NULL);
+            png_row_to_rgb(native, want_pixels ? *rgb + y * w3 : scratch, (int)pw, color, depth, pal, npal);
+        }
+    }
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(native);
     free(scratch);
-    return ok;
+    free(rows);
+    return 1;
 }
 
 int mrcnn_image_decode(const uint8_t *data, size_t len, uint8_t **rgb, size_t *cap, int *h, int *w,

@@ -113,13 +113,7 @@ static void open_all(mrcnn_loader *l) {
     mrcnn_shard_set_open(&l->set, l->o.index_path);
     l->shards = MRCNN_CALLOC((size_t)l->set.num_shards, sizeof(mrcnn_shard), "shards");
     int64_t fapl = mrcnn_shard_fapl_mpio(l->comm);
-    char path[8192];
-    for (int s = 0; s < l->set.num_shards; s++) {
-        mrcnn_shard_set_path(&l->set, s, path, sizeof path);
-        mrcnn_shard_open(&l->shards[s], path, fapl);
-        MRCNN_CHECK(l->shards[s].num_images == l->set.shard_images[s], "%s: %lld images, the index says %lld", path,
-                    (long long)l->shards[s].num_images, (long long)l->set.shard_images[s]);
-    }
+    for (int s = 0; s < l->set.num_shards; s++) mrcnn_shard_set_open_shard(&l->set, s, &l->shards[s], fapl);
     MRCNN_CHECK_HDF5(H5Pclose((hid_t)fapl), "file access list");
     mrcnn_hdf5_unlock();
 }

@@ -3,6 +3,7 @@
 #include "mrcnn/cocoeval.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 typedef struct {
     mrcnn_json *j;
     const char *path;
+    char at[64]; // the record being read ("results[3]", "annotations[12]"), for messages
 } parser;
 
 static _Noreturn void parse_fail(parser *p, const char *fmt, ...) MRCNN_PRINTF(2, 3);
@@ -22,7 +24,7 @@ static _Noreturn void parse_fail(parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    mrcnn_json_fail(p->j, "%s", msg);
+    mrcnn_json_fail(p->j, "%s%s%s", p->at, p->at[0] ? ": " : "", msg);
     char full[1024];
     snprintf(full, sizeof full, "%s: %s", p->path, mrcnn_json_error(p->j));
     mrcnn_json_close(p->j);
@@ -57,9 +59,21 @@ static int64_t read_int(parser *p, const char *field) {
     return v;
 }
 
+/* An integer in [lo, hi]: never truncated, never wrapped. */
+static int64_t read_int_range(parser *p, const char *field, int64_t lo, int64_t hi) {
+    int64_t v = read_int(p, field);
+    if (v < lo || v > hi)
+        parse_fail(p, "'%s' must be an integer in [%lld, %lld], not %lld", field, (long long)lo, (long long)hi, (long long)v);
+    return v;
+}
+
+/* Numbers are finite where they enter: 1e400 parses as inf, and an inf or NaN box,
+ * area, score or coordinate only turns into NaN IoUs (or a stuck sort) later. */
 static double read_number(parser *p, const char *field) {
     if (next(p) != MRCNN_JSON_NUMBER) parse_fail(p, "'%s' must be a number", field);
-    return mrcnn_json_double(p->j);
+    double v = mrcnn_json_double(p->j);
+    if (!isfinite(v)) parse_fail(p, "'%s' must be a finite number, not %s", field, mrcnn_json_text(p->j, NULL));
+    return v;
 }
 
 static char *xstrndup(const char *s, size_t len) {
@@ -79,7 +93,9 @@ static int read_bbox(parser *p, double bbox[4]) {
         mrcnn_json_token t = next(p);
         if (t == MRCNN_JSON_ARRAY_END) break;
         if (t != MRCNN_JSON_NUMBER || n == 4) parse_fail(p, "'bbox' must be 4 numbers [x, y, w, h]");
-        bbox[n++] = mrcnn_json_double(p->j);
+        bbox[n] = mrcnn_json_double(p->j);
+        if (!isfinite(bbox[n])) parse_fail(p, "'bbox' must be 4 finite numbers, not %s", mrcnn_json_text(p->j, NULL));
+        n++;
     }
     if (n != 0 && n != 4) parse_fail(p, "'bbox' must be 4 numbers [x, y, w, h], not %d", n);
     return n == 4;
@@ -113,7 +129,11 @@ static void read_polygons(parser *p, mrcnn_coco_segm *s) {
                 cap *= 2;
                 s->poly = MRCNN_REALLOC(s->poly, sizeof(double) * (size_t)cap, "polygon coordinates");
             }
-            s->poly[n++] = mrcnn_json_double(p->j);
+            s->poly[n] = mrcnn_json_double(p->j);
+            if (!isfinite(s->poly[n]))
+                parse_fail(p, "'segmentation' polygon coordinates must be finite, not %s", mrcnn_json_text(p->j, NULL));
+            n++;
+            if (len == INT32_MAX) parse_fail(p, "a 'segmentation' polygon has too many coordinates");
             len++;
         }
         s->poly_len[s->n_poly++] = len;
@@ -127,10 +147,9 @@ static void read_rle_object(parser *p, mrcnn_coco_segm *s) {
         const char *key = mrcnn_json_text(p->j, NULL);
         if (!strcmp(key, "size")) {
             expect(p, MRCNN_JSON_ARRAY_BEGIN, "'size' must be [height, width]");
-            s->h = read_int(p, "size");
-            s->w = read_int(p, "size");
+            s->h = read_int_range(p, "size", 0, MRCNN_MAX_IMAGE_SIDE);
+            s->w = read_int_range(p, "size", 0, MRCNN_MAX_IMAGE_SIDE);
             expect(p, MRCNN_JSON_ARRAY_END, "'size' must be [height, width]");
-            if (s->h < 0 || s->w < 0) parse_fail(p, "'size' must not be negative");
             have_size = 1;
         } else if (!strcmp(key, "counts")) {
             t = next(p);
@@ -162,6 +181,13 @@ static void read_rle_object(parser *p, mrcnn_coco_segm *s) {
         }
     }
     if (!have_size || s->kind == MRCNN_SEGM_NONE) parse_fail(p, "an RLE 'segmentation' needs both 'size' and 'counts'");
+    /* Runs that do not cover h x w exactly would leave IoU's walk over two masks stuck. */
+    if (s->kind == MRCNN_SEGM_COUNTS && !mrcnn_rle_counts_valid(s->h, s->w, s->m, s->counts)) {
+        unsigned long long sum = 0;
+        for (int64_t i = 0; i < s->m; i++) sum += s->counts[i];
+        parse_fail(p, "RLE 'counts' add up to %llu, not 'size' %lld x %lld = %lld", sum, (long long)s->h, (long long)s->w,
+                   (long long)(s->h * s->w));
+    }
 }
 
 static void read_segm(parser *p, mrcnn_coco_segm *s) {
@@ -185,12 +211,17 @@ static void read_ann(parser *p, mrcnn_coco_ann *a, int is_result) {
         else if (!strcmp(key, "bbox")) a->has_bbox = read_bbox(p, a->bbox);
         else if (!strcmp(key, "segmentation")) read_segm(p, &a->segm);
         else if (!is_result && !strcmp(key, "id")) a->id = read_int(p, "id"), have_id = 1;
-        else if (!is_result && !strcmp(key, "area")) a->area = read_number(p, "area"), have_area = 1;
+        else if (!is_result && !strcmp(key, "area")) {
+            a->area = read_number(p, "area"), have_area = 1;
+            if (a->area < 0) parse_fail(p, "'area' must not be negative, not %s", mrcnn_json_text(p->j, NULL));
+        }
         else if (!is_result && !strcmp(key, "iscrowd")) {
             t = next(p);
-            if (t == MRCNN_JSON_NUMBER) a->iscrowd = mrcnn_json_double(p->j) != 0;
+            double v = t == MRCNN_JSON_NUMBER ? mrcnn_json_double(p->j) : -1;
+            if (t == MRCNN_JSON_NUMBER && (v == 0 || v == 1)) a->iscrowd = v != 0;
             else if (t == MRCNN_JSON_TRUE || t == MRCNN_JSON_FALSE) a->iscrowd = t == MRCNN_JSON_TRUE;
-            else parse_fail(p, "'iscrowd' must be 0 or 1");
+            else parse_fail(p, "'iscrowd' must be 0 or 1%s%s", t == MRCNN_JSON_NUMBER ? ", not " : "",
+                            t == MRCNN_JSON_NUMBER ? mrcnn_json_text(p->j, NULL) : "");
         } else if (is_result && !strcmp(key, "score")) a->score = read_number(p, "score"), have_score = 1;
         else skip_value(p);
     }
@@ -206,8 +237,34 @@ static void read_ann(parser *p, mrcnn_coco_ann *a, int is_result) {
     }
 }
 
+/* A box or polygon coordinate far outside its image (more than an image size + 64
+ * pixels: mrcnn_bbox_in_range) is a damaged number, not a detection: it would overflow
+ * the rasterizer's integer grid or the IoU arithmetic. Checked once the image is known
+ * (a file's arrays may come in any order). Returns the field at fault, or NULL. */
+static const char *out_of_range(const mrcnn_coco_ann *a, const mrcnn_coco_image *im, char *why, size_t len) {
+    const int64_t h = im ? im->height : -1, w = im ? im->width : -1;
+    const char *where = "outside";
+    char dims[96] = " its image (size unknown: taken as the largest)";
+    if (im && h > 0 && w > 0) snprintf(dims, sizeof dims, " image %lld (%lldx%lld)", (long long)im->id, (long long)h, (long long)w);
+    if (a->has_bbox && !mrcnn_bbox_in_range(a->bbox, h, w)) {
+        snprintf(why, len, "'bbox' [%.17g, %.17g, %.17g, %.17g] reaches more than an image size (+%d) %s%s", a->bbox[0],
+                 a->bbox[1], a->bbox[2], a->bbox[3], MRCNN_COORD_SLACK, where, dims);
+        return "bbox";
+    }
+    if (a->segm.kind == MRCNN_SEGM_POLYGONS) {
+        const double *xy = a->segm.poly;
+        for (int q = 0; q < a->segm.n_poly; xy += a->segm.poly_len[q], q++)
+            if (!mrcnn_polygon_in_range(xy, a->segm.poly_len[q], h, w)) {
+                snprintf(why, len, "'segmentation' polygon %d has a coordinate more than an image size (+%d) %s%s", q,
+                         MRCNN_COORD_SLACK, where, dims);
+                return "segmentation";
+            }
+    }
+    return NULL;
+}
+
 static parser open_parser(const char *path) {
-    parser p = {mrcnn_json_open_file(path), path};
+    parser p = {mrcnn_json_open_file(path), path, ""};
     MRCNN_CHECK(p.j, "cannot open '%s': %s", path, strerror(errno));
     return p;
 }
@@ -285,18 +342,20 @@ static void read_images(parser *p, mrcnn_coco_gt *gt) {
             cap = cap ? 2 * cap : 1024;
             gt->images = MRCNN_REALLOC(gt->images, sizeof(mrcnn_coco_image) * (size_t)cap, "coco images");
         }
+        snprintf(p->at, sizeof p->at, "images[%lld]", (long long)gt->n_images);
         mrcnn_coco_image *im = &gt->images[gt->n_images++];
         im->height = im->width = -1;
         int have_id = 0;
         while ((t = next(p)) != MRCNN_JSON_OBJECT_END) {
             const char *key = mrcnn_json_text(p->j, NULL);
             if (!strcmp(key, "id")) im->id = read_int(p, "id"), have_id = 1;
-            else if (!strcmp(key, "height")) im->height = read_int(p, "height");
-            else if (!strcmp(key, "width")) im->width = read_int(p, "width");
+            else if (!strcmp(key, "height")) im->height = read_int_range(p, "height", 1, MRCNN_MAX_IMAGE_SIDE);
+            else if (!strcmp(key, "width")) im->width = read_int_range(p, "width", 1, MRCNN_MAX_IMAGE_SIDE);
             else skip_value(p);
         }
         if (!have_id) parse_fail(p, "an image has no 'id'");
     }
+    p->at[0] = 0;
 }
 
 static void read_categories(parser *p, mrcnn_coco_gt *gt) {
@@ -309,6 +368,7 @@ static void read_categories(parser *p, mrcnn_coco_gt *gt) {
             cap = cap ? 2 * cap : 128;
             gt->cats = MRCNN_REALLOC(gt->cats, sizeof(mrcnn_coco_category) * (size_t)cap, "coco categories");
         }
+        snprintf(p->at, sizeof p->at, "categories[%lld]", (long long)gt->n_cats);
         mrcnn_coco_category *c = &gt->cats[gt->n_cats++];
         c->name = NULL;
         int have_id = 0;
@@ -324,6 +384,7 @@ static void read_categories(parser *p, mrcnn_coco_gt *gt) {
         if (!have_id) parse_fail(p, "a category has no 'id'");
         if (!c->name) c->name = xstrdup("");
     }
+    p->at[0] = 0;
 }
 
 static void read_annotations(parser *p, mrcnn_coco_gt *gt) {
@@ -336,8 +397,10 @@ static void read_annotations(parser *p, mrcnn_coco_gt *gt) {
             cap = cap ? 2 * cap : 4096;
             gt->anns = MRCNN_REALLOC(gt->anns, sizeof(mrcnn_coco_ann) * (size_t)cap, "coco annotations");
         }
+        snprintf(p->at, sizeof p->at, "annotations[%lld]", (long long)gt->n_anns);
         read_ann(p, &gt->anns[gt->n_anns++], 0);
     }
+    p->at[0] = 0;
 }
 
 void mrcnn_coco_gt_load(mrcnn_coco_gt *gt, const char *path) {
@@ -357,6 +420,14 @@ void mrcnn_coco_gt_load(mrcnn_coco_gt *gt, const char *path) {
     mrcnn_json_close(p.j);
     MRCNN_CHECK(seen_images && seen_cats, "%s: a COCO ground-truth file needs 'images' and 'categories'", path);
     mrcnn_coco_gt_index(gt, path);
+    char why[512];
+    for (int64_t i = 0; i < gt->n_anns; i++) {
+        const mrcnn_coco_ann *a = &gt->anns[i];
+        const int64_t im = mrcnn_coco_gt_find_image(gt, a->image_id);
+        if (out_of_range(a, im >= 0 ? &gt->images[im] : NULL, why, sizeof why))
+            mrcnn_failf("coco", "", __FILE__, __LINE__, "%s: annotations[%lld] (id %lld): %s", path, (long long)i,
+                        (long long)a->id, why);
+    }
 }
 
 void mrcnn_coco_gt_free(mrcnn_coco_gt *gt) {
@@ -420,7 +491,9 @@ void mrcnn_coco_dets_load(mrcnn_coco_dets *d, const char *path, const mrcnn_coco
         if (t != MRCNN_JSON_OBJECT_BEGIN) parse_fail(&p, "results[%lld] is not an object", (long long)d->n);
         int64_t line = mrcnn_json_line(p.j), off = mrcnn_json_offset(p.j);
         mrcnn_coco_ann a;
+        snprintf(p.at, sizeof p.at, "results[%lld]", (long long)d->n);
         read_ann(&p, &a, 1);
+        p.at[0] = 0;
         const char *bad = NULL;
         int64_t bad_id = 0;
         if (gt && mrcnn_coco_gt_find_image(gt, a.image_id) < 0) bad = "image_id", bad_id = a.image_id;
@@ -429,6 +502,15 @@ void mrcnn_coco_dets_load(mrcnn_coco_dets *d, const char *path, const mrcnn_coco
             char full[1024];
             snprintf(full, sizeof full, "%s: results[%lld] at line %lld (byte %lld): %s %lld is not in the ground truth",
                      path, (long long)d->n, (long long)line, (long long)off, bad, (long long)bad_id);
+            mrcnn_json_close(p.j);
+            mrcnn_failf("coco", "", __FILE__, __LINE__, "%s", full);
+        }
+        char why[512];
+        const int64_t im = gt ? mrcnn_coco_gt_find_image(gt, a.image_id) : -1;
+        if (out_of_range(&a, im >= 0 ? &gt->images[im] : NULL, why, sizeof why)) {
+            char full[1024];
+            snprintf(full, sizeof full, "%s: results[%lld] at line %lld (byte %lld): %s", path, (long long)d->n,
+                     (long long)line, (long long)off, why);
             mrcnn_json_close(p.j);
             mrcnn_failf("coco", "", __FILE__, __LINE__, "%s", full);
         }

@@ -42,7 +42,7 @@ void mrcnn_coco_gt_from_shards(mrcnn_coco_gt *gt, const char *index_path) {
     for (int s = 0; s < set.num_shards; s++) {
         mrcnn_shard_set_path(&set, s, path, sizeof path);
         mrcnn_shard sh;
-        mrcnn_shard_open(&sh, path, 0);
+        mrcnn_shard_set_open_shard(&set, s, &sh, 0); // validated: ann_image, sizes, boxes, counts
         for (int64_t i = 0; i < sh.num_images; i++) {
             MRCNN_CHECK(gt->n_images < set.num_images, "%s: more images than its index %s lists", path, index_path);
             mrcnn_coco_image *im = &gt->images[gt->n_images++];

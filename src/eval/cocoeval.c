@@ -109,10 +109,25 @@ static int segm_to_rle(eval_ctx *x, const mrcnn_coco_ann *a, int is_dt, mrcnn_rl
             set_error(x, msg);
             return 0;
         }
+        /* The JSON loader refuses coordinates the rasterizer cannot take; this guards
+         * annotations built in memory (the rasterizer's precondition would abort). */
         if (s->kind == MRCNN_SEGM_NONE) {
+            if (!mrcnn_bbox_in_range(a->bbox, im->height, im->width)) {
+                snprintf(msg, sizeof msg, "%s: 'bbox' is not finite or far outside image %lld", who, (long long)im->id);
+                set_error(x, msg);
+                return 0;
+            }
             mrcnn_rle_from_bbox(out, a->bbox, im->height, im->width);
             return 1;
         }
+        const double *pc = s->poly;
+        for (int p = 0; p < s->n_poly; pc += s->poly_len[p], p++)
+            if (!mrcnn_polygon_in_range(pc, s->poly_len[p], im->height, im->width)) {
+                snprintf(msg, sizeof msg, "%s: polygon %d has a coordinate not finite or far outside image %lld", who, p,
+                         (long long)im->id);
+                set_error(x, msg);
+                return 0;
+            }
         if (s->n_poly == 0 || s->poly_len[0] <= 4) {
             snprintf(msg, sizeof msg, "%s: the first polygon needs at least 3 points (pycocotools rejects it too)", who);
             set_error(x, msg);
@@ -130,6 +145,13 @@ static int segm_to_rle(eval_ctx *x, const mrcnn_coco_ann *a, int is_dt, mrcnn_rl
         return 1;
     }
     if (s->kind == MRCNN_SEGM_COUNTS) {
+        /* The JSON loader refuses such counts; this guards segmentations built in memory. */
+        if (!mrcnn_rle_counts_valid(s->h, s->w, s->m, s->counts)) {
+            snprintf(msg, sizeof msg, "%s: RLE counts do not add up to its size %lldx%lld", who, (long long)s->h,
+                     (long long)s->w);
+            set_error(x, msg);
+            return 0;
+        }
         mrcnn_rle_init(out, s->h, s->w, s->m, s->counts);
         return 1;
     }

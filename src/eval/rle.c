@@ -10,6 +10,31 @@
 
 #include "mrcnn/check.h"
 
+int mrcnn_coord_in_range(double v, int64_t size) {
+    const double s = (size < 0 ? MRCNN_MAX_IMAGE_SIDE : (double)size) + MRCNN_COORD_SLACK;
+    return isfinite(v) && v >= -s && v <= 2 * s - MRCNN_COORD_SLACK; // NaN fails every comparison
+}
+
+int mrcnn_bbox_in_range(const double b[4], int64_t h, int64_t w) {
+    return mrcnn_coord_in_range(b[0], w) && mrcnn_coord_in_range(b[1], h) && isfinite(b[2]) && isfinite(b[3]) &&
+           mrcnn_coord_in_range(b[0] + b[2], w) && mrcnn_coord_in_range(b[1] + b[3], h);
+}
+
+int mrcnn_polygon_in_range(const double *xy, int64_t n, int64_t h, int64_t w) {
+    for (int64_t i = 0; i < n; i++)
+        if (!mrcnn_coord_in_range(xy[i], i % 2 ? h : w)) return 0;
+    return 1;
+}
+
+static int side_ok(int64_t v) { return v >= 0 && v <= MRCNN_MAX_IMAGE_SIDE; }
+
+int mrcnn_rle_counts_valid(int64_t h, int64_t w, int64_t m, const uint32_t *cnts) {
+    if (!side_ok(h) || !side_ok(w) || m < 0) return 0;
+    uint64_t total = 0;
+    for (int64_t i = 0; i < m; i++) total += cnts[i];
+    return total == (uint64_t)(h * w);
+}
+
 void mrcnn_rle_init(mrcnn_rle *r, int64_t h, int64_t w, int64_t m, const uint32_t *cnts) {
     r->h = h;
     r->w = w;
@@ -106,6 +131,11 @@ static int cmp_u32(const void *a, const void *b) {
 /* Rasterizes like maskApi's rleFrPoly: the outline is traced on a 5x finer grid, the
  * points where it crosses pixel-column centres become run boundaries. */
 void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, int64_t w) {
+    /* In range, 5 * x + .5 fits an int and the traced outline stays short (at most
+     * 15 * max(h, w) + 1 points an edge); outside it, the int casts below overflow. */
+    MRCNN_CHECK(side_ok(h) && side_ok(w) && k >= 0 && mrcnn_polygon_in_range(xy, 2 * (int64_t)k, h, w),
+                "polygon of %d points on a %lldx%lld mask: a coordinate is not finite or more than an image size "
+                "outside the image (the caller must check its input)", k, (long long)h, (long long)w);
     const double scale = 5;
     int *x = MRCNN_MALLOC(sizeof(int) * (size_t)(k + 1), "polygon x");
     int *y = MRCNN_MALLOC(sizeof(int) * (size_t)(k + 1), "polygon y");
@@ -227,6 +257,7 @@ void mrcnn_rle_merge(const mrcnn_rle *rs, int n, mrcnn_rle *out, int intersect) 
             cb -= c;
             if (!cb && b < B->m) cb = B->cnts[b++], vb = !vb;
             ct += cb;
+            if ((!ca && a >= am && cb) || (!cb && b >= B->m && ca)) break; // sums differ: no progress possible
             int vp = v;
             v = intersect ? (va && vb) : (va || vb);
             if (v != vp || ct == 0) {
@@ -282,6 +313,9 @@ static void rle_inter_union(const mrcnn_rle *A, const mrcnn_rle *B, uint32_t *in
         cb -= c;
         if (!cb && b < B->m) cb = B->cnts[b++], vb = !vb;
         ct += cb;
+        /* Runs that do not add up to h * w (rejected where RLE is read) would leave one
+         * side exhausted and the other stuck: stop rather than loop forever. */
+        if ((!ca && a >= A->m && cb) || (!cb && b >= B->m && ca)) break;
     }
     *inter = i;
     *uni = u;
@@ -339,6 +373,7 @@ char *mrcnn_rle_to_string(const mrcnn_rle *r) {
 int mrcnn_rle_from_string(mrcnn_rle *r, const char *s, int64_t h, int64_t w) {
     r->h = r->w = r->m = 0;
     r->cnts = NULL;
+    if (!side_ok(h) || !side_ok(w)) return 0;
     size_t len = strlen(s);
     uint32_t *cnts = MRCNN_MALLOC(sizeof(uint32_t) * (len > 0 ? len : 1), "rle string runs");
     int64_t m = 0;
