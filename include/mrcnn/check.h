@@ -1,6 +1,8 @@
 /* One family of check macros for every library the project calls.
  * A failure prints the failed call, the rank and file:line, then aborts the whole
- * job (MPI_Abort once MPI is up) so that no rank is left waiting in a collective. */
+ * job (MPI_Abort once MPI is up with more than one rank, else _exit) so that no rank
+ * is left waiting in a collective. The exit is safe from any thread (src/core/check.c):
+ * the first failing thread reports, a second one waits for the end. */
 #ifndef MRCNN_CHECK_H
 #define MRCNN_CHECK_H
 
@@ -15,6 +17,11 @@ extern "C" {
  * that longjmps so that argument errors can be asserted. It must not return. */
 typedef void (*mrcnn_fail_handler)(const char *message);
 void mrcnn_set_fail_handler(mrcnn_fail_handler handler);
+
+/* Extra text printed after a fatal message by the thread that reports it (e.g. which
+ * settings to lower after an out-of-memory); returns NULL for none. */
+typedef const char *(*mrcnn_fail_hint)(const char *message);
+void mrcnn_set_fail_hint(mrcnn_fail_hint hint);
 
 /* C11 spells it _Noreturn; C++ (nvcc compiles .cu as C++) spells it [[noreturn]]. */
 #ifdef __cplusplus
@@ -33,6 +40,17 @@ MRCNN_NORETURN void mrcnn_fail(const char *lib, const char *call, const char *de
                           const char *file, int line);
 MRCNN_NORETURN void mrcnn_failf(const char *lib, const char *call, const char *file, int line,
                            const char *fmt, ...) MRCNN_PRINTF(5, 6);
+/* The fatal exit behind every check, usable from any thread: the first caller prints
+ * message (one line) and the hint, removes the registered temporary files, flushes
+ * stdout/stderr, then calls MPI_Abort(code) when MPI is initialized with more than one
+ * rank, else _exit(code) (no atexit handlers: other threads may be inside OpenBLAS or
+ * HDF5). A later caller from another thread waits for the process to end. */
+MRCNN_NORETURN void mrcnn_fatal_exit(int code, const char *message);
+/* Files a fatal exit removes (a temporary being written, so that a failed write leaves
+ * nothing behind). Returns a slot for mrcnn_fail_cleanup_remove, or -1 when full. */
+int mrcnn_fail_cleanup_add(const char *path);
+void mrcnn_fail_cleanup_remove(int slot);
+
 /* Returns r when r >= 0 (HDF5's hid_t/herr_t convention), fails otherwise. */
 int64_t mrcnn_check_h5(int64_t r, const char *call, const char *what, const char *file, int line);
 void mrcnn_check_mpi(int rc, const char *call, const char *file, int line);

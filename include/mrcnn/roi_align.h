@@ -5,7 +5,13 @@
  *
  * rois (R, 5) rows are (image index, x1, y1, x2, y2) in input-image pixels, the format
  * of torchvision's roi_align. A row with image index < 0 is padding (fixed-capacity
- * arrays): its output is zero and it gets no gradient.
+ * arrays): its output is zero and it gets no gradient. An image index >= n_images (or
+ * NaN) is an error. A roi whose box cannot be sampled is empty, like padding: a NaN or
+ * +-Inf coordinate, a width or height that overflows, or, with adaptive sampling
+ * (sampling_ratio <= 0), a grid of fewer than 1 or more than 1024 points per axis and
+ * bin (a box over 7000 feature pixels across; torchvision's kernel casts such values to
+ * int, which is undefined). A sampling point outside [-1, H] x [-1, W] adds nothing, as
+ * in torchvision.
  * Level of a roi (LevelMapper): floor(canonical_level + log2(sqrt(area) / canonical_scale)
  * + 1e-6) clamped to [first_level, first_level + n_levels - 1], in float as torchvision.
  * Level l (0-based among the inputs) has spatial scale 1 / 2^(first_level + l).

@@ -9,7 +9,9 @@
  *   4   too many non-finite steps (SOLVER.MAX_NONFINITE)
  *   99  preempted: SIGTERM or SIGUSR1 arrived (Slurm's --signal=USR1@120), the
  *       step in flight finished and a checkpoint was written; requeue the job and
- *       start it again with --resume. */
+ *       start it again with --resume.
+ * What mpirun and srun report when a rank is killed or the launcher itself is
+ * signalled is theirs to decide: README.md, "Exit codes". */
 #ifndef MRCNN_TRAIN_H
 #define MRCNN_TRAIN_H
 
@@ -105,7 +107,9 @@ int mrcnn_first_nonfinite_param(const mrcnn_backend *be, const mrcnn_arena *grad
 
 /* ---- preemption signals ----
  * SIGTERM and SIGUSR1 set a flag; the trainer checks it (agreed over ranks) after
- * each step, checkpoints and exits with MRCNN_EXIT_REQUEUE. */
+ * each step, checkpoints and exits with MRCNN_EXIT_REQUEUE. SIGXFSZ is ignored (a
+ * file size limit makes the write fail with EFBIG, reported naming the file).
+ * Idempotent; `mrcnn train` calls it first thing, the trainer again. */
 void mrcnn_signals_install(void);
 /* 0, or the signal number that arrived. */
 int mrcnn_signals_pending(void);

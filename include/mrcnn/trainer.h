@@ -17,6 +17,10 @@
  *     images_seen, nonfinite, loss_scale_enabled, loss_scale,
  *     loss_scale_growth_interval, loss_scale_clean_steps, loss_scale_skipped,
  *     lr, base_lr, world_size, global_batch, seed, complete (= 1, written last)
+ * Every dataset is one chunk with HDF5's Fletcher-32 checksum and the file uses the
+ * HDF5 1.10 format (checksummed metadata; the attributes stay in the root's header),
+ * so any flipped byte fails the load (src/train/checkpoint.c). A write that fails
+ * removes its temporary file and stops the run (exit 1) naming the file and why.
  * All randomness is keyed by (SEED, epoch, global image index), so SEED plus the
  * loader cursor (epoch, loader_step) is the whole RNG state.
  *
@@ -92,12 +96,34 @@ void mrcnn_checkpoint_set_lock(void (*lock)(void), void (*unlock)(void));
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
                            const mrcnn_arena *momentum, const mrcnn_train_state *st,
                            const mrcnn_config *cfg, int keep, char *path);
-/* The newest complete dir/model_*.h5; 0 when there is none. */
+/* The newest dir/model_*.h5 marked complete; 0 when there is none. (--resume uses
+ * mrcnn_checkpoint_list + mrcnn_checkpoint_try_load: the newest that loads.) */
 int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len);
+/* The paths of dir/model_*.h5, newest first; free with mrcnn_checkpoint_list_free. */
+int mrcnn_checkpoint_list(const char *dir, char ***paths);
+void mrcnn_checkpoint_list_free(char **paths, int n);
 /* Loads weights by name (every parameter must be present with its shape), the
- * momentum when momentum != NULL, and the state when st != NULL. */
+ * momentum when momentum != NULL, and the state when st != NULL. Returns 0 with the
+ * reason in why (nothing loaded: the arenas are written only when all of it loads)
+ * when the file is unreadable, not marked complete, lacks a dataset or an attribute,
+ * has a dataset of another shape, fails a checksum (a flipped byte; trainer.c's
+ * checkpoints are checksummed, checkpoint.c says how) or holds non-finite weights or
+ * momentum. */
+int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
+                              mrcnn_arena *momentum, mrcnn_train_state *st, char *why, size_t why_len);
+/* mrcnn_checkpoint_try_load, failing (exit 1) with the reason. */
 void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
                            mrcnn_arena *momentum, mrcnn_train_state *st);
+
+/* OUTPUT_DIR for a training run (rank 0 only; src/train/output_dir.c): created with
+ * its parents when missing, checked writable by creating and removing a file, and
+ * locked with flock on OUTPUT_DIR/.lock (holding "host H pid P") until the process
+ * exits or mrcnn_output_dir_release. Fails (exit 1) naming the directory and why: not
+ * creatable, not writable, or in use by another training (its host and pid). Claiming
+ * the directory this process already holds does nothing; mrcnn_trainer_run claims it
+ * itself when the caller has not. */
+void mrcnn_output_dir_claim(const char *dir);
+void mrcnn_output_dir_release(void);
 
 typedef struct mrcnn_trainer_opts {
     int resume;          // --resume: continue from the newest checkpoint in OUTPUT_DIR

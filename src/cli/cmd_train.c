@@ -41,31 +41,26 @@ static void usage(FILE *out) {
             "99 preempted by SIGTERM/SIGUSR1 (checkpoint written; requeue with --resume).\n");
 }
 
-/* Failures print as usual; an out-of-memory one also says which settings to lower. */
+/* Failures print as usual (check.h's one fatal exit); an out-of-memory one also says
+ * which settings to lower. */
 static const mrcnn_config *g_fail_cfg = NULL;
 static int g_fail_per_rank = 0;
+static char g_hint[1024];
 
-static _Noreturn void train_fail(const char *message) {
-    fprintf(stderr, "%s\n", message);
-    if (g_fail_cfg && (strstr(message, "out of memory") || strstr(message, "cudaMalloc") ||
-                       strstr(message, "out of host memory")))
-        fprintf(stderr,
-                "mrcnn train: out of memory with %d images per rank (SOLVER.IMS_PER_BATCH %d / ranks / "
-                "SOLVER.ACCUM_STEPS %d) at INPUT.MAX_SIZE_TRAIN %d: lower SOLVER.IMS_PER_BATCH or raise "
-                "SOLVER.ACCUM_STEPS (same global batch, fewer images at once), or lower INPUT.MIN_SIZE_TRAIN / "
-                "INPUT.MAX_SIZE_TRAIN, MODEL.RPN.POST_NMS_TOPK_TRAIN (%d) or "
-                "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE (%d)\n",
-                g_fail_per_rank, g_fail_cfg->solver_ims_per_batch, g_fail_cfg->solver_accum_steps,
-                g_fail_cfg->input_max_size_train, g_fail_cfg->rpn_post_nms_topk_train,
-                g_fail_cfg->roi_batch_size_per_image);
-    fflush(stderr);
-    fflush(stdout);
-    int up = 0, down = 0, size = 1;
-    MPI_Initialized(&up);
-    MPI_Finalized(&down);
-    if (up && !down) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (up && !down && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
+static const char *train_fail_hint(const char *message) {
+    if (!g_fail_cfg || !(strstr(message, "out of memory") || strstr(message, "cudaMalloc") ||
+                         strstr(message, "out of host memory")))
+        return NULL;
+    snprintf(g_hint, sizeof g_hint,
+             "mrcnn train: out of memory with %d images per rank (SOLVER.IMS_PER_BATCH %d / ranks / "
+             "SOLVER.ACCUM_STEPS %d) at INPUT.MAX_SIZE_TRAIN %d: lower SOLVER.IMS_PER_BATCH or raise "
+             "SOLVER.ACCUM_STEPS (same global batch, fewer images at once), or lower INPUT.MIN_SIZE_TRAIN / "
+             "INPUT.MAX_SIZE_TRAIN, MODEL.RPN.POST_NMS_TOPK_TRAIN (%d) or "
+             "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE (%d)\n",
+             g_fail_per_rank, g_fail_cfg->solver_ims_per_batch, g_fail_cfg->solver_accum_steps,
+             g_fail_cfg->input_max_size_train, g_fail_cfg->rpn_post_nms_topk_train,
+             g_fail_cfg->roi_batch_size_per_image);
+    return g_hint;
 }
 
 static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
@@ -202,6 +197,10 @@ static void set_cursor(void *ctx, int64_t epoch, int64_t step) {
 }
 
 int mrcnn_cmd_train(int argc, char **argv) {
+    /* First: a preemption signal during start-up (MPI, the model, the weights) is
+     * honoured like one during training (checkpoint after the first step, exit 99),
+     * never the default action (killed, 143, nothing written). */
+    mrcnn_signals_install();
     const char *config_path = NULL;
     int resume = 0;
     double comm_timeout = 600;
@@ -273,6 +272,10 @@ int mrcnn_cmd_train(int argc, char **argv) {
         mrcnn_info("SOLVER.REFERENCE_WORLD_SIZE: scaled by %g for %d ranks: IMS_PER_BATCH %d, BASE_LR %g, MAX_ITER %d",
                    f, dist.world_size, cfg.solver_ims_per_batch, cfg.solver_base_lr, cfg.solver_max_iter);
 
+    /* OUTPUT_DIR is checked (created, writable, not in use by another run) before the
+     * model is built, so a bad one fails in seconds, not at the first checkpoint. */
+    if (dist.rank == 0) mrcnn_output_dir_claim(cfg.output_dir);
+
     mrcnn_backend *be = NULL;
     if (want_gpu) {
         const char *why = "no GPU visible";
@@ -298,7 +301,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     b.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
     g_fail_cfg = &cfg;
     g_fail_per_rank = b.per_rank;
-    mrcnn_set_fail_handler(train_fail);
+    mrcnn_set_fail_hint(train_fail_hint);
     mrcnn_model_init(&b.model, &cfg, be);
     if (cfg.model_weights[0]) {
         mrcnn_checkpoint_load_model(&b.model, cfg.model_weights);
@@ -331,8 +334,9 @@ int mrcnn_cmd_train(int argc, char **argv) {
     mrcnn_ws_free(&b.ws);
     mrcnn_model_free(&b.model);
     mrcnn_backend_destroy(be);
-    mrcnn_set_fail_handler(NULL);
+    mrcnn_set_fail_hint(NULL);
     g_fail_cfg = NULL;
     mrcnn_dist_finalize(&dist);
+    mrcnn_output_dir_release();
     return rc;
 }

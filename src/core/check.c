@@ -1,32 +1,132 @@
 /* The failure path of the check family: print what failed and where, then take the
- * whole job down so no rank hangs in a collective waiting for this one. */
+ * whole job down so no rank hangs in a collective waiting for this one.
+ *
+ * One fatal exit for every thread (mrcnn_fatal_exit). The first thread that fails
+ * reports: its message, the hint, the removal of registered temporary files, the log
+ * flushed; then MPI_Abort when MPI is up with more than one rank, else _exit. Never
+ * exit(): its atexit handlers (OpenBLAS's and HDF5's teardown, the sanitizers') would
+ * run while other threads are still inside those libraries, which is how a clean
+ * error on the loader or I/O thread became a SIGSEGV. A thread that fails while the
+ * first one reports waits for the process to end. */
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static mrcnn_fail_handler g_handler = NULL;
+static mrcnn_fail_hint g_hint = NULL;
 
 void mrcnn_set_fail_handler(mrcnn_fail_handler handler) { g_handler = handler; }
+void mrcnn_set_fail_hint(mrcnn_fail_hint hint) { g_hint = hint; }
+
+/* ---- temporary files to remove on a fatal exit ----
+ * Slots: 0 free, 1 being written, 2 holds a path. Lock-free, so the fatal path never
+ * waits for a lock another (now stopped) thread holds. */
+#define CLEANUP_SLOTS 16
+static char g_cleanup_path[CLEANUP_SLOTS][4096];
+static atomic_int g_cleanup_state[CLEANUP_SLOTS];
+
+int mrcnn_fail_cleanup_add(const char *path) {
+    if (!path || strlen(path) >= sizeof g_cleanup_path[0]) return -1;
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&g_cleanup_state[i], &expected, 1)) continue;
+        memcpy(g_cleanup_path[i], path, strlen(path) + 1);
+        atomic_store(&g_cleanup_state[i], 2);
+        return i;
+    }
+    return -1;
+}
+
+void mrcnn_fail_cleanup_remove(int slot) {
+    if (slot >= 0 && slot < CLEANUP_SLOTS) atomic_store(&g_cleanup_state[slot], 0);
+}
+
+static void run_cleanup(void) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        int expected = 2;
+        if (atomic_compare_exchange_strong(&g_cleanup_state[i], &expected, 1)) unlink(g_cleanup_path[i]);
+    }
+}
+
+/* ---- the one fatal exit ---- */
+static atomic_int g_failing = 0;
+static pthread_t g_fail_thread;
+static volatile sig_atomic_t g_exit_code = 1;
+
+static void write_all(int fd, const char *s, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* MPI_Abort that does not return within its grace period still ends this process with
+ * the intended code (the launcher then ends the others). */
+static void on_abort_timeout(int sig) {
+    (void)sig;
+    _exit(g_exit_code);
+}
+
+_Noreturn void mrcnn_fatal_exit(int code, const char *message) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&g_failing, &expected, 1)) {
+        /* Failing again inside the report: end now. */
+        if (pthread_equal(g_fail_thread, pthread_self())) _exit(code);
+        /* Another thread reports the first failure and ends the process. */
+        for (;;) pause();
+    }
+    g_fail_thread = pthread_self();
+    g_exit_code = code;
+    /* One write per line, so lines of other ranks or threads do not cut into it. */
+    if (message) {
+        char line[4096];
+        size_t n = strlen(message);
+        if (n > sizeof line - 2) n = sizeof line - 2;
+        memcpy(line, message, n);
+        line[n++] = '\n';
+        write_all(2, line, n);
+    }
+    const char *hint = g_hint && message ? g_hint(message) : NULL;
+    if (hint && hint[0]) {
+        write_all(2, hint, strlen(hint));
+        if (hint[strlen(hint) - 1] != '\n') write_all(2, "\n", 1);
+    }
+    run_cleanup();
+    fflush(stdout);
+    fflush(stderr);
+    int up = 0, down = 0, size = 1;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (up && !down && size > 1) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_abort_timeout;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGALRM, &sa, NULL);
+        alarm(20);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    _exit(code);
+}
 
 static _Noreturn void fail_message(const char *message) {
     if (g_handler) {
         g_handler(message);
-        /* A handler must not return; if it does, fall through to the abort. */
+        /* A handler must not return; if it does, fall through to the exit. */
     }
-    fprintf(stderr, "%s\n", message);
-    fflush(stderr);
-    fflush(stdout);
-    int up = 0, down = 0;
-    MPI_Initialized(&up);
-    MPI_Finalized(&down);
-    int size = 1;
-    if (up && !down) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (up && !down && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
+    mrcnn_fatal_exit(1, message);
 }
 
 _Noreturn void mrcnn_fail(const char *lib, const char *call, const char *detail,

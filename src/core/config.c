@@ -1,5 +1,7 @@
 /* YAML (libyaml event API) and KEY=VALUE parsing into mrcnn_config. Nested mappings
- * and dotted keys are equivalent: `SOLVER: {BASE_LR: 0.1}` and `SOLVER.BASE_LR: 0.1`. */
+ * and dotted keys are equivalent: `SOLVER: {BASE_LR: 0.1}` and `SOLVER.BASE_LR: 0.1`.
+ * Anchors and aliases (`&name`, `*name`, the merge key `<<`) mean what they mean in
+ * YAML; an alias that cannot be honoured fails naming file:line. */
 #include "mrcnn/config.h"
 #include "mrcnn/check.h"
 #include "config_keys.h"
@@ -186,21 +188,207 @@ void mrcnn_config_defaults(mrcnn_config *cfg) {
 
 static int load_file(mrcnn_config *cfg, const char *path, int depth, errbuf *e);
 
+/* ---- YAML anchors (&name) and aliases (*name) ----
+ * An alias stands for the node its anchor names, as in any YAML loader: a scalar, a
+ * list of scalars, or a mapping. A mapping is remembered as the assignments made
+ * inside it, with keys relative to it, so `B: *a` repeats them under B and the merge
+ * key `<<: *a` (or `<<: [*a, *b]`) repeats them in the current mapping without
+ * overriding the keys that mapping sets itself (YAML's merge rule; nested mappings
+ * merge key by key). */
+typedef struct {
+    char key[KEY_MAX]; // relative to the anchored mapping; "" for a scalar or list anchor
+    int is_list;
+    int n;
+    char (*items)[64]; // is_list
+    char *text;        // !is_list
+} anchor_entry;
+
+enum { ANCHOR_SCALAR, ANCHOR_LIST, ANCHOR_MAP };
+
+typedef struct {
+    char *name;
+    int kind;
+    int open;  // a mapping whose end has not been read yet
+    int level; // the mapping's nesting level (ANCHOR_MAP)
+    char prefix[KEY_MAX];
+    anchor_entry *e;
+    int n, cap;
+} anchor;
+
+typedef struct {
+    mrcnn_config *cfg;
+    const char *path;
+    int depth;
+    errbuf *e;
+    anchor *a;
+    int na, cap_a;
+    /* Keys set explicitly inside each open mapping: a merge does not override them. */
+    char (*expl[DEPTH_MAX])[KEY_MAX];
+    int n_expl[DEPTH_MAX], cap_expl[DEPTH_MAX];
+    int level;
+} yaml_ctx;
+
+static void ctx_free(yaml_ctx *c) {
+    for (int i = 0; i < c->na; i++) {
+        for (int j = 0; j < c->a[i].n; j++) {
+            free(c->a[i].e[j].items);
+            free(c->a[i].e[j].text);
+        }
+        free(c->a[i].e);
+        free(c->a[i].name);
+    }
+    free(c->a);
+    for (int l = 0; l < DEPTH_MAX; l++) free(c->expl[l]);
+}
+
+static anchor *anchor_new(yaml_ctx *c, const char *name, int kind) {
+    if (c->na == c->cap_a) {
+        c->cap_a = c->cap_a ? 2 * c->cap_a : 8;
+        c->a = MRCNN_REALLOC(c->a, sizeof *c->a * (size_t)c->cap_a, "YAML anchors");
+    }
+    anchor *a = &c->a[c->na++];
+    memset(a, 0, sizeof *a);
+    size_t len = strlen(name);
+    a->name = MRCNN_MALLOC(len + 1, "YAML anchor name");
+    memcpy(a->name, name, len + 1);
+    a->kind = kind;
+    return a;
+}
+
+/* The latest definition wins (YAML allows redefining an anchor). */
+static anchor *anchor_find(yaml_ctx *c, const char *name) {
+    for (int i = c->na - 1; i >= 0; i--)
+        if (strcmp(c->a[i].name, name) == 0) return &c->a[i];
+    return NULL;
+}
+
+static void anchor_add(anchor *a, const char *key, const char *text, char items[][64], int n) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 8;
+        a->e = MRCNN_REALLOC(a->e, sizeof *a->e * (size_t)a->cap, "YAML anchor entries");
+    }
+    anchor_entry *x = &a->e[a->n++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->key, KEY_MAX, "%s", key);
+    if (text) {
+        size_t len = strlen(text);
+        x->text = MRCNN_MALLOC(len + 1, "YAML anchor value");
+        memcpy(x->text, text, len + 1);
+    } else {
+        x->is_list = 1;
+        x->n = n;
+        x->items = MRCNN_MALLOC(sizeof *x->items * (size_t)(n > 0 ? n : 1), "YAML anchor list");
+        if (n > 0) memcpy(x->items, items, sizeof *x->items * (size_t)n);
+    }
+}
+
+static int explicit_has(const yaml_ctx *c, const char *key) {
+    if (c->level < 0) return 0;
+    for (int i = 0; i < c->n_expl[c->level]; i++)
+        if (strcmp(c->expl[c->level][i], key) == 0) return 1;
+    return 0;
+}
+
+static void explicit_add(yaml_ctx *c, const char *key) {
+    for (int l = 0; l <= c->level; l++) {
+        if (c->n_expl[l] == c->cap_expl[l]) {
+            c->cap_expl[l] = c->cap_expl[l] ? 2 * c->cap_expl[l] : 16;
+            c->expl[l] = MRCNN_REALLOC(c->expl[l], sizeof *c->expl[l] * (size_t)c->cap_expl[l], "YAML keys");
+        }
+        snprintf(c->expl[l][c->n_expl[l]++], KEY_MAX, "%s", key);
+    }
+}
+
+/* Every assignment of a YAML value goes through here: it is recorded in the open
+ * anchored mappings that contain it, and a merged one yields to an explicit key. */
+static int assign(yaml_ctx *c, const char *key, const char *text, char items[][64], int n, const char *where,
+                  int merging) {
+    if (merging && explicit_has(c, key)) return 1;
+    const mrcnn_config_key *k = find_key(key);
+    if (!k) return fail(c->e, "%s: unknown key '%s'", where, key);
+    int ok;
+    if (text) {
+        /* YAML has real lists; a scalar for a list key is a mistake, not "[5]". */
+        if (k->type == CFG_INT_LIST || k->type == CFG_FLOAT_LIST)
+            ok = fail(c->e, "%s: %s expects %s, got the scalar '%s'", where, key, type_name(k->type), text);
+        else
+            ok = set_scalar(c->cfg, k, text, where, c->e);
+    } else {
+        ok = set_list(c->cfg, k, items, n, where, c->e);
+    }
+    if (!ok) return 0;
+    for (int i = 0; i < c->na; i++) {
+        anchor *a = &c->a[i];
+        if (a->kind != ANCHOR_MAP || !a->open) continue;
+        size_t pl = strlen(a->prefix);
+        if (pl == 0)
+            anchor_add(a, key, text, items, n);
+        else if (strncmp(key, a->prefix, pl) == 0 && key[pl] == '.')
+            anchor_add(a, key + pl + 1, text, items, n);
+    }
+    if (!merging) explicit_add(c, key);
+    return 1;
+}
+
+/* The assignments of an anchor under `prefix` (a full key for a scalar or list). */
+static int apply_anchor(yaml_ctx *c, const anchor *a, const char *prefix, const char *where, int merging) {
+    for (int i = 0; i < a->n; i++) {
+        const anchor_entry *x = &a->e[i];
+        char key[KEY_MAX];
+        if (strlen(prefix) + strlen(x->key) + 2 > KEY_MAX) return fail(c->e, "%s: key too long", where);
+        snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] && x->key[0] ? "." : "", x->key);
+        if (!assign(c, key, x->text, x->items, x->n, where, merging)) return 0;
+    }
+    return 1;
+}
+
+static const char *anchor_kind_name(int kind) {
+    return kind == ANCHOR_SCALAR ? "a scalar" : kind == ANCHOR_LIST ? "a list" : "a mapping";
+}
+
 /* Walks the event stream: a stack of mapping keys gives each scalar its dotted key. */
 static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *path, int depth, errbuf *e) {
+    yaml_ctx c = {.cfg = cfg, .path = path, .depth = depth, .e = e, .level = -1};
     char prefix[DEPTH_MAX][KEY_MAX];
-    int level = -1;          // mapping nesting; -1 before the root mapping
     int expect_key[DEPTH_MAX];
+    int merge_key = 0;          // the pending key is YAML's merge key `<<`
     char pending[KEY_MAX] = ""; // key waiting for its value
     int seen_non_base = 0;
+    int result = 0;
     for (;;) {
         yaml_event_t ev;
-        if (!yaml_parser_parse(parser, &ev))
-            return fail(e, "%s:%zu: YAML error: %s", path, parser->problem_mark.line + 1,
-                        parser->problem ? parser->problem : "malformed");
+        if (!yaml_parser_parse(parser, &ev)) {
+            fail(e, "%s:%zu: YAML error: %s", path, parser->problem_mark.line + 1,
+                 parser->problem ? parser->problem : "malformed");
+            break;
+        }
         char where[KEY_MAX + 64];
         snprintf(where, sizeof where, "%s:%zu", path, ev.start_mark.line + 1);
         int ok = 1, done = 0;
+        const int level = c.level;
+        /* What an alias or a scalar event stands for. */
+        const char *scalar = NULL;
+        const anchor *alias = NULL;
+        if (ev.type == YAML_ALIAS_EVENT) {
+            const char *name = (const char *)ev.data.alias.anchor;
+            alias = anchor_find(&c, name);
+            if (!alias)
+                ok = fail(e, "%s: alias *%s: anchor '%s' is unknown (define it with &%s before the alias)", where, name,
+                          name, name);
+            else if (alias->open)
+                ok = fail(e, "%s: alias *%s refers to the mapping that contains it", where, name);
+            else if (level < 0)
+                ok = fail(e, "%s: expected a mapping of keys, got the alias *%s", where, name);
+            else if (alias->kind == ANCHOR_SCALAR)
+                scalar = alias->e[0].text;
+        } else if (ev.type == YAML_SCALAR_EVENT) {
+            scalar = (const char *)ev.data.scalar.value;
+            if (ev.data.scalar.anchor) anchor_add(anchor_new(&c, (const char *)ev.data.scalar.anchor, ANCHOR_SCALAR), "", scalar, NULL, 0);
+        }
+        if (!ok) {
+            yaml_event_delete(&ev);
+            break;
+        }
         switch (ev.type) {
         case YAML_STREAM_END_EVENT: done = 1; break;
         case YAML_MAPPING_START_EVENT:
@@ -208,23 +396,40 @@ static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *pat
                 ok = fail(e, "%s: a mapping cannot be a key", where);
                 break;
             }
+            if (level >= 0 && merge_key) {
+                ok = fail(e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them)", where);
+                break;
+            }
             if (level + 1 >= DEPTH_MAX) {
                 ok = fail(e, "%s: nested deeper than %d", where, DEPTH_MAX);
                 break;
             }
-            level++;
-            snprintf(prefix[level], KEY_MAX, "%s", level == 0 ? "" : pending);
-            expect_key[level] = 1;
-            if (level > 0) expect_key[level - 1] = 1;
+            c.level = level + 1;
+            c.n_expl[c.level] = 0;
+            snprintf(prefix[c.level], KEY_MAX, "%s", c.level == 0 ? "" : pending);
+            expect_key[c.level] = 1;
+            if (level >= 0) expect_key[level] = 1;
+            if (ev.data.mapping_start.anchor) {
+                anchor *a = anchor_new(&c, (const char *)ev.data.mapping_start.anchor, ANCHOR_MAP);
+                a->open = 1;
+                a->level = c.level;
+                snprintf(a->prefix, KEY_MAX, "%s", prefix[c.level]);
+            }
             break;
-        case YAML_MAPPING_END_EVENT: level--; break;
+        case YAML_MAPPING_END_EVENT:
+            for (int i = 0; i < c.na; i++)
+                if (c.a[i].open && c.a[i].level == level) c.a[i].open = 0;
+            c.n_expl[level] = 0;
+            c.level--;
+            break;
         case YAML_SEQUENCE_START_EVENT: {
             if (level < 0 || expect_key[level]) {
                 ok = fail(e, "%s: a list is not allowed here", where);
                 break;
             }
             char items[MRCNN_CFG_LIST_MAX + 1][64];
-            int n = 0;
+            const anchor *merges[MRCNN_CFG_LIST_MAX + 1];
+            int n = 0, n_merge = 0;
             for (;;) {
                 yaml_event_t it;
                 if (!yaml_parser_parse(parser, &it)) {
@@ -233,72 +438,129 @@ static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *pat
                     break;
                 }
                 int end = it.type == YAML_SEQUENCE_END_EVENT;
-                if (!end && it.type != YAML_SCALAR_EVENT) {
-                    ok = fail(e, "%s: %s: list items must be plain values", where, pending);
+                const char *text = NULL;
+                if (it.type == YAML_SCALAR_EVENT) {
+                    text = (const char *)it.data.scalar.value;
+                    if (it.data.scalar.anchor)
+                        anchor_add(anchor_new(&c, (const char *)it.data.scalar.anchor, ANCHOR_SCALAR), "", text, NULL, 0);
+                } else if (it.type == YAML_ALIAS_EVENT) {
+                    const char *name = (const char *)it.data.alias.anchor;
+                    const anchor *a = anchor_find(&c, name);
+                    if (!a)
+                        ok = fail(e, "%s:%zu: alias *%s: anchor '%s' is unknown (define it with &%s before)", path,
+                                  it.start_mark.line + 1, name, name, name);
+                    else if (merge_key && a->kind == ANCHOR_MAP && !a->open && n_merge <= MRCNN_CFG_LIST_MAX)
+                        merges[n_merge++] = a;
+                    else if (a->kind == ANCHOR_SCALAR)
+                        text = a->e[0].text;
+                    else
+                        ok = fail(e, "%s:%zu: %s: list items must be plain values, *%s is %s", path,
+                                  it.start_mark.line + 1, merge_key ? "<<" : pending, name, anchor_kind_name(a->kind));
                 } else if (!end) {
-                    if (n > MRCNN_CFG_LIST_MAX || it.data.scalar.length >= 64)
+                    ok = fail(e, "%s: %s: list items must be plain values", where, merge_key ? "<<" : pending);
+                }
+                if (ok && text) {
+                    if (n > MRCNN_CFG_LIST_MAX || strlen(text) >= 64)
                         ok = fail(e, "%s: %s: list too long or item too long", where, pending);
                     else
-                        snprintf(items[n++], 64, "%s", (const char *)it.data.scalar.value);
+                        snprintf(items[n++], 64, "%s", text);
                 }
                 yaml_event_delete(&it);
                 if (end || !ok) break;
             }
             if (!ok) break;
-            const mrcnn_config_key *k = find_key(pending);
-            if (!k)
-                ok = fail(e, "%s: unknown key '%s'", where, pending);
-            else
-                ok = set_list(cfg, k, items, n, where, e);
+            if (merge_key) {
+                if (n > 0) {
+                    ok = fail(e, "%s: the merge key '<<' wants aliases of mappings, got '%s'", where, items[0]);
+                    break;
+                }
+                /* Earlier mappings in the list win: apply them last. */
+                for (int i = n_merge - 1; i >= 0 && ok; i--) ok = apply_anchor(&c, merges[i], prefix[level], where, 1);
+            } else {
+                ok = assign(&c, pending, NULL, items, n, where, 0);
+                if (ok && ev.data.sequence_start.anchor)
+                    anchor_add(anchor_new(&c, (const char *)ev.data.sequence_start.anchor, ANCHOR_LIST), "", NULL,
+                               items, n);
+            }
             expect_key[level] = 1;
+            merge_key = 0;
             break;
         }
+        case YAML_ALIAS_EVENT:
         case YAML_SCALAR_EVENT: {
-            const char *v = (const char *)ev.data.scalar.value;
             if (level < 0) {
-                if (v[0]) ok = fail(e, "%s: expected a mapping of keys, got '%s'", where, v);
+                if (scalar && scalar[0]) ok = fail(e, "%s: expected a mapping of keys, got '%s'", where, scalar);
                 break;
             }
             if (expect_key[level]) {
-                if (level == 0 && strcmp(v, "_BASE_") == 0) {
+                if (!scalar) {
+                    ok = fail(e, "%s: %s (*%s) cannot be a key", where, anchor_kind_name(alias->kind), alias->name);
+                    break;
+                }
+                merge_key = 0;
+                if (level == 0 && strcmp(scalar, "_BASE_") == 0) {
                     if (seen_non_base) ok = fail(e, "%s: _BASE_ must come before every other key", where);
                     snprintf(pending, KEY_MAX, "_BASE_");
+                } else if (strcmp(scalar, "<<") == 0 && !(ev.type == YAML_SCALAR_EVENT &&
+                                                          ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)) {
+                    seen_non_base = 1;
+                    merge_key = 1;
+                    snprintf(pending, KEY_MAX, "<<");
                 } else {
                     seen_non_base = 1;
-                    if (strlen(prefix[level]) + strlen(v) + 2 > KEY_MAX) {
+                    if (strlen(prefix[level]) + strlen(scalar) + 2 > KEY_MAX) {
                         ok = fail(e, "%s: key too long", where);
                         break;
                     }
-                    snprintf(pending, KEY_MAX, "%s%s%s", prefix[level], prefix[level][0] ? "." : "", v);
+                    snprintf(pending, KEY_MAX, "%s%s%s", prefix[level], prefix[level][0] ? "." : "", scalar);
                 }
                 expect_key[level] = 0;
-            } else {
-                if (strcmp(pending, "_BASE_") == 0) {
-                    char dir[1024], base[2048];
-                    snprintf(dir, sizeof dir, "%s", path);
-                    if (v[0] == '/')
-                        snprintf(base, sizeof base, "%s", v);
-                    else
-                        snprintf(base, sizeof base, "%s/%s", dirname(dir), v);
-                    ok = load_file(cfg, base, depth + 1, e);
-                } else {
-                    const mrcnn_config_key *k = find_key(pending);
-                    /* YAML has real lists; a scalar for a list key is a mistake, not "[5]". */
-                    if (k && (k->type == CFG_INT_LIST || k->type == CFG_FLOAT_LIST))
-                        ok = fail(e, "%s: %s expects %s, got the scalar '%s'", where, pending, type_name(k->type), v);
-                    else
-                        ok = set_text(cfg, pending, v, where, e);
+                break;
+            }
+            expect_key[level] = 1;
+            if (merge_key) {
+                merge_key = 0;
+                if (!alias || alias->kind != ANCHOR_MAP) {
+                    ok = fail(e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them), got %s", where,
+                              alias ? anchor_kind_name(alias->kind) : "a scalar");
+                    break;
                 }
-                expect_key[level] = 1;
+                ok = apply_anchor(&c, alias, prefix[level], where, 1);
+                break;
+            }
+            if (alias && alias->kind != ANCHOR_SCALAR) {
+                if (strcmp(pending, "_BASE_") == 0)
+                    ok = fail(e, "%s: _BASE_ wants a file name, got %s", where, anchor_kind_name(alias->kind));
+                else if (alias->kind == ANCHOR_LIST)
+                    ok = assign(&c, pending, NULL, alias->e[0].items, alias->e[0].n, where, 0);
+                else
+                    ok = apply_anchor(&c, alias, pending, where, 0);
+                break;
+            }
+            if (strcmp(pending, "_BASE_") == 0) {
+                char dir[1024], base[2048];
+                snprintf(dir, sizeof dir, "%s", path);
+                if (scalar[0] == '/')
+                    snprintf(base, sizeof base, "%s", scalar);
+                else
+                    snprintf(base, sizeof base, "%s/%s", dirname(dir), scalar);
+                ok = load_file(cfg, base, depth + 1, e);
+            } else {
+                ok = assign(&c, pending, scalar, NULL, 0, where, 0);
             }
             break;
         }
         default: break;
         }
         yaml_event_delete(&ev);
-        if (!ok) return 0;
-        if (done) return 1;
+        if (!ok) break;
+        if (done) {
+            result = 1;
+            break;
+        }
     }
+    ctx_free(&c);
+    return result;
 }
 
 static int load_file(mrcnn_config *cfg, const char *path, int depth, errbuf *e) {

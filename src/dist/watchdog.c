@@ -1,10 +1,11 @@
 /* The comm watchdog: a thread that watches the one blocking collective wait the
  * main thread may be in. A collective that has not completed after the timeout
  * means a peer died or is stopped; MPI gives no error then (the others simply
- * wait), so the watchdog names the wait, then MPI_Abort takes every rank down.
- * An alarm backs up MPI_Abort: if the abort itself hangs, SIGALRM kills this
- * process and mpirun/srun end the rest. */
+ * wait), so the watchdog names the wait, then MPI_Abort(3) takes every rank down
+ * (mrcnn_fatal_exit: if the abort itself hangs, an alarm ends this process with 3
+ * and mpirun/srun end the rest). */
 #include "mrcnn/dist.h"
+#include "mrcnn/check.h"
 #include "mrcnn/log.h"
 
 #include <pthread.h>
@@ -36,15 +37,14 @@ static void *watchdog_main(void *arg) {
         if (waited < g_timeout_s) continue;
         const char *what = g_what;
         pthread_mutex_unlock(&g_mu);
-        fprintf(stderr,
-                "mrcnn error [rank %d] comm timeout: '%s' has not completed after %.1f s "
-                "(--comm-timeout %.1f): another rank died or hangs; aborting the job\n",
-                mrcnn_log_rank(), what, waited, g_timeout_s);
-        fflush(stderr);
-        fflush(stdout);
-        alarm(10);
-        MPI_Abort(MPI_COMM_WORLD, MRCNN_EXIT_COMM_TIMEOUT);
-        _exit(MRCNN_EXIT_COMM_TIMEOUT);
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "mrcnn error [rank %d] comm timeout: '%s' has not completed after %.1f s "
+                 "(--comm-timeout %.1f): another rank died or hangs; aborting the job",
+                 mrcnn_log_rank(), what, waited, g_timeout_s);
+        /* The one fatal path (check.h): MPI_Abort with exit code 3, backed by an alarm
+         * that ends this process with 3 if the abort itself hangs. */
+        mrcnn_fatal_exit(MRCNN_EXIT_COMM_TIMEOUT, msg);
     }
     pthread_mutex_unlock(&g_mu);
     return NULL;

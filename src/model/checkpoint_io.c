@@ -4,68 +4,151 @@
  * The training checkpoint adds its own groups (optimizer state, step) beside /model.
  * Loading also takes backbone convs stored unfolded with their frozen BN
  * (/model/<bn>.weight, .bias, .running_mean, .running_var), as data_prep/weights.py
- * writes them from a torchvision state_dict, and folds the BN in. */
+ * writes them from a torchvision state_dict, and folds the BN in.
+ * Integrity: datasets are written as one chunk with HDF5's Fletcher-32 checksum (the
+ * 1.8+ file format, whose metadata is checksummed too), and HDF5 verifies it on every
+ * read, so a flipped byte fails the load naming the dataset; weights holding Inf/NaN
+ * are rejected too. Files without the filter (data_prep/weights.py, older checkpoints)
+ * load without that verification. A failed write removes its temporary file. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void write_dataset(hid_t g, const char *name, const mrcnn_tensor *t, const float *host) {
-    hsize_t dims[MRCNN_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
-    hid_t sp = MRCNN_CHECK_HDF5(H5Screate_simple(t->ndim, dims, NULL), name);
-    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2(g, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
-                                           H5P_DEFAULT), name);
-    MRCNN_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host), name);
-    H5Dclose(ds);
-    H5Sclose(sp);
+/* The 1.10 file format: besides the checksummed superblock, object headers and group
+ * indexes of 1.8, a dataset's single chunk is located from its (checksummed) object
+ * header, not a v1 B-tree node without a checksum. Readable by HDF5 >= 1.10. */
+#if H5_VERSION_GE(1, 10, 2)
+#define MRCNN_H5_LIBVER_LOW H5F_LIBVER_V110
+#else
+#define MRCNN_H5_LIBVER_LOW H5F_LIBVER_V18
+#endif
+
+/* The telling part of the HDF5 error stack of this thread: a checksum mismatch, the
+ * system error of a failed write ("No space left on device"), else the innermost
+ * description. *checksum = 1 for a checksum mismatch. */
+typedef struct {
+    char sys[256], sum[256], inner[256];
+} h5_reason_acc;
+
+static herr_t reason_walk(unsigned n, const H5E_error2_t *err, void *data) {
+    h5_reason_acc *a = data;
+    const char *d = err->desc ? err->desc : "";
+    const char *m = strstr(d, "error message = '");
+    if (m && !a->sys[0]) {
+        m += strlen("error message = '");
+        const char *q = strchr(m, '\'');
+        snprintf(a->sys, sizeof a->sys, "%.*s", q ? (int)(q - m) : (int)strlen(m), m);
+    }
+    if (!a->sum[0] && (strstr(d, "checksum") || strstr(d, "Fletcher32"))) snprintf(a->sum, sizeof a->sum, "%s", d);
+    if (n == 0 && d[0]) snprintf(a->inner, sizeof a->inner, "%s", d);
+    return 0;
 }
 
-void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id) {
-    hid_t f = (hid_t)file_id;
-    hid_t g = MRCNN_CHECK_HDF5(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model");
+static void h5_reason(char *out, size_t len, int *checksum) {
+    h5_reason_acc a = {{0}, {0}, {0}};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, reason_walk, &a);
+    if (checksum) *checksum = a.sum[0] != 0;
+    snprintf(out, len, "%s", a.sum[0] ? a.sum : a.sys[0] ? a.sys : a.inner[0] ? a.inner : "HDF5 error");
+}
+
+/* A failed HDF5 call while writing a model file (path: the temporary one, removed by
+ * the fatal exit): one error line with the reason. */
+static int64_t wcheck(int64_t r, const char *call, const char *what, const char *path, const char *file, int line) {
+    if (r >= 0) return r;
+    char reason[320];
+    h5_reason(reason, sizeof reason, NULL);
+    mrcnn_failf("checkpoint", call, file, line, "checkpoint: writing %s failed at '%s': %s (temporary file removed)",
+                path, what, reason);
+}
+#define W(call, what, path) wcheck((int64_t)(call), #call, (what), (path), __FILE__, __LINE__)
+
+static void write_dataset(hid_t g, const char *name, const mrcnn_tensor *t, const float *host, const char *path) {
+    hsize_t dims[MRCNN_MAX_DIMS];
+    int empty = t->ndim == 0;
+    for (int d = 0; d < t->ndim; d++) {
+        dims[d] = (hsize_t)t->shape[d];
+        empty |= dims[d] == 0;
+    }
+    hid_t sp = W(H5Screate_simple(t->ndim, dims, NULL), name, path);
+    /* One chunk of the whole tensor with the Fletcher-32 checksum, verified on read. */
+    hid_t dcpl = W(H5Pcreate(H5P_DATASET_CREATE), name, path);
+    if (!empty) {
+        W(H5Pset_chunk(dcpl, t->ndim, dims), name, path);
+        W(H5Pset_fletcher32(dcpl), name, path);
+    }
+    hid_t ds = W(H5Dcreate2(g, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), name, path);
+    W(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host), name, path);
+    W(H5Dclose(ds), name, path);
+    W(H5Pclose(dcpl), name, path);
+    W(H5Sclose(sp), name, path);
+}
+
+static void write_model_group(const mrcnn_model *m, hid_t f, const char *path) {
+    hid_t g = W(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model", path);
     const mrcnn_arena *a = &m->params.values;
     for (int i = 0; i < a->n_entries; i++) {
         const mrcnn_tensor *t = &a->entries[i].tensor;
         int64_t n = mrcnn_tensor_numel(t);
         float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
         m->be->read(m->be, t, h);
-        write_dataset(g, a->entries[i].name, t, h);
+        write_dataset(g, a->entries[i].name, t, h, path);
         free(h);
     }
-    H5Gclose(g);
+    W(H5Gclose(g), "/model", path);
 }
 
-static void write_schema_attr(hid_t f) {
-    hid_t sp = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), "schema_version");
-    hid_t at = MRCNN_CHECK_HDF5(H5Acreate2(f, "schema_version", H5T_STD_I32LE, sp, H5P_DEFAULT,
-                                           H5P_DEFAULT), "schema_version");
+void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id) {
+    write_model_group(m, (hid_t)file_id, "(model group)");
+}
+
+static void write_schema_attr(hid_t f, const char *path) {
+    hid_t sp = W(H5Screate(H5S_SCALAR), "schema_version", path);
+    hid_t at = W(H5Acreate2(f, "schema_version", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT), "schema_version", path);
     int v = MRCNN_CHECKPOINT_SCHEMA_VERSION;
-    MRCNN_CHECK_HDF5(H5Awrite(at, H5T_NATIVE_INT, &v), "schema_version");
-    H5Aclose(at);
-    H5Sclose(sp);
+    W(H5Awrite(at, H5T_NATIVE_INT, &v), "schema_version", path);
+    W(H5Aclose(at), "schema_version", path);
+    W(H5Sclose(sp), "schema_version", path);
 }
 
 void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    MRCNN_CHECK(f >= 0, "checkpoint: cannot create %s", tmp);
-    write_schema_attr(f);
-    mrcnn_checkpoint_write_model_group(m, f);
-    MRCNN_CHECK_HDF5(H5Fflush(f, H5F_SCOPE_GLOBAL), tmp);
-    MRCNN_CHECK_HDF5(H5Fclose(f), tmp);
+    /* Until the rename, a fatal error anywhere removes the temporary file. */
+    int cleanup = mrcnn_fail_cleanup_add(tmp);
+    H5E_auto2_t old_fn;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // failures are reported as one line, with the reason
+    /* The 1.8+ format: checksummed superblock, object headers and group indexes. */
+    hid_t fapl = W(H5Pcreate(H5P_FILE_ACCESS), "file access list", tmp);
+    W(H5Pset_libver_bounds(fapl, MRCNN_H5_LIBVER_LOW, H5F_LIBVER_LATEST), "file format bounds", tmp);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0) {
+        char reason[320];
+        h5_reason(reason, sizeof reason, NULL);
+        mrcnn_failf("checkpoint", "H5Fcreate", __FILE__, __LINE__, "checkpoint: cannot create %s: %s", tmp, reason);
+    }
+    W(H5Pclose(fapl), "file access list", tmp);
+    write_schema_attr(f, tmp);
+    write_model_group(m, f, tmp);
+    W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush", tmp);
+    W(H5Fclose(f), "close", tmp);
+    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
     // durable before visible: a crash leaves either the old file or the new one
     int fd = open(tmp, O_RDONLY);
-    MRCNN_CHECK(fd >= 0, "checkpoint: cannot reopen %s to fsync", tmp);
-    MRCNN_CHECK(fsync(fd) == 0, "checkpoint: fsync of %s failed", tmp);
+    MRCNN_CHECK(fd >= 0, "checkpoint: cannot reopen %s to fsync: %s", tmp, strerror(errno));
+    MRCNN_CHECK(fsync(fd) == 0, "checkpoint: fsync of %s failed: %s", tmp, strerror(errno));
     close(fd);
-    MRCNN_CHECK(rename(tmp, path) == 0, "checkpoint: rename %s -> %s failed", tmp, path);
+    MRCNN_CHECK(rename(tmp, path) == 0, "checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
+    mrcnn_fail_cleanup_remove(cleanup);
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -104,11 +187,28 @@ static void check_dataset(hid_t g, const char *path, const char *name, const mrc
                 mrcnn_tensor_shape_str(t, want, sizeof want));
 }
 
-/* Reads /model/<name> (checked by check_dataset first) into host. */
-static void read_dataset(hid_t g, const char *name, float *host) {
+/* Reads /model/<name> (checked by check_dataset first) into host: a checksum mismatch
+ * (a flipped byte) or a non-finite value fails naming the file and the dataset. */
+static void read_dataset(hid_t g, const char *path, const char *name, float *host, int64_t n) {
     hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
-    MRCNN_CHECK_HDF5(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host), name);
+    H5E_auto2_t old_fn;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    herr_t r = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host);
+    char reason[320] = "";
+    int checksum = 0;
+    if (r < 0) h5_reason(reason, sizeof reason, &checksum);
+    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
     H5Dclose(ds);
+    MRCNN_CHECK(r >= 0 || !checksum,
+                "checkpoint %s: /model/%s fails its Fletcher-32 checksum: the file is corrupt (copy it again or use "
+                "another checkpoint)", path, name);
+    MRCNN_CHECK(r >= 0, "checkpoint %s: reading /model/%s failed: %s", path, name, reason);
+    int64_t bad = 0;
+    for (int64_t k = 0; k < n; k++) bad += !isfinite(host[k]);
+    MRCNN_CHECK(bad == 0, "checkpoint %s: /model/%s holds %lld non-finite values (of %lld): the weights are unusable",
+                path, name, (long long)bad, (long long)n);
 }
 
 /* Loads every parameter of the model from /model (all must be there unless
@@ -150,10 +250,10 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
             for (int j = 0; j < 4; j++) {
                 bnp[j] = MRCNN_MALLOC((size_t)k * sizeof(float), "bn buffer");
                 snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
-                read_dataset(g, key, bnp[j]);
+                read_dataset(g, path, key, bnp[j], k);
             }
-            read_dataset(g, name, h);
-            if (had_bias) read_dataset(g, a->entries[i + 1].name, bias);
+            read_dataset(g, path, name, h, n);
+            if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);
             mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
                                  MRCNN_FROZEN_BN_EPS);
             m->be->write(m->be, t, h);
@@ -166,7 +266,7 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
             continue;
         }
         float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
-        read_dataset(g, name, h);
+        read_dataset(g, path, name, h, n);
         m->be->write(m->be, t, h);
         free(h);
     }

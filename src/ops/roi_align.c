@@ -12,6 +12,10 @@
 #include "mrcnn/roi_align.h"
 #include "ops_real.h"
 
+/* A roi whose adaptive grid (sampling_ratio <= 0) would hold more sampling points than
+ * this per axis and bin is empty (roi_align.h): no box inside an image comes near it. */
+#define ROI_ALIGN_MAX_GRID 1024
+
 /* One sampling point: 4 feature offsets (pixel index, times C later) and weights. */
 typedef struct {
     int64_t pos[4];
@@ -20,10 +24,16 @@ typedef struct {
 
 /* The sampling points of one roi for every bin, bin-major (ph, pw, iy, ix) as the
  * reference kernel visits them. Returns the grid size per bin through gh, gw and
- * the roi's level and image through lvl, img; 0 when the row is padding. */
+ * the roi's level and image through lvl, img; 0 when the row is padding or the roi is
+ * empty: a non-finite coordinate, a size that overflows, an adaptive grid that is not
+ * positive (an inverted aligned box: torchvision's sum over no samples, 0) or larger
+ * than ROI_ALIGN_MAX_GRID. Every float -> int conversion below is of a value checked to
+ * be finite and in range first (a NaN cast to int is undefined behaviour). */
 static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sample **buf, int64_t *cap, int *gh,
                        int *gw, int *lvl, int *img) {
     if (roi[0] < 0) return 0;
+    for (int c = 1; c <= 4; c++)
+        if (!isfinite(roi[c])) return 0;
     int b = (int)roi[0];
     float box[4] = {(float)roi[1], (float)roi[2], (float)roi[3], (float)roi[4]};
     int l = mrcnn_roi_align_level(d, box);
@@ -33,13 +43,19 @@ static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sampl
     real x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
     real x1 = roi[3] * scale - offset, y1 = roi[4] * scale - offset;
     real rw = x1 - x0, rh = y1 - y0;
+    if (!isfinite(rw) || !isfinite(rh)) return 0;
     if (!d->aligned) {
         rw = rw > (real)1 ? rw : (real)1;
         rh = rh > (real)1 ? rh : (real)1;
     }
     real bh = rh / (real)d->out_h, bw = rw / (real)d->out_w;
-    int grid_h = d->sampling_ratio > 0 ? d->sampling_ratio : (int)ceil(rh / (real)d->out_h);
-    int grid_w = d->sampling_ratio > 0 ? d->sampling_ratio : (int)ceil(rw / (real)d->out_w);
+    int grid_h = d->sampling_ratio, grid_w = d->sampling_ratio;
+    if (d->sampling_ratio <= 0) {
+        const real fh = ceil(rh / (real)d->out_h), fw = ceil(rw / (real)d->out_w);
+        if (!(fh >= 1 && fw >= 1 && fh <= ROI_ALIGN_MAX_GRID && fw <= ROI_ALIGN_MAX_GRID)) return 0;
+        grid_h = (int)fh;
+        grid_w = (int)fw;
+    }
     int64_t need = (int64_t)d->out_h * d->out_w * grid_h * grid_w;
     if (need > *cap) {
         free(*buf);
@@ -54,7 +70,8 @@ static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sampl
                 for (int ix = 0; ix < grid_w; ix++, s++) {
                     const real xx = x0 + (real)pw * bw + (real)(ix + .5f) * bw / (real)grid_w;
                     real y = yy, x = xx;
-                    if (y < (real)-1.0 || y > (real)H || x < (real)-1.0 || x > (real)W) {
+                    /* Outside the feature map (or not a number): no contribution. */
+                    if (!(y >= (real)-1.0 && y <= (real)H && x >= (real)-1.0 && x <= (real)W)) {
                         for (int k = 0; k < 4; k++) {
                             s->pos[k] = 0;
                             s->w[k] = 0;

@@ -1,6 +1,17 @@
 /* Training checkpoints in HDF5 (layout in trainer.h). Written by rank 0 as a
  * temporary file, fsynced, then renamed: a reader never sees a partial file under
- * the final name, and a kill -9 mid-write leaves the previous checkpoint intact. */
+ * the final name, and a kill -9 mid-write leaves the previous checkpoint intact. A
+ * write that fails (disk full, file size limit, I/O error) is a fatal error naming the
+ * file and the system's reason, and the temporary file is removed (check.h's cleanup
+ * list), so it does not keep the disk full.
+ *
+ * Integrity: every weight and momentum dataset is one chunk with HDF5's Fletcher-32
+ * filter, which HDF5 verifies on every read; the file uses the 1.8+ format, whose
+ * superblock, object headers (attributes included: kept compact, in the root's header)
+ * and group indexes carry checksums; the config is a compact dataset inside its object
+ * header. A flipped byte anywhere in a checkpoint therefore fails its load. Loading
+ * also rejects non-finite weights or momentum. Files written before checksums existed
+ * (contiguous datasets) still load, without that verification. */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
@@ -11,6 +22,8 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +31,15 @@
 #include <unistd.h>
 
 #define CKPT_SCHEMA_VERSION 1
+
+/* The 1.10 file format: besides the checksummed superblock, object headers and group
+ * indexes of 1.8, a dataset's single chunk is located from its (checksummed) object
+ * header, not a v1 B-tree node without a checksum. Readable by HDF5 >= 1.10. */
+#if H5_VERSION_GE(1, 10, 2)
+#define MRCNN_H5_LIBVER_LOW H5F_LIBVER_V110
+#else
+#define MRCNN_H5_LIBVER_LOW H5F_LIBVER_V18
+#endif
 
 static void (*g_lock)(void) = NULL, (*g_unlock)(void) = NULL;
 
@@ -32,16 +54,79 @@ static void unlock(void) {
     if (g_unlock) g_unlock();
 }
 
-static void attr_write(hid_t obj, const char *name, hid_t type, const void *v, const char *path) {
-    hid_t sp = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), path);
-    hid_t a = MRCNN_CHECK_HDF5(H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT), name);
-    hid_t mem = type == H5T_STD_I32LE ? H5T_NATIVE_INT32 : type;
-    MRCNN_CHECK_HDF5(H5Awrite(a, mem, v), name);
-    H5Aclose(a);
-    H5Sclose(sp);
+/* ---- HDF5 errors as one reason ----
+ * HDF5's automatic error printing is off while a checkpoint is written or read (the
+ * HDF5 lock is held, so no other thread's report is hidden); a failure is reported as
+ * one line with the most telling entry of the error stack: the system error of a
+ * failed write ("No space left on device"), a checksum mismatch, else the innermost
+ * description. */
+typedef struct {
+    H5E_auto2_t fn;
+    void *data;
+} h5_quiet;
+
+static void quiet_begin(h5_quiet *q) {
+    H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
-static void attr_i64(hid_t obj, const char *name, int64_t v, const char *path) { attr_write(obj, name, H5T_NATIVE_INT64, &v, path); }
-static void attr_f64(hid_t obj, const char *name, double v, const char *path) { attr_write(obj, name, H5T_NATIVE_DOUBLE, &v, path); }
+static void quiet_end(const h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->fn, q->data); }
+
+typedef struct {
+    char sys[256], sum[256], inner[256];
+} h5_reason_acc;
+
+static herr_t reason_walk(unsigned n, const H5E_error2_t *err, void *data) {
+    h5_reason_acc *a = data;
+    const char *d = err->desc ? err->desc : "";
+    const char *m = strstr(d, "error message = '");
+    if (m && !a->sys[0]) {
+        m += strlen("error message = '");
+        const char *q = strchr(m, '\'');
+        snprintf(a->sys, sizeof a->sys, "%.*s", q ? (int)(q - m) : (int)strlen(m), m);
+    }
+    if (!a->sum[0] && (strstr(d, "checksum") || strstr(d, "Fletcher32")))
+        snprintf(a->sum, sizeof a->sum, "%s", d);
+    if (n == 0 && d[0]) snprintf(a->inner, sizeof a->inner, "%s", d);
+    return 0;
+}
+
+/* The reason of the last failed HDF5 call of this thread; *checksum = 1 when it is a
+ * checksum mismatch (the file's bytes are not what was written). */
+static void h5_reason(char *out, size_t len, int *checksum) {
+    h5_reason_acc a = {{0}, {0}, {0}};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, reason_walk, &a);
+    if (checksum) *checksum = a.sum[0] != 0;
+    if (a.sum[0])
+        snprintf(out, len, "checksum mismatch (%s): the file is corrupt", a.sum);
+    else if (a.sys[0])
+        snprintf(out, len, "%s", a.sys);
+    else
+        snprintf(out, len, "%s", a.inner[0] ? a.inner : "HDF5 error");
+}
+
+/* ---- writing ---- */
+
+/* A failed call while writing tmp: the one fatal exit (which removes tmp). */
+static int64_t wcheck(int64_t r, const char *call, const char *what, const char *tmp, const char *file, int line) {
+    if (r >= 0) return r;
+    char reason[320];
+    h5_reason(reason, sizeof reason, NULL);
+    mrcnn_failf("checkpoint", call, file, line,
+                "checkpoint: writing %s failed at '%s': %s (temporary file removed; older checkpoints kept)", tmp,
+                what, reason);
+}
+#define W(call, what) wcheck((int64_t)(call), #call, (what), tmp, __FILE__, __LINE__)
+
+static void attr_write(hid_t obj, const char *name, hid_t type, const void *v, const char *tmp) {
+    hid_t sp = W(H5Screate(H5S_SCALAR), name);
+    hid_t a = W(H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT), name);
+    hid_t mem = type == H5T_STD_I32LE ? H5T_NATIVE_INT32 : type;
+    W(H5Awrite(a, mem, v), name);
+    W(H5Aclose(a), name);
+    W(H5Sclose(sp), name);
+}
+static void attr_i64(hid_t obj, const char *name, int64_t v, const char *tmp) { attr_write(obj, name, H5T_NATIVE_INT64, &v, tmp); }
+static void attr_f64(hid_t obj, const char *name, double v, const char *tmp) { attr_write(obj, name, H5T_NATIVE_DOUBLE, &v, tmp); }
 
 static int attr_read(hid_t obj, const char *name, hid_t type, void *v) {
     if (H5Aexists(obj, name) <= 0) return 0;
@@ -50,16 +135,6 @@ static int attr_read(hid_t obj, const char *name, hid_t type, void *v) {
     herr_t r = H5Aread(a, type, v);
     H5Aclose(a);
     return r >= 0;
-}
-static int64_t need_i64(hid_t obj, const char *name, const char *path) {
-    int64_t v = 0;
-    MRCNN_CHECK(attr_read(obj, name, H5T_NATIVE_INT64, &v), "checkpoint %s: attribute '%s' missing", path, name);
-    return v;
-}
-static double need_f64(hid_t obj, const char *name, const char *path) {
-    double v = 0;
-    MRCNN_CHECK(attr_read(obj, name, H5T_NATIVE_DOUBLE, &v), "checkpoint %s: attribute '%s' missing", path, name);
-    return v;
 }
 
 /* Host copy of an arena (the arena itself on the CPU). */
@@ -72,64 +147,44 @@ static const float *arena_host(const mrcnn_backend *be, const mrcnn_arena *a, fl
     return *owned;
 }
 
-static void write_group(hid_t file, const char *group, const mrcnn_backend *be, const mrcnn_arena *a,
-                        const char *path) {
-    float *owned;
-    const float *host = arena_host(be, a, &owned);
-    hid_t lcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), path);
-    MRCNN_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl, 1), path);
-    hid_t g = MRCNN_CHECK_HDF5(H5Gcreate2(file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT), group);
-    for (int i = 0; i < a->n_entries; i++) {
-        const mrcnn_tensor *t = &a->entries[i].tensor;
-        hsize_t dims[MRCNN_MAX_DIMS];
-        for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
-        hid_t sp = MRCNN_CHECK_HDF5(H5Screate_simple(t->ndim, dims, NULL), a->entries[i].name);
-        /* Names like "backbone.body.conv1.weight" hold dots, not slashes: one level. */
-        hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2(g, a->entries[i].name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT,
-                                               H5P_DEFAULT), a->entries[i].name);
-        MRCNN_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                  host + a->entries[i].offset / sizeof(float)), a->entries[i].name);
-        H5Dclose(ds);
-        H5Sclose(sp);
+/* Dataset creation: one chunk of the whole tensor with the Fletcher-32 checksum
+ * (HDF5 verifies it on every read). A tensor with a zero extent stays contiguous. */
+static hid_t checksummed_dcpl(int ndim, const hsize_t *dims, const char *name, const char *tmp) {
+    hid_t dcpl = W(H5Pcreate(H5P_DATASET_CREATE), name);
+    int empty = ndim == 0;
+    for (int d = 0; d < ndim; d++) empty |= dims[d] == 0;
+    if (!empty) {
+        W(H5Pset_chunk(dcpl, ndim, dims), name);
+        W(H5Pset_fletcher32(dcpl), name);
     }
-    H5Gclose(g);
-    H5Pclose(lcpl);
-    free(owned);
+    return dcpl;
 }
 
-static void read_group(hid_t file, const char *group, const mrcnn_backend *be, mrcnn_arena *a, const char *path) {
-    float *host = MRCNN_CALLOC(1, a->size ? a->size : 1, "host buffer for checkpoint load");
-    hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
-    MRCNN_CHECK(g >= 0, "checkpoint %s: group '%s' missing", path, group);
+static void write_group(hid_t file, const char *group, const mrcnn_backend *be, const mrcnn_arena *a,
+                        const char *tmp) {
+    float *owned;
+    const float *host = arena_host(be, a, &owned);
+    hid_t lcpl = W(H5Pcreate(H5P_LINK_CREATE), group);
+    W(H5Pset_create_intermediate_group(lcpl, 1), group);
+    hid_t g = W(H5Gcreate2(file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT), group);
     for (int i = 0; i < a->n_entries; i++) {
-        const char *name = a->entries[i].name;
         const mrcnn_tensor *t = &a->entries[i].tensor;
-        MRCNN_CHECK(H5Lexists(g, name, H5P_DEFAULT) > 0, "checkpoint %s: '%s/%s' missing", path, group, name);
-        hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
-        hid_t sp = MRCNN_CHECK_HDF5(H5Dget_space(ds), name);
-        hsize_t dims[MRCNN_MAX_DIMS] = {0};
-        int nd = H5Sget_simple_extent_ndims(sp);
-        MRCNN_CHECK(nd == t->ndim, "checkpoint %s: '%s/%s' has %d dims, the model wants %d", path, group, name, nd,
-                    t->ndim);
-        H5Sget_simple_extent_dims(sp, dims, NULL);
-        for (int d = 0; d < nd; d++)
-            MRCNN_CHECK((int64_t)dims[d] == t->shape[d],
-                        "checkpoint %s: '%s/%s' dim %d is %lld, the model wants %lld", path, group, name, d,
-                        (long long)dims[d], (long long)t->shape[d]);
-        MRCNN_CHECK_HDF5(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                 host + a->entries[i].offset / sizeof(float)), name);
-        H5Sclose(sp);
-        H5Dclose(ds);
+        const char *name = a->entries[i].name;
+        hsize_t dims[MRCNN_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
+        hid_t sp = W(H5Screate_simple(t->ndim, dims, NULL), name);
+        hid_t dcpl = checksummed_dcpl(t->ndim, dims, name, tmp);
+        /* Names like "backbone.body.conv1.weight" hold dots, not slashes: one level. */
+        hid_t ds = W(H5Dcreate2(g, name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT), name);
+        W(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host + a->entries[i].offset / sizeof(float)),
+          name);
+        W(H5Dclose(ds), name);
+        W(H5Pclose(dcpl), name);
+        W(H5Sclose(sp), name);
     }
-    H5Gclose(g);
-    if (a->device == MRCNN_DEVICE_CPU) {
-        memcpy(a->base, host, a->size);
-    } else {
-        mrcnn_tensor flat = mrcnn_arena_flat(a);
-        be->write(be, &flat, host);
-        be->sync(be);
-    }
-    free(host);
+    W(H5Gclose(g), group);
+    W(H5Pclose(lcpl), group);
+    free(owned);
 }
 
 static void fsync_path(const char *path, int dir) {
@@ -171,6 +226,24 @@ static int list_steps(const char *dir, long long **steps) {
     return n;
 }
 
+int mrcnn_checkpoint_list(const char *dir, char ***paths) {
+    long long *steps;
+    int n = list_steps(dir, &steps);
+    *paths = n ? MRCNN_CALLOC((size_t)n, sizeof(char *), "checkpoint paths") : NULL;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(dir) + 32;
+        (*paths)[i] = MRCNN_MALLOC(len, "checkpoint path");
+        snprintf((*paths)[i], len, "%s/model_%07lld.h5", dir, steps[i]);
+    }
+    free(steps);
+    return n;
+}
+
+void mrcnn_checkpoint_list_free(char **paths, int n) {
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+}
+
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
                            const mrcnn_arena *momentum, const mrcnn_train_state *st, const mrcnn_config *cfg,
                            int keep, char *path) {
@@ -178,22 +251,44 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     char tmp[1100];
     snprintf(path, 1024, "%s/model_%07lld.h5", dir, (long long)st->step);
     snprintf(tmp, sizeof tmp, "%s/.model_%07lld.h5.tmp", dir, (long long)st->step);
+    /* From here until the rename, a fatal error anywhere removes the temporary file. */
+    int cleanup = mrcnn_fail_cleanup_add(tmp);
     lock();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    MRCNN_CHECK(f >= 0, "checkpoint: cannot create %s (is OUTPUT_DIR writable?)", tmp);
+    h5_quiet q;
+    quiet_begin(&q);
+    /* The 1.8+ format: checksummed superblock, object headers and indexes. Up to 64
+     * attributes stay compact, in the root group's (checksummed) object header. */
+    hid_t fapl = W(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+    W(H5Pset_libver_bounds(fapl, MRCNN_H5_LIBVER_LOW, H5F_LIBVER_LATEST), "file format bounds");
+    hid_t fcpl = W(H5Pcreate(H5P_FILE_CREATE), "file creation list");
+    W(H5Pset_attr_phase_change(fcpl, 64, 48), "compact attributes");
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
+    if (f < 0) {
+        char reason[320];
+        h5_reason(reason, sizeof reason, NULL);
+        mrcnn_failf("checkpoint", "H5Fcreate", __FILE__, __LINE__,
+                    "checkpoint: cannot create %s: %s (is OUTPUT_DIR writable?)", tmp, reason);
+    }
+    W(H5Pclose(fcpl), "file creation list");
+    W(H5Pclose(fapl), "file access list");
     int32_t schema = CKPT_SCHEMA_VERSION; // the model's schema (model.h), an int32 as it writes it
     attr_write(f, "schema_version", H5T_STD_I32LE, &schema, tmp);
     write_group(f, "/model", be, params, tmp);
     if (momentum) write_group(f, "/optimizer/momentum", be, momentum, tmp);
     char *yaml = mrcnn_config_dump(cfg);
-    hid_t strt = MRCNN_CHECK_HDF5(H5Tcopy(H5T_C_S1), tmp);
-    MRCNN_CHECK_HDF5(H5Tset_size(strt, strlen(yaml) + 1), tmp);
-    hid_t sp = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), tmp);
-    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2(f, "config", strt, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "config");
-    MRCNN_CHECK_HDF5(H5Dwrite(ds, strt, H5S_ALL, H5S_ALL, H5P_DEFAULT, yaml), "config");
-    H5Dclose(ds);
-    H5Sclose(sp);
-    H5Tclose(strt);
+    size_t ylen = strlen(yaml) + 1;
+    hid_t strt = W(H5Tcopy(H5T_C_S1), "config");
+    W(H5Tset_size(strt, ylen), "config");
+    hid_t sp = W(H5Screate(H5S_SCALAR), "config");
+    /* Compact (inside the checksummed object header) when it fits the 64 KiB limit. */
+    hid_t dcpl = W(H5Pcreate(H5P_DATASET_CREATE), "config");
+    if (ylen < 60000) W(H5Pset_layout(dcpl, H5D_COMPACT), "config");
+    hid_t ds = W(H5Dcreate2(f, "config", strt, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), "config");
+    W(H5Dwrite(ds, strt, H5S_ALL, H5S_ALL, H5P_DEFAULT, yaml), "config");
+    W(H5Dclose(ds), "config");
+    W(H5Pclose(dcpl), "config");
+    W(H5Sclose(sp), "config");
+    W(H5Tclose(strt), "config");
     free(yaml);
     attr_i64(f, "step", st->step, tmp);
     attr_i64(f, "epoch", st->epoch, tmp);
@@ -212,10 +307,14 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     attr_i64(f, "global_batch", st->global_batch, tmp);
     attr_i64(f, "seed", st->seed, tmp);
     attr_i64(f, "complete", 1, tmp);
-    MRCNN_CHECK_HDF5(H5Fclose(f), tmp);
+    /* Closing writes what HDF5 still caches: a full disk often shows only here. */
+    W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush");
+    W(H5Fclose(f), "close");
+    quiet_end(&q);
     unlock();
     fsync_path(tmp, 0);
     MRCNN_CHECK(rename(tmp, path) == 0, "checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
+    mrcnn_fail_cleanup_remove(cleanup);
     fsync_path(dir, 1);
     /* Keep the newest `keep`. */
     long long *steps;
@@ -239,14 +338,192 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     if (d) closedir(d);
 }
 
+/* ---- reading ---- */
+
+typedef struct {
+    char *why;
+    size_t len;
+} why_buf;
+
+static int why_fail(why_buf *w, const char *fmt, ...) MRCNN_PRINTF(2, 3);
+static int why_fail(why_buf *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->why, w->len, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+/* Reads every entry of arena a from group into host (a->size bytes); 0 with the reason
+ * when a dataset is missing, has another shape, fails its checksum or holds a
+ * non-finite value. */
+static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float *host, why_buf *w) {
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return why_fail(w, "group '%s' missing", group);
+    hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
+    if (g < 0) {
+        char r[320];
+        h5_reason(r, sizeof r, NULL);
+        return why_fail(w, "group '%s' unreadable: %s", group, r);
+    }
+    int ok = 1;
+    for (int i = 0; i < a->n_entries && ok; i++) {
+        const char *name = a->entries[i].name;
+        const mrcnn_tensor *t = &a->entries[i].tensor;
+        if (H5Lexists(g, name, H5P_DEFAULT) <= 0) {
+            ok = why_fail(w, "'%s/%s' missing", group, name);
+            break;
+        }
+        hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+        hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
+        if (sp < 0) {
+            char r[320];
+            h5_reason(r, sizeof r, NULL);
+            if (ds >= 0) H5Dclose(ds);
+            ok = why_fail(w, "'%s/%s' unreadable: %s", group, name, r);
+            break;
+        }
+        hsize_t dims[MRCNN_MAX_DIMS] = {0};
+        int nd = H5Sget_simple_extent_ndims(sp);
+        if (nd != t->ndim) ok = why_fail(w, "'%s/%s' has %d dims, the model wants %d", group, name, nd, t->ndim);
+        if (ok) H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int d = 0; ok && d < nd; d++)
+            if ((int64_t)dims[d] != t->shape[d])
+                ok = why_fail(w, "'%s/%s' dim %d is %lld, the model wants %lld", group, name, d, (long long)dims[d],
+                              (long long)t->shape[d]);
+        float *dst = host + a->entries[i].offset / sizeof(float);
+        if (ok && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+            char r[320];
+            int sum = 0;
+            h5_reason(r, sizeof r, &sum);
+            ok = sum ? why_fail(w, "'%s/%s' fails its Fletcher-32 checksum: the file is corrupt", group, name)
+                     : why_fail(w, "reading '%s/%s' failed: %s", group, name, r);
+        }
+        if (ok) {
+            int64_t n = mrcnn_tensor_numel(t), bad = 0;
+            for (int64_t k = 0; k < n; k++) bad += !isfinite(dst[k]);
+            if (bad) ok = why_fail(w, "'%s/%s' holds %lld non-finite values (of %lld)", group, name, (long long)bad, (long long)n);
+        }
+        H5Sclose(sp);
+        H5Dclose(ds);
+    }
+    H5Gclose(g);
+    return ok;
+}
+
+static const char *const k_i64_attrs[] = {"step", "epoch", "loader_step", "loader_batch", "nonfinite",
+                                          "loss_scale_enabled", "loss_scale_growth_interval",
+                                          "loss_scale_clean_steps", "loss_scale_skipped", "world_size",
+                                          "global_batch", "seed"};
+
+static int try_load_file(hid_t f, const mrcnn_arena *params, const mrcnn_arena *momentum, float *hp, float *hm,
+                         mrcnn_train_state *st, why_buf *w) {
+    int32_t schema = 0;
+    if (!attr_read(f, "schema_version", H5T_NATIVE_INT32, &schema)) {
+        char r[320];
+        int sum = 0;
+        h5_reason(r, sizeof r, &sum);
+        if (sum) return why_fail(w, "its root group (the attributes) fails its metadata checksum: the file is corrupt");
+        return why_fail(w, "no readable 'schema_version' attribute (%s)", r);
+    }
+    if (schema != CKPT_SCHEMA_VERSION)
+        return why_fail(w, "schema_version %d, this build reads %d", (int)schema, CKPT_SCHEMA_VERSION);
+    int64_t complete = 0;
+    if (!attr_read(f, "complete", H5T_NATIVE_INT64, &complete) || complete != 1)
+        return why_fail(w, "incomplete (no 'complete' = 1 attribute: its write did not finish)");
+    int64_t v[sizeof k_i64_attrs / sizeof k_i64_attrs[0]];
+    for (size_t i = 0; i < sizeof k_i64_attrs / sizeof k_i64_attrs[0]; i++)
+        if (!attr_read(f, k_i64_attrs[i], H5T_NATIVE_INT64, &v[i])) {
+            int sum = 0;
+            char r[320];
+            h5_reason(r, sizeof r, &sum);
+            return why_fail(w, "attribute '%s' %s", k_i64_attrs[i],
+                            sum ? "fails its metadata checksum: the file is corrupt" : "missing or unreadable");
+        }
+    double scale = 0, lr = 0, base_lr = 0;
+    if (!attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &scale)) return why_fail(w, "attribute 'loss_scale' missing");
+    if (!attr_read(f, "lr", H5T_NATIVE_DOUBLE, &lr)) return why_fail(w, "attribute 'lr' missing");
+    if (!attr_read(f, "base_lr", H5T_NATIVE_DOUBLE, &base_lr)) return why_fail(w, "attribute 'base_lr' missing");
+    if (v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0 || !isfinite(scale) || !(scale > 0))
+        return why_fail(w, "state attributes out of range (step %lld, epoch %lld, loader_step %lld, loader_batch %lld, "
+                           "loss_scale %g)", (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], scale);
+    if (!read_group(f, "/model", params, hp, w)) return 0;
+    if (momentum && !read_group(f, "/optimizer/momentum", momentum, hm, w)) return 0;
+    if (st) {
+        memset(st, 0, sizeof *st);
+        st->step = v[0];
+        st->epoch = v[1];
+        st->loader_step = v[2];
+        st->loader_batch = (int)v[3];
+        st->nonfinite = v[4];
+        st->scaler.enabled = (int)v[5];
+        st->scaler.growth_interval = (int)v[6];
+        st->scaler.clean_steps = (int)v[7];
+        st->scaler.skipped = v[8];
+        st->world_size = (int)v[9];
+        st->global_batch = (int)v[10];
+        st->seed = v[11];
+        st->scaler.scale = (float)scale;
+        st->lr = lr;
+        st->base_lr = base_lr;
+    }
+    return 1;
+}
+
+static void arena_set(const mrcnn_backend *be, mrcnn_arena *a, const float *host) {
+    if (a->device == MRCNN_DEVICE_CPU) {
+        memcpy(a->base, host, a->size);
+    } else {
+        mrcnn_tensor flat = mrcnn_arena_flat(a);
+        be->write(be, &flat, host);
+        be->sync(be);
+    }
+}
+
+int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params, mrcnn_arena *momentum,
+                              mrcnn_train_state *st, char *why, size_t why_len) {
+    why_buf w = {why, why_len};
+    if (why_len) why[0] = 0;
+    float *hp = MRCNN_CALLOC(1, params->size ? params->size : 1, "host buffer for checkpoint load");
+    float *hm = momentum ? MRCNN_CALLOC(1, momentum->size ? momentum->size : 1, "host buffer for checkpoint load")
+                         : NULL;
+    mrcnn_train_state s;
+    lock();
+    h5_quiet q;
+    quiet_begin(&q);
+    int ok;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        char r[320];
+        int sum = 0;
+        h5_reason(r, sizeof r, &sum);
+        ok = why_fail(&w, "unreadable as HDF5: %s", r);
+    } else {
+        ok = try_load_file(f, params, momentum, hp, hm, &s, &w);
+        if (H5Fclose(f) < 0 && ok) {
+            char r[320];
+            h5_reason(r, sizeof r, NULL);
+            ok = why_fail(&w, "closing failed: %s", r);
+        }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    quiet_end(&q);
+    unlock();
+    if (ok) {
+        arena_set(be, params, hp);
+        if (momentum) arena_set(be, momentum, hm);
+        if (st) *st = s;
+    }
+    free(hp);
+    free(hm);
+    return ok;
+}
+
 int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
     long long *steps;
     int n = list_steps(dir, &steps), found = 0;
     lock();
-    H5E_auto2_t old_fn;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // a damaged file is skipped, not an error
+    h5_quiet q;
+    quiet_begin(&q); // a damaged file is skipped, not an error
     for (int i = 0; i < n && !found; i++) {
         snprintf(path, len, "%s/model_%07lld.h5", dir, steps[i]);
         hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -259,7 +536,8 @@ int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
         else mrcnn_warn("checkpoint %s is incomplete; trying an older one", path);
         H5Fclose(f);
     }
-    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+    H5Eclear2(H5E_DEFAULT);
+    quiet_end(&q);
     unlock();
     free(steps);
     return found;
@@ -267,30 +545,7 @@ int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
 
 void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params, mrcnn_arena *momentum,
                            mrcnn_train_state *st) {
-    lock();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    MRCNN_CHECK(f >= 0, "checkpoint: cannot open %s", path);
-    read_group(f, "/model", be, params, path);
-    if (momentum) read_group(f, "/optimizer/momentum", be, momentum, path);
-    if (st) {
-        memset(st, 0, sizeof *st);
-        MRCNN_CHECK(need_i64(f, "complete", path) == 1, "checkpoint %s is incomplete", path);
-        st->step = need_i64(f, "step", path);
-        st->epoch = need_i64(f, "epoch", path);
-        st->loader_step = need_i64(f, "loader_step", path);
-        st->loader_batch = (int)need_i64(f, "loader_batch", path);
-        st->nonfinite = need_i64(f, "nonfinite", path);
-        st->scaler.enabled = (int)need_i64(f, "loss_scale_enabled", path);
-        st->scaler.scale = (float)need_f64(f, "loss_scale", path);
-        st->scaler.growth_interval = (int)need_i64(f, "loss_scale_growth_interval", path);
-        st->scaler.clean_steps = (int)need_i64(f, "loss_scale_clean_steps", path);
-        st->scaler.skipped = need_i64(f, "loss_scale_skipped", path);
-        st->lr = need_f64(f, "lr", path);
-        st->base_lr = need_f64(f, "base_lr", path);
-        st->world_size = (int)need_i64(f, "world_size", path);
-        st->global_batch = (int)need_i64(f, "global_batch", path);
-        st->seed = need_i64(f, "seed", path);
-    }
-    H5Fclose(f);
-    unlock();
+    char why[1024];
+    if (!mrcnn_checkpoint_try_load(path, be, params, momentum, st, why, sizeof why))
+        mrcnn_failf("checkpoint", "", __FILE__, __LINE__, "checkpoint %s cannot be loaded: %s", path, why);
 }

@@ -33,19 +33,49 @@ static void save(trainer *t) {
     mrcnn_dist_barrier(t->dist, "barrier after checkpoint");
 }
 
+/* --resume: rank 0 loads the newest checkpoint that loads in full, falling back to
+ * older ones on any failure (unreadable, incomplete, a dataset missing or of another
+ * shape, a checksum mismatch, non-finite weights), each named with its reason; when
+ * there are checkpoints and none loads, the run stops (exit 1) with the list. The
+ * weights, momentum and state then go to the other ranks by broadcast. */
 static void resume(trainer *t) {
     char path[1024] = "";
     int found = 0;
-    if (t->dist->rank == 0) found = mrcnn_checkpoint_find_latest(t->cfg->output_dir, path, sizeof path);
+    mrcnn_train_state st;
+    memset(&st, 0, sizeof st);
+    if (t->dist->rank == 0) {
+        char **paths;
+        int n = mrcnn_checkpoint_list(t->cfg->output_dir, &paths);
+        char failures[1400] = "";
+        size_t fl = 0;
+        for (int i = 0; i < n && !found; i++) {
+            char why[1024];
+            if (mrcnn_checkpoint_try_load(paths[i], t->be, t->m->params, &t->sgd.momentum, &st, why, sizeof why)) {
+                snprintf(path, sizeof path, "%s", paths[i]);
+                found = 1;
+                break;
+            }
+            mrcnn_warn("resume: checkpoint %s cannot be loaded: %s; %s", paths[i], why,
+                       i + 1 < n ? "trying an older one" : "no older checkpoint");
+            if (fl < sizeof failures)
+                fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "%s%s: %s", i ? "; " : "", paths[i], why);
+        }
+        if (n > 0 && !found)
+            mrcnn_failf("checkpoint", "", __FILE__, __LINE__,
+                        "--resume: none of the %d checkpoints in %s can be loaded: %s%s (move them away to start "
+                        "from scratch)", n, t->cfg->output_dir, failures, fl >= sizeof failures ? "..." : "");
+        mrcnn_checkpoint_list_free(paths, n);
+    }
     mrcnn_dist_bcast_bytes(t->dist, &found, sizeof found, "resume: checkpoint choice");
     if (!found) {
-        mrcnn_info("--resume: no complete checkpoint in %s; starting from scratch", t->cfg->output_dir);
+        mrcnn_info("--resume: no checkpoint in %s; starting from scratch", t->cfg->output_dir);
         mrcnn_dist_broadcast_arena(t->dist, t->be, t->m->params);
         return;
     }
     mrcnn_dist_bcast_bytes(t->dist, path, sizeof path, "resume: checkpoint path");
-    mrcnn_train_state st;
-    mrcnn_checkpoint_load(path, t->be, t->m->params, &t->sgd.momentum, &st);
+    mrcnn_dist_bcast_bytes(t->dist, &st, sizeof st, "resume: checkpoint state");
+    mrcnn_dist_broadcast_arena(t->dist, t->be, t->m->params);
+    mrcnn_dist_broadcast_arena(t->dist, t->be, &t->sgd.momentum);
     int gb = t->cfg->solver_ims_per_batch;
     if (st.global_batch != gb)
         mrcnn_warn("resume: checkpoint %s was trained with global batch %d on %d ranks; continuing at step %lld "
@@ -121,6 +151,9 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     mrcnn_lr_schedule_init(&sched, cfg);
     mrcnn_sgd_init(&t.sgd, be, m->params, m->trainable, cfg);
     mrcnn_signals_install();
+    /* Before anything is trained or written: a directory that cannot be used, or that
+     * another training uses, stops the run now (rank 0 fails, MPI_Abort ends the rest). */
+    if (dist->rank == 0) mrcnn_output_dir_claim(cfg->output_dir);
 
     if (t.st.scaler.enabled && !m->scales_loss)
         mrcnn_warn("SOLVER.PRECISION fp16: this model applies no loss scale to its gradients; training runs "
@@ -144,7 +177,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     double *losses = MRCNN_CALLOC((size_t)nl + 4, sizeof(double), "loss terms");
     double *micro = MRCNN_CALLOC((size_t)nl, sizeof(double), "micro-batch loss terms");
     double win_loss[MRCNN_MAX_LOSS_TERMS] = {0}, win_data = 0, win_t0 = mrcnn_time_now(), run_t0 = win_t0;
-    int64_t win_steps = 0, run_steps = 0, last_saved = -1;
+    int64_t win_steps = 0, run_steps = 0, run_applied = 0, last_saved = -1;
     int rc = 0;
     const int log_period = cfg->log_period > 0 ? cfg->log_period : 20;
     const int eval_period = m->evaluate ? cfg->test_eval_period : 0;
@@ -185,6 +218,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         }
         int apply = mrcnn_loss_scaler_update(&t.st.scaler, nonfinite);
         if (apply) mrcnn_sgd_step(&t.sgd, m->params, m->grads, lr, grad_scale);
+        run_applied += apply;
         t.st.step++;
         t.st.lr = lr;
         run_steps++;
@@ -200,13 +234,17 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
                 snprintf(what, sizeof what, "the gradient of '%s' holds Inf/NaN (losses finite)",
                          p >= 0 ? m->grads->entries[p].name : "?");
             }
-            if (t.st.scaler.enabled) {
+            /* fp16: an overflow of the scaled gradients is how the loss scale adapts, not
+             * an error; once the scale is down to 1 a non-finite step counts like one in
+             * fp32 (the model itself produces Inf/NaN), so no run skips forever. */
+            if (t.st.scaler.enabled && scale > 1.0f) {
                 mrcnn_info("step %lld: %s; step skipped, loss scale -> %g", (long long)t.st.step - 1, what,
                            t.st.scaler.scale);
             } else {
                 t.st.nonfinite++;
-                mrcnn_warn("step %lld: %s; step skipped (%lld of SOLVER.MAX_NONFINITE %d)", (long long)t.st.step - 1,
-                           what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite);
+                mrcnn_warn("step %lld: %s; step skipped (%lld of SOLVER.MAX_NONFINITE %d%s)", (long long)t.st.step - 1,
+                           what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite,
+                           t.st.scaler.enabled ? "; the fp16 loss scale is down to 1" : "");
                 if (t.st.nonfinite >= cfg->solver_max_nonfinite) {
                     if (dist->rank == 0)
                         fprintf(stderr,
@@ -274,6 +312,16 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
             rc = MRCNN_EXIT_REQUEUE;
             break;
         }
+    }
+    /* A run that skipped every one of its steps trained nothing: not a success, even
+     * when it ended before SOLVER.MAX_NONFINITE (a short run, or fp16 halving its scale). */
+    if (rc == 0 && run_steps > 0 && run_applied == 0) {
+        if (dist->rank == 0)
+            fprintf(stderr,
+                    "mrcnn error: all %lld steps of this run (to step %lld) were skipped for Inf/NaN losses or "
+                    "gradients: nothing was trained (check the weights and the data, lower SOLVER.BASE_LR)\n",
+                    (long long)run_steps, (long long)t.st.step);
+        rc = MRCNN_EXIT_NONFINITE;
     }
     if (rc == 0 && last_saved != t.st.step) save(&t);
     if (rc == 0 && eval_period > 0 && last_eval != t.st.step) evaluate(m, &metrics, t.st.step);
