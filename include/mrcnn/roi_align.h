@@ -22,6 +22,10 @@
 #ifndef MRCNN_ROI_ALIGN_H
 #define MRCNN_ROI_ALIGN_H
 
+/* A roi whose adaptive grid (sampling_ratio <= 0) would hold more sampling points than
+ * this per axis and bin is empty, on every backend: no box inside an image comes near it. */
+#define MRCNN_ROI_ALIGN_MAX_GRID 1024
+
 #include <stdint.h>
 
 #ifdef __cplusplus

@@ -40,6 +40,10 @@ typedef struct {
 
 static __device__ int ra_prepare(const ra_args *a, const float *roi, ra_roi *o) {
     if (!(roi[0] >= 0.0f) || roi[0] >= (float)a->n_images) return 0;
+    /* a non-finite or overflowing box is empty, as on the CPU (src/ops/roi_align.c): a
+     * NaN cast to int is undefined behaviour and would index anywhere */
+    for (int c = 1; c <= 4; c++)
+        if (!isfinite(roi[c])) return 0;
     o->img = (int)roi[0];
     o->level = ra_level(a, roi[1], roi[2], roi[3], roi[4]);
     const float scale = a->scale[o->level];
@@ -47,6 +51,7 @@ static __device__ int ra_prepare(const ra_args *a, const float *roi, ra_roi *o) 
     float x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
     float x1 = roi[3] * scale - offset, y1 = roi[4] * scale - offset;
     float rw = x1 - x0, rh = y1 - y0;
+    if (!isfinite(rw) || !isfinite(rh)) return 0;
     if (!a->aligned) {
         rw = rw > 1.0f ? rw : 1.0f;
         rh = rh > 1.0f ? rh : 1.0f;
@@ -55,14 +60,19 @@ static __device__ int ra_prepare(const ra_args *a, const float *roi, ra_roi *o) 
     o->y0 = y0;
     o->bh = rh / (float)a->out_h;
     o->bw = rw / (float)a->out_w;
-    o->gh = a->sampling_ratio > 0 ? a->sampling_ratio : (int)ceilf(rh / (float)a->out_h);
-    o->gw = a->sampling_ratio > 0 ? a->sampling_ratio : (int)ceilf(rw / (float)a->out_w);
+    o->gh = o->gw = a->sampling_ratio;
+    if (a->sampling_ratio <= 0) {
+        const float fh = ceilf(rh / (float)a->out_h), fw = ceilf(rw / (float)a->out_w);
+        if (!(fh >= 1.0f && fw >= 1.0f && fh <= (float)MRCNN_ROI_ALIGN_MAX_GRID && fw <= (float)MRCNN_ROI_ALIGN_MAX_GRID)) return 0;
+        o->gh = (int)fh;
+        o->gw = (int)fw;
+    }
     return 1;
 }
 
 /* Bilinear corners and weights of one sampling point; 0 when it falls outside. */
 static __device__ int ra_bilinear(float y, float x, int H, int W, int64_t pos[4], float wt[4]) {
-    if (y < -1.0f || y > (float)H || x < -1.0f || x > (float)W) return 0;
+    if (!(y >= -1.0f && y <= (float)H && x >= -1.0f && x <= (float)W)) return 0; // NaN too
     if (y <= 0) y = 0;
     if (x <= 0) x = 0;
     int yl = (int)y, xl = (int)x, yh, xh;

@@ -12,9 +12,7 @@
 #include "mrcnn/roi_align.h"
 #include "ops_real.h"
 
-/* A roi whose adaptive grid (sampling_ratio <= 0) would hold more sampling points than
- * this per axis and bin is empty (roi_align.h): no box inside an image comes near it. */
-#define ROI_ALIGN_MAX_GRID 1024
+#define ROI_ALIGN_MAX_GRID MRCNN_ROI_ALIGN_MAX_GRID
 
 /* One sampling point: 4 feature offsets (pixel index, times C later) and weights. */
 typedef struct {

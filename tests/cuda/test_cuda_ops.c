@@ -622,6 +622,11 @@ static void roi_case(int sampling, int aligned) {
         b[3] = cx + 0.5f * size * aspect;
         b[4] = cy + 0.5f * size / aspect;
     }
+    /* Non-finite and overflowing boxes are empty on both backends (zeros, no gradient):
+     * a NaN sample position cast to int would index anywhere. */
+    h[5 * 7 + 1] = NAN;
+    h[5 * 19 + 4] = INFINITY;
+    h[5 * 31 + 3] = 3e38f, h[5 * 31 + 1] = -3e38f;
     tp_write(&rois, h);
     free(h);
     free(u);
