@@ -3,6 +3,7 @@
 
     parity_torch.py r50     R50-FPN, random weights (two draws), two images: features,
                             RPN outputs, proposals, the five losses, sampled gradients
+                            (torch's ReLU backward pinned to the C run's masks: ReluPins)
     parity_torch.py roundtrip   .pth -> h5 -> .pth bit-identical, both key styles
 
 Env: BUILD (build dir), ROOT. Feeds already-normalized images whose size is a
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import h5py
 import numpy as np
@@ -131,7 +133,7 @@ def write_inputs(path, imgs, targets):
             f[f"gt/{i}/masks"] = t["masks"]
 
 
-def run_c(tmp, model, imgs, targets, sets, grads, mode="train", config=None):
+def run_c(tmp, model, imgs, targets, sets, grads, mode="train", config=None, extra=()):
     pth = os.path.join(tmp, "w.pth")
     h5w = os.path.join(tmp, "w.h5")
     inp = os.path.join(tmp, "in.h5")
@@ -147,6 +149,7 @@ def run_c(tmp, model, imgs, targets, sets, grads, mode="train", config=None):
         cmd += ["--set", s]
     for g in grads:
         cmd += ["--grad", g]
+    cmd += list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stdout, r.stderr)
@@ -173,6 +176,148 @@ def torch_train(model, imgs, targets):
                 proposals=[p.detach() for p in proposals], losses=losses)
 
 
+# ---- ReLU masks pinned to the C run's ----------------------------------------------
+# A ReLU's backward is the one discrete decision in the gradient: a unit whose
+# pre-activation lies within rounding of zero passes its gradient on one side and not
+# on the other, and that single unit moves the gradient of every parameter before it
+# by ~1e-3 relative (seed 23, unit (0, 900, 2, 4) after layer3.3: +1.8e-7 in torch,
+# +7.6e-8 in float64, <= 0 in C). Among the ~10^7 units of R50-FPN on two images a
+# few land there in some draws, so the C run writes which units its ReLUs passed
+# (prog_net_run --relu-masks) and torch's backward uses those masks. What keeps this
+# honest: every unit where the masks disagree must lie within the forward's rounding
+# of zero (RELU_FLIP_REL, the tolerance the features are held to); a wrong C forward
+# disagrees far from zero, and a wrong C backward still shows in the gradients.
+RELU_FLIP_REL = 1e-4
+# With the masks pinned, the sampled gradients agree to <= 2.2e-6 (R50, both draws, 7
+# tensors, OPENBLAS_CORETYPE SkylakeX / Haswell / Zen / Sandybridge x 1 and 2 threads;
+# tiny: <= 1.4e-6): float32 sums in two orders. 1e-4, as for the features, leaves 45x.
+GRAD_REL = 1e-4
+
+
+class _PinnedReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, mask):
+        ctx.save_for_backward(mask)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return g * mask, None
+
+
+def _box_rows(c_rois, torch_boxes):
+    """Index of the C row of each torch ROI (C puts positives first, torch keeps the
+    proposal order); None if the two sets are not the same boxes."""
+    tb = torch.cat([b.detach() for b in torch_boxes]).numpy()
+    img = np.concatenate([np.full(len(b), i) for i, b in enumerate(torch_boxes)]) if len(tb) else np.zeros(0)
+    if c_rois.shape[0] != len(tb):
+        return None
+    rows = np.full(len(tb), -1)
+    for i in range(len(tb)):
+        cand = np.nonzero(c_rois[:, 0] == img[i])[0]
+        if not len(cand):
+            return None
+        d = np.abs(c_rois[cand, 1:] - tb[i]).max(1)
+        j = int(np.argmin(d))
+        # proposals agree to ~1e-6 relative; the nearest other box is an NMS survivor away
+        if d[j] > 1e-3 * max(1.0, np.abs(tb[i]).max()):
+            return None
+        rows[i] = cand[j]
+    return rows if len(set(rows.tolist())) == len(rows) else None
+
+
+class ReluPins:
+    def __init__(self, out):
+        def nchw(a):
+            return a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+        self.masks = {}
+        out["relu"].visititems(lambda k, v: self.masks.__setitem__(k, torch.from_numpy(nchw(np.array(v)) > 0))
+                               if isinstance(v, h5py.Dataset) else None)
+        self.c_rois, self.c_fg_rois = np.array(out["rois"]), np.array(out["fg_rois"])
+        self.rows = {"box": None, "mask": None}
+        self.flips = {}    # site -> (units that disagree, worst |x| / max |x| among them, units)
+        self.unpinned = []
+
+    def relu(self, site, x, rows=False):
+        """rows: for the ROI heads, the C row of each torch row (None: no mapping)."""
+        mask = self.masks.get(site)
+        if mask is not None and rows is not False:
+            mask = None if rows is None else mask[torch.from_numpy(rows)]
+        if mask is None or mask.shape != x.shape:
+            self.unpinned.append(site)
+            return torch.relu(x)
+        xd = x.detach()
+        dis = (xd > 0) != mask
+        worst = float(xd[dis].abs().max() / xd.abs().max()) if dis.any() else 0.0
+        self.flips[site] = (int(dis.sum()), worst, x.numel())
+        return _PinnedReLU.apply(x, mask.to(x.dtype))
+
+    def install(self, model):
+        pins = self
+        body = model.backbone.body
+        body.relu = _SiteReLU(pins, "stem")
+        for s in range(4):
+            for b, blk in enumerate(body.get_submodule(f"layer{s + 1}")):
+                blk.forward = types.MethodType(_bottleneck_forward(pins, f"body/{s}.{b}"), blk)
+        head = model.rpn.head
+
+        def rpn_forward(self, x):
+            t = [pins.relu(f"rpn/{l}", self.conv[0][0](f)) for l, f in enumerate(x)]
+            return [self.cls_logits(u) for u in t], [self.bbox_pred(u) for u in t]
+        head.forward = types.MethodType(rpn_forward, head)
+        rh = model.roi_heads
+        for which, pool, c_rois in (("box", rh.box_roi_pool, self.c_rois), ("mask", rh.mask_roi_pool, self.c_fg_rois)):
+            def pool_forward(x, boxes, image_shapes, _f=pool.forward, _w=which, _c=c_rois):
+                pins.rows[_w] = _box_rows(_c, boxes)
+                return _f(x, boxes, image_shapes)
+            pool.forward = pool_forward
+        bh = rh.box_head
+
+        def box_forward(self, x):
+            x = pins.relu("box/h6", self.fc6(x.flatten(start_dim=1)), pins.rows["box"])
+            return pins.relu("box/h7", self.fc7(x), pins.rows["box"])
+        bh.forward = types.MethodType(box_forward, bh)
+        mh, mp = rh.mask_head, rh.mask_predictor
+
+        def mask_head_forward(self, x):
+            for i, blk in enumerate(self):
+                x = pins.relu(f"mask/{i}", blk[0](x), pins.rows["mask"])
+            return x
+        mh.forward = types.MethodType(mask_head_forward, mh)
+
+        def mask_pred_forward(self, x):
+            return self.mask_fcn_logits(pins.relu("mask/up", self.conv5_mask(x), pins.rows["mask"]))
+        mp.forward = types.MethodType(mask_pred_forward, mp)
+
+    def report(self, label):
+        n = sum(v[0] for v in self.flips.values())
+        worst = max((v[1] for v in self.flips.values()), default=0.0)
+        where = ", ".join(f"{k} {v[0]} (|x| {v[1]:.1e} of max)" for k, v in self.flips.items() if v[0])
+        units = sum(v[2] for v in self.flips.values())
+        check(f"{label} ReLU masks pinned to C's", not self.unpinned and worst <= RELU_FLIP_REL,
+              f"{n} of {units} units disagree, worst |x| {worst:.1e} of max (<= {RELU_FLIP_REL:g})"
+              + (f": {where}" if where else "") + (f"; not pinned: {sorted(set(self.unpinned))}" if self.unpinned else ""))
+
+
+class _SiteReLU(torch.nn.Module):
+    def __init__(self, pins, site):
+        super().__init__()
+        self.pins, self.site = pins, site
+
+    def forward(self, x):
+        return self.pins.relu(self.site, x)
+
+
+def _bottleneck_forward(pins, site):
+    def forward(self, x):
+        idt = self.downsample(x) if self.downsample is not None else x
+        o = pins.relu(f"{site}/a1", self.bn1(self.conv1(x)))
+        o = pins.relu(f"{site}/a2", self.bn2(self.conv2(o)))
+        return pins.relu(f"{site}/out", self.bn3(self.conv3(o)) + idt)
+    return forward
+
+
 def box_iou(a, b):
     area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
     area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
@@ -195,11 +340,15 @@ def folded_grad(model, name, g):
 
 
 def compare_train(label, model, imgs, targets, sets, grad_names, config=None):
-    """One training step on both sides with the same weights and batch."""
-    ref = torch_train(model, imgs, targets)
+    """One training step on both sides with the same weights and batch; torch's ReLU
+    backward follows the C run's masks (ReluPins)."""
     n = imgs.shape[0]
     with tempfile.TemporaryDirectory() as tmp:
-        out = run_c(tmp, model, imgs, targets, sets, grad_names, config=config)
+        out = run_c(tmp, model, imgs, targets, sets, grad_names, config=config, extra=["--relu-masks"])
+        pins = ReluPins(out)
+        pins.install(model)
+        ref = torch_train(model, imgs, targets)
+        pins.report(label)
         names = ["P2", "P3", "P4", "P5", "P6"]
         for l in range(5):
             a = np.array(out[f"p/{l}"])
@@ -240,7 +389,7 @@ def compare_train(label, model, imgs, targets, sets, grad_names, config=None):
             b = weights.to_project(g, tg)
             a = np.array(out[f"grads/{g}"])
             e = rel_err(a, b)
-            check(f"{label} grad {g}", a.shape == b.shape and e < 1e-3, f"max rel err {e:.2e}")
+            check(f"{label} grad {g}", a.shape == b.shape and e < GRAD_REL, f"max rel err {e:.2e}")
         out.close()
 
 
@@ -393,10 +542,16 @@ def parity_detect():
             tb, ts, tlab = ref[i]["boxes"].numpy(), ref[i]["scores"].numpy(), ref[i]["labels"].numpy()
             tm = (ref[i]["masks"][:, 0] > 0.5).numpy()
             k = cc[i]
-            check(f"image {i}: detection count", abs(k - len(tb)) <= 1, f"C {k} torch {len(tb)}")
             low = ts.min() if len(ts) == det_per_img else -1
+            # the counts may differ only by detections that sit at a cut (the score
+            # threshold, or the last of a full list) on one side or the other
+            at_cut = int(np.sum((np.abs(ts - score_thresh) < 2e-3) | (np.abs(ts - low) < 2e-3))) + \
+                int(np.sum(np.abs(cs[i, :k] - score_thresh) < 2e-3)) + \
+                (int(np.sum(np.abs(cs[i, :k] - cs[i, :k].min()) < 2e-3)) if k == det_per_img else 0)
+            check(f"image {i}: detection count", abs(k - len(tb)) <= at_cut, f"C {k} torch {len(tb)} ({at_cut} at a cut)")
             used = set()
             bad = []
+            compared = 0
             for j in range(len(tb)):
                 side = min(tb[j, 2] - tb[j, 0], tb[j, 3] - tb[j, 1])
                 near_cut = abs(ts[j] - score_thresh) < 2e-3 or abs(ts[j] - low) < 2e-3
@@ -418,12 +573,15 @@ def parity_detect():
                 union = np.logical_or(cm[i, q] > 0, tm[j]).sum()
                 miou = 1.0 if union == 0 else inter / union
                 total += 1
+                compared += 1
                 if berr > 1e-3 or serr > 1e-4 or miou <= 0.99:
                     bad.append(f"det {j}: box rel {berr:.1e}, score diff {serr:.1e}, mask IoU {miou:.4f}")
-            check(f"image {i}: detections match", not bad and total > 0, "; ".join(bad[:4]) or
-                  f"{len(tb)} torch detections, top scores {np.round(ts[:3], 3).tolist()}")
+            # every image on its own: at least one detection compared (an image whose
+            # detections were all left out above, or that has none, proves nothing)
+            check(f"image {i}: detections match", not bad and compared > 0, "; ".join(bad[:4]) or
+                  f"{compared} of {len(tb)} torch detections compared, top scores {np.round(ts[:3], 3).tolist()}")
         f.close()
-        check("detections compared", total >= 3, f"{total} matched")
+        print(f"  {total} detections compared over {n} images")
 
 
 def roundtrip():

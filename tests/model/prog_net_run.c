@@ -2,12 +2,20 @@
  *   prog_net_run CONFIG WEIGHTS.h5|random INPUT.h5 OUTPUT.h5 [--mode train|detect|fit|load]
  *                [--set KEY=VALUE]... [--grad PARAM_NAME]... [--save CKPT.h5] [--steps K]
  *                [--partial] (load what the weights file has, random init for the rest)
+ *                [--relu-masks] (train: also /relu/... and /rois, /fg_rois, below)
  * fit: K steps of SGD (momentum 0.9, LR SOLVER.BASE_LR with a 20-step warmup and x0.1
  * at 3K/4, global-norm clip 5) on the input batch, then --save, then detect.
  * INPUT.h5: /images (N, H, W, 3) f32, /image_hw (N, 2) i32 and for training
  * /gt/<i>/boxes (n, 4) f32, /gt/<i>/labels (n) i32, /gt/<i>/masks (n, h, w) u8.
  * OUTPUT.h5: /p/<l>, /rpn/logits/<l>, /rpn/deltas/<l> (NHWC), /proposals (N, P, 4),
- * /proposal_counts (N), /losses (5), /grads/<name> (project layout), or /det/... */
+ * /proposal_counts (N), /losses (5), /grads/<name> (project layout), or /det/...
+ * --relu-masks: which units each ReLU let through (u8, 1 where the output is > 0), the
+ * only discrete decision of the backward: a pre-activation within rounding of zero can
+ * fall on either side in two float32 implementations, and one such unit moves the
+ * gradient of every parameter before it by ~1e-3 (parity_torch.py pins torch's ReLU
+ * backward to these). /relu/stem, /relu/body/<stage>.<block>/{a1,a2,out} (NHWC),
+ * /relu/rpn/<level>, /relu/box/{h6,h7} and /relu/mask/{<i>,up} in the rows of /rois
+ * (R, 5) and /fg_rois (Rf, 5): (image, x1, y1, x2, y2). */
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
@@ -99,6 +107,46 @@ static void fit(mrcnn_model *m, mrcnn_ws *ws, mrcnn_batch *b, const float *img, 
     free(mom);
 }
 
+/* 1 where t > 0: the units a ReLU's backward passes. */
+static void write_relu_mask(hid_t f, const char *name, const mrcnn_backend *be, const mrcnn_tensor *t) {
+    int64_t n = mrcnn_tensor_numel(t);
+    float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
+    uint8_t *mask = MRCNN_MALLOC((size_t)(n ? n : 1), name);
+    if (n) mrcnn_read_f32(be, t, h);
+    for (int64_t i = 0; i < n; i++) mask[i] = h[i] > 0.0f;
+    write_u8(f, name, t->ndim, t->shape, mask);
+    free(mask);
+    free(h);
+}
+
+static void write_relu_masks(hid_t f, const mrcnn_model *m, const mrcnn_step *st) {
+    const mrcnn_backend *be = m->be;
+    char name[96];
+    write_relu_mask(f, "relu/stem", be, &st->bb.stem_conv);
+    for (int s = 0; s < 4; s++)
+        for (int b = 0; b < m->resnet.n_blocks[s]; b++) {
+            snprintf(name, sizeof name, "relu/body/%d.%d/a1", s, b);
+            write_relu_mask(f, name, be, &st->bb.block_a1[s][b]);
+            snprintf(name, sizeof name, "relu/body/%d.%d/a2", s, b);
+            write_relu_mask(f, name, be, &st->bb.block_a2[s][b]);
+            snprintf(name, sizeof name, "relu/body/%d.%d/out", s, b);
+            write_relu_mask(f, name, be, &st->bb.block_out[s][b]);
+        }
+    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
+        snprintf(name, sizeof name, "relu/rpn/%d", l);
+        write_relu_mask(f, name, be, &st->rpn.t[l]);
+    }
+    write_relu_mask(f, "relu/box/h6", be, &st->box.h6);
+    write_relu_mask(f, "relu/box/h7", be, &st->box.h7);
+    for (int i = 0; i < m->mask.n_conv; i++) {
+        snprintf(name, sizeof name, "relu/mask/%d", i);
+        write_relu_mask(f, name, be, &st->mask.conv[i]);
+    }
+    write_relu_mask(f, "relu/mask/up", be, &st->mask.up);
+    write_f32(f, "rois", 2, (int64_t[]){st->n_rois, 5}, st->rois);
+    write_f32(f, "fg_rois", 2, (int64_t[]){st->n_fg, 5}, st->fg_rois);
+}
+
 static void write_tensor(hid_t f, const char *name, const mrcnn_backend *be, const mrcnn_tensor *t) {
     int64_t n = mrcnn_tensor_numel(t);
     float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
@@ -116,7 +164,7 @@ int main(int argc, char **argv) {
     const char *mode = "train", *save = NULL;
     const char *grads[64];
     int n_grads = 0, steps = 0;
-    bool partial = false;
+    bool partial = false, relu_masks = false;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) mode = argv[++i];
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) mrcnn_config_set(&cfg, argv[++i], "--set");
@@ -124,6 +172,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc) save = argv[++i];
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--partial") == 0) partial = true;
+        else if (strcmp(argv[i], "--relu-masks") == 0) relu_masks = true;
         else MRCNN_CHECK(0, "unknown argument '%s'", argv[i]);
     }
     mrcnn_backend *be = mrcnn_backend_cpu_create();
@@ -214,6 +263,7 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "values/%s", grads[g]);
             write_tensor(out, name, be, mrcnn_arena_get(&m.params.values, idx));
         }
+        if (relu_masks) write_relu_masks(out, &m, &st);
         printf("losses: objectness %.6g rpn_box %.6g classifier %.6g box_reg %.6g mask %.6g "
                "(rpn sampled %.0f, rois %d, fg %d)\n", l[0], l[1], l[2], l[3], l[4], st.rpn_sampled,
                st.n_rois, st.n_fg);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `mrcnn train` end to end on the tiny config and a synthetic shapes dataset (CPU):
-#  - 2 ranks x 1 image == 1 rank x 2 images: same first update (gradients) and the
-#    same weights after 4 steps within float tolerance (10 steps loosely: see below);
+#  - 2 ranks x 1 image == 1 rank x 2 images: same first update (gradients) to a
+#    rounding bound, the same weights after 4 steps within float tolerance (10 steps
+#    loosely: see below);
 #  - 20 steps straight == 10 steps + --resume to 20: bit-identical weights and losses
 #    (loader cursor, momentum, schedule restored);
-#  - fp16: the dynamic loss scale settles below 2^16 and the loss stays finite;
+#  - fp16: the dynamic loss scale settles below 2^16, the loss stays finite and falls;
 #  - bf16 (rounded storage) stays within 5% of fp32 over 100 steps (20-step means, 8
 #    images per step), loss falling;
 #  - a training checkpoint loads as MODEL.WEIGHTS; OUTPUT_DIR is created with parents;
@@ -79,9 +80,30 @@ def maxrel(a, b):
     return num / den
 w0, g1, g2 = weights("w0", 1), weights("g1", 1), weights("g2", 1)
 d1 = {k: g1[k] - w0[k] for k in w0}; d2 = {k: g2[k] - w0[k] for k in w0}
-e = maxrel(d2, d1)
-print(f"2 ranks x 1 vs 1 x 2: first update max rel err {e:.2e}")
-assert e < 1e-3 and max(np.abs(v).max() for v in d1.values()) > 0
+# First update d = w1 - w0 (SGD, zero momentum, no clipping). The loss normalizers are
+# batch-wide integer counts summed in double on both splits, and sampling is keyed by
+# the global image index, so the two differ only by float rounding, per element:
+#  - w1 = w0 - lr v and lr v are each rounded to float once per run: ulp(w1) + ulp(d);
+#  - each gradient is a float sum taken in another order (per-rank image sums plus one
+#    float addition in the all-reduce, against one sum over both images): a reordered
+#    sum of K terms moves by ~u sqrt(K) of its terms (random-walk rounding, u = 2^-24);
+#    the longest here are the stem's (2 images x 64 x 64 positions = 8192 terms), so
+#    u sqrt(8192) = 5.4e-6 of each tensor's largest update (measured <= 6.4e-7 under
+#    OPENBLAS_CORETYPE SkylakeX, Haswell, Zen, Sandybridge).
+# Per tensor, not over the whole model: a wrong normalizer in a term with small
+# gradients (the RPN's, the mask head's) moves only its own tensors, by O(1) of theirs.
+U_SUM = 2.0 ** -24 * np.sqrt(2 * 64 * 64)
+worst, where = 0.0, ""
+for k in w0:
+    a, b = g1[k].astype(np.float32), g2[k].astype(np.float32)
+    storage = np.spacing(np.maximum(np.abs(a), np.abs(b))) + np.spacing(np.abs(d1[k]).astype(np.float32))
+    scale = np.abs(d1[k]).max()
+    excess = np.maximum(np.abs(d2[k] - d1[k]) - storage, 0).max() / max(scale, 1e-30)
+    if excess > worst:
+        worst, where = excess, k
+print(f"2 ranks x 1 vs 1 x 2: first update, beyond the storage rounding: {worst:.2e} of the tensor's largest "
+      f"update ({where or 'none'}; bound {U_SUM:.1e}); over the model max rel err {maxrel(d2, d1):.2e}")
+assert worst <= U_SUM and max(np.abs(v).max() for v in d1.values()) > 0
 # After K steps, relative to how far the weights moved. Float rounding differs between
 # the splits (the sums run in another order), and sooner or later it flips a discrete
 # choice (a proposal at the top-k edge, an IoU at the sampling threshold): from then on
@@ -101,8 +123,19 @@ print("resume at step 10: weights and losses of steps 11..20 bit-identical")
 h = rows("fp16")
 assert sorted(h) == list(range(1, 21)) and np.isfinite(h[20]["total_loss"]), h[20]
 assert h[20]["loss_scale"] < 65536 and h[20]["skipped"] < 10, (h[20]["loss_scale"], h[20]["skipped"])
-first = next(h[i]["total_loss"] for i in range(1, 21) if h[i]["total_loss"] is not None)  # skipped steps log null
-print(f"fp16 (loss scaled in the model's backward): scale {h[20]['loss_scale']:g} after {h[20]['skipped']} skipped steps, loss {first:.3f} -> {h[20]['total_loss']:.3f}")
+# The loss falls: means over the first and last 5 logged steps (skipped steps log null;
+# single steps differ by their 2 images more than 20 steps of learning). Over 13 seeds
+# (SEED=1..12, 42) the total's last/first was 0.65 +- 0.10 (max 0.82) and the RPN
+# objectness's 0.40 +- 0.07 (max 0.59); a run that does not learn (gradients unscaled
+# twice) keeps 0.96 +- 0.04 and 1.00 +- 0.005. So: the total falls (3 sd from 1), and
+# the objectness falls below 0.8 of its start (6 sd from the learning runs, 40 from not
+# learning: the total alone is too noisy to tell a stalled run in 20 steps).
+logged = [h[i] for i in range(1, 21) if h[i]["total_loss"] is not None]
+fall = {t: np.mean([r[t] for r in logged[-5:]]) / np.mean([r[t] for r in logged[:5]])
+        for t in ("total_loss", "loss_objectness")}
+print(f"fp16 (loss scaled in the model's backward): scale {h[20]['loss_scale']:g} after {h[20]['skipped']} skipped steps, "
+      f"last/first 5-step mean: total {fall['total_loss']:.3f}, objectness {fall['loss_objectness']:.3f}")
+assert len(logged) >= 10 and fall["total_loss"] < 1 and fall["loss_objectness"] < 0.8, fall
 f32, b16 = rows("fp32"), rows("bf16")
 worst = 0
 for w in range(5):  # 20-step means: single steps differ by their sampled ROIs, not by precision
