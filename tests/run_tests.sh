@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the test suites: every built tests/<suite>/test_* program and every
-# tests/<suite>/test_*.sh script. Usage: run_tests.sh [suite[,suite...]]
+# tests/<suite>/test_*.sh script. Usage: run_tests.sh [item[,item...]], an item being
+# a suite (model) or one test of it (train/test_equivalence.sh, model/test_net_train).
 # Env: BUILD (build dir), PY_TORCH, PY_COCO, MRCNN_REQUIRE (capabilities whose absence
 # fails instead of skipping). Exit 77 from a test means "skipped", with a line
 # "skip [CAP]: reason" in its output.
@@ -23,12 +24,20 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_sup
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=86}
 TEST_TIMEOUT=${TEST_TIMEOUT:-900}
 
-all_suites=$(ls -d tests/*/ | xargs -n1 basename | grep -v -E '^(common|fixtures)$')
+all_suites=$(ls -d tests/*/ | xargs -n1 basename | grep -v -E '^(common|fixtures|fuzz)$')
 order="unit grad model data eval mpi train cuda slurm"
 suites=""
 for s in $order; do echo "$all_suites" | grep -qx "$s" && suites="$suites $s"; done
 for s in $all_suites; do echo " $order " | grep -q " $s " || suites="$suites $s"; done
-if [ $# -gt 0 ] && [ -n "$1" ]; then suites=$(echo "$1" | tr ',' ' '); fi
+declare -A only # suite -> " name name " when the items name single tests of it
+if [ $# -gt 0 ] && [ -n "$1" ]; then
+    suites=""
+    for item in $(echo "$1" | tr ',' ' '); do
+        s=${item%%/*}
+        echo " $suites " | grep -q " $s " || suites="$suites $s"
+        if [ "$s" != "$item" ]; then only[$s]="${only[$s]:- } ${item#*/} "; fi
+    done
+fi
 
 logdir=$BUILD/test-logs
 mkdir -p "$logdir"
@@ -64,8 +73,13 @@ for suite in $suites; do
     tests=""
     for src in tests/$suite/test_*.c; do [ -e "$src" ] && tests="$tests $BUILD/tests/$suite/$(basename "${src%.c}")"; done
     for sh in tests/$suite/test_*.sh; do [ -e "$sh" ] && tests="$tests $sh"; done
+    for want in ${only[$suite]:-}; do
+        echo "$tests" | tr ' ' '\n' | grep -q "/$want\$" && continue
+        echo "  FAIL  $suite/$want: no such test"; sf=$((sf + 1)); failed_names="$failed_names $suite/$want"
+    done
     for t in $tests; do
         name=$(basename "$t")
+        if [ -n "${only[$suite]:-}" ]; then case "${only[$suite]}" in *" $name "*) ;; *) continue ;; esac; fi
         log="$logdir/$suite/$name.log"
         ts=$(date +%s.%N)
         if [ "${t%.sh}" != "$t" ]; then
