@@ -5,6 +5,7 @@
 #   make test-matrix     model, train, eval, cuda suites under OPENBLAS_CORETYPE x OMP_NUM_THREADS
 #   make DEBUG=1 / SANITIZE=1 / GPU=0    other variants, each in its own build directory
 #   make bench, make demo, make install PREFIX=/usr/local, make deps, make clean
+#   make fuzz SECONDS=N  libFuzzer targets (tests/fuzz), N seconds each; make fuzz-smoke for CI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -202,5 +203,7 @@ install: all
 
 clean:
 	rm -rf build
+
+include tests/fuzz/fuzz.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -4,6 +4,7 @@
  * must match pycocotools bit for bit. */
 #include "mrcnn/rle.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +171,9 @@ void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, in
             for (int d = 0; d <= dx; d++) {
                 int t = flip ? dx - d : d;
                 u[m] = t + xs;
-                v[m] = (int)(ys + s * t + .5);
+                /* a zero-length edge makes s 0/0 = NaN; maskApi converts that to int, which
+                 * x86 makes INT_MIN: the same value, without the undefined conversion */
+                v[m] = dx ? (int)(ys + s * t + .5) : INT_MIN;
                 m++;
             }
         } else {
@@ -196,7 +199,7 @@ void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, in
         if (yd < 0) yd = 0;
         else if (yd > (double)h) yd = (double)h;
         yd = ceil(yd);
-        a[nb++] = (uint32_t)((int)xd * (int)h + (int)yd);
+        a[nb++] = (uint32_t)xd * (uint32_t)h + (uint32_t)yd; // < 2^32 for sides <= 65535; no int overflow
     }
     a[nb++] = (uint32_t)(h * w);
     free(x), free(y), free(u), free(v);

@@ -172,9 +172,11 @@ static void check_dataset(hid_t g, const char *path, const char *name, const mrc
     hid_t sp = MRCNN_CHECK_HDF5(H5Dget_space(ds), name);
     int nd = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[16] = {0};
-    H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (nd >= 0 && nd <= 16) H5Sget_simple_extent_dims(sp, dims, NULL); // HDF5 allows rank 32
     H5Sclose(sp);
     H5Dclose(ds);
+    MRCNN_CHECK(nd >= 0 && nd <= 16, "checkpoint %s: dataset /model/%s has rank %d, a tensor has at most 16", path,
+                name, nd);
     bool same = nd == t->ndim;
     for (int d = 0; same && d < nd; d++) same = dims[d] == (hsize_t)t->shape[d];
     char want[128];
