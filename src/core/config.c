@@ -83,6 +83,26 @@ static int parse_bool(const char *s, bool *out) {
 }
 
 /* Sets one scalar-typed key from its text. */
+
+/* Offset of the first control character or malformed UTF-8 sequence in s, or -1. */
+static long str_bad_byte(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (long i = 0; p[i];) {
+        unsigned c = p[i];
+        if (c < 0x20 || c == 0x7f) return i;
+        int n = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+        if (n < 0 || (n == 1 && c < 0xc2) || (n == 3 && c > 0xf4)) return i;
+        for (int j = 1; j <= n; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return i;
+        /* overlong 3- and 4-byte forms, UTF-16 surrogates and code points past U+10FFFF */
+        if ((n == 2 && c == 0xe0 && p[i + 1] < 0xa0) || (n == 2 && c == 0xed && p[i + 1] >= 0xa0) ||
+            (n == 3 && c == 0xf0 && p[i + 1] < 0x90) || (n == 3 && c == 0xf4 && p[i + 1] >= 0x90))
+            return i;
+        i += n + 1;
+    }
+    return -1;
+}
+
 static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *v, const char *where, errbuf *e) {
     char *field = (char *)cfg + k->offset;
     long long ll;
@@ -106,11 +126,18 @@ static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *
         if (!parse_bool(v, &b)) return fail(e, "%s: %s expects %s, got '%s'", where, k->key, type_name(k->type), v);
         *(bool *)field = b;
         return 1;
-    case CFG_STR:
+    case CFG_STR: {
         if (strlen(v) >= k->size)
             return fail(e, "%s: %s is longer than %zu characters", where, k->key, k->size - 1);
+        /* The dump (stored in every checkpoint) is YAML, which has no way to write a control
+         * byte or a byte that is not UTF-8 so that it loads back the same. */
+        long bad = str_bad_byte(v);
+        if (bad >= 0)
+            return fail(e, "%s: %s has %s at byte %ld", where, k->key,
+                        (unsigned char)v[bad] < 0x80 ? "a control character" : "a byte that is not UTF-8", bad);
         snprintf(field, k->size, "%s", v);
         return 1;
+    }
     default: return fail(e, "%s: %s expects %s, got the scalar '%s'", where, k->key, type_name(k->type), v);
     }
 }
@@ -614,14 +641,24 @@ char *mrcnn_config_dump(const mrcnn_config *cfg) {
     for (int i = 0; i < mrcnn_config_n_keys; i++) {
         const mrcnn_config_key *k = &mrcnn_config_keys[i];
         const char *field = (const char *)cfg + k->offset;
-        char val[1024];
+        char val[1024]; // a string doubles at most when escaped
+        _Static_assert(2 * MRCNN_CFG_STR_MAX + 3 <= sizeof val, "config dump: escaped string fits val");
         size_t vl = 0;
         switch (k->type) {
         case CFG_INT: snprintf(val, sizeof val, "%d", *(const int *)field); break;
         case CFG_INT64: snprintf(val, sizeof val, "%lld", *(const long long *)field); break;
         case CFG_FLOAT: snprintf(val, sizeof val, "%.9g", *(const float *)field); break;
         case CFG_BOOL: snprintf(val, sizeof val, "%s", *(const bool *)field ? "true" : "false"); break;
-        case CFG_STR: snprintf(val, sizeof val, "\"%s\"", field); break;
+        case CFG_STR: { // set() admits no control bytes, so only " and \ need escaping
+            val[vl++] = '"';
+            for (const char *c = field; *c; c++) {
+                if (*c == '"' || *c == '\\') val[vl++] = '\\';
+                val[vl++] = *c;
+            }
+            val[vl++] = '"';
+            val[vl] = 0;
+            break;
+        }
         case CFG_INT_LIST: {
             const mrcnn_int_list *l = (const mrcnn_int_list *)field;
             vl += (size_t)snprintf(val, sizeof val, "[");

@@ -137,6 +137,13 @@ void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, in
     MRCNN_CHECK(side_ok(h) && side_ok(w) && k >= 0 && mrcnn_polygon_in_range(xy, 2 * (int64_t)k, h, w),
                 "polygon of %d points on a %lldx%lld mask: a coordinate is not finite or more than an image size "
                 "outside the image (the caller must check its input)", k, (long long)h, (long long)w);
+    if (h == 0 || w == 0) {
+        /* maskApi's unsigned w - 1 wraps here and its runs miss h x w; an empty canvas has one
+         * zero-length run, as mrcnn_rle_from_mask gives it. */
+        const uint32_t zero = 0;
+        mrcnn_rle_init(r, h, w, 1, &zero);
+        return;
+    }
     const double scale = 5;
     int *x = MRCNN_MALLOC(sizeof(int) * (size_t)(k + 1), "polygon x");
     int *y = MRCNN_MALLOC(sizeof(int) * (size_t)(k + 1), "polygon y");
@@ -241,6 +248,14 @@ void mrcnn_rle_merge(const mrcnn_rle *rs, int n, mrcnn_rle *out, int intersect) 
     for (int i = 1; i < n; i++)
         MRCNN_CHECK(rs[i].h == h && rs[i].w == w, "rle merge: mask %d is %lldx%lld but mask 0 is %lldx%lld", i,
                     (long long)rs[i].h, (long long)rs[i].w, (long long)h, (long long)w);
+    for (int i = 0; i < n; i++)
+        MRCNN_CHECK(rs[i].m > 0 || h * w == 0, "rle merge: mask %d of %lldx%lld has no runs", i, (long long)h,
+                    (long long)w);
+    if (h * w == 0) {
+        const uint32_t zero = 0; // the walk below starts from each mask's first run, which may not exist
+        mrcnn_rle_init(out, h, w, 1, &zero);
+        return;
+    }
     uint32_t *acc = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)(h * w + 1), "rle merge runs");
     uint32_t *tmp = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)(h * w + 1), "rle merge runs");
     if (m > 0) memcpy(acc, rs[0].cnts, sizeof(uint32_t) * (size_t)m);

@@ -62,13 +62,8 @@ static void check_pair(const mrcnn_rle *a, const mrcnn_rle *b, int crowd) {
                               (unsigned long long)ci, (unsigned long long)cu, crowd);
 }
 
-/* MRCNN_FUZZ_ALL=1: no skips of the known, reported cases below (to check their fixes). */
-static int g_all;
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fuzz_init();
-    const char *e = getenv("MRCNN_FUZZ_ALL");
-    g_all = e && e[0] == '1';
     return 0;
 }
 
@@ -97,10 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     }
     case 1: {
-        /* Known, reported: on a 0-sided canvas from_polygon's runs do not add up to 0 (maskApi's
-         * unsigned w - 1 wraps; no file reaches it, images are >= 1 pixel). Remove this return
-         * once from_polygon handles h or w == 0. */
-        if ((h == 0 || w == 0) && !g_all) return 0;
         int k = (int)(b.n / 4);
         if (k > (large ? 8 : 512)) k = large ? 8 : 512; // a large edge traces up to 15 x 65535 points
         double *xy = malloc(sizeof(double) * 2 * (size_t)(k + 1));
@@ -142,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 3: {
         double bb[4];
         for (int i = 0; i < 4; i++) bb[i] = (int16_t)fuzz_u16(&b) / 64.0;
-        if (((h == 0 || w == 0) && !g_all) || !mrcnn_bbox_in_range(bb, h, w)) return 0; // 0-sided: see case 1
+        if (!mrcnn_bbox_in_range(bb, h, w)) return 0;
         mrcnn_rle_from_bbox(&r[nr], bb, h, w);
         check_valid(&r[nr], "from_bbox");
         nr++;
@@ -157,10 +148,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int64_t i = 0; i < h * w; i++) m[i] = (uint8_t)(size ? (data[size - 1 - (size_t)(i / 8) % size] >> (i % 8)) & 1 : 0);
         mrcnn_rle_from_mask(&r[nr], m, h, w);
         nr++;
-        /* Known, reported: mrcnn_rle_merge reads cnts[0] of an RLE without runs (m == 0, e.g. ""
-         * decoded at 0 x 0) through a NULL pointer; no caller passes one. Remove once fixed. */
-        for (int i = 0; i < nr; i++)
-            if (r[i].m == 0 && !g_all) goto done;
         for (int i = 0; i < nr; i++)
             for (int j = 0; j < nr; j++) check_pair(&r[i], &r[j], (mode >> 2) & 1);
         /* Merge of all (the polygon path of annotations with several polygons). */
@@ -169,7 +156,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_valid(&out, "merge of all");
         mrcnn_rle_free(&out);
     }
-done:
     for (int i = 0; i < nr; i++) mrcnn_rle_free(&r[i]);
     return 0;
 }

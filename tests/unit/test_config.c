@@ -136,6 +136,9 @@ static void test_dump_round_trip(void **state) {
     assert_true(mrcnn_config_try_set(&a, "SOLVER.STEPS=[7,8,9]", "t", err, sizeof err));
     assert_true(mrcnn_config_try_set(&a, "OUTPUT_DIR=/tmp/x y", "t", err, sizeof err));
     assert_true(mrcnn_config_try_set(&a, "SOLVER.BASE_LR=0.0123", "t", err, sizeof err));
+    /* quotes and backslashes must be escaped in the dump, UTF-8 kept as is */
+    assert_true(mrcnn_config_try_set(&a, "MODEL.WEIGHTS=a\\nb: \"c\"\\", "t", err, sizeof err));
+    assert_true(mrcnn_config_try_set(&a, "DATASETS.TEST=caf\xc3\xa9/\xe2\x82\xac.h5", "t", err, sizeof err));
     char *dump = mrcnn_config_dump(&a);
     const char *p = write_file("dump.yaml", dump);
     free(dump);
@@ -144,12 +147,28 @@ static void test_dump_round_trip(void **state) {
     assert_memory_equal(&a, &b, sizeof a);
 }
 
+/* Strings the dump could not write back the same are refused where they enter, with the byte. */
+static void test_string_bytes(void **state) {
+    mrcnn_config c;
+    mrcnn_config_defaults(&c);
+    char err[512];
+    assert_false(mrcnn_config_try_set(&c, "OUTPUT_DIR=a\nb", "--set", err, sizeof err));
+    if (!strstr(err, "OUTPUT_DIR has a control character at byte 1")) fail_msg("%s", err);
+    assert_false(mrcnn_config_try_set(&c, "OUTPUT_DIR=ab\xff", "--set", err, sizeof err));
+    if (!strstr(err, "OUTPUT_DIR has a byte that is not UTF-8 at byte 2")) fail_msg("%s", err);
+    assert_false(mrcnn_config_try_set(&c, "OUTPUT_DIR=\xc3", "--set", err, sizeof err)); // cut sequence
+    assert_false(mrcnn_config_try_set(&c, "OUTPUT_DIR=\xed\xa0\x80", "--set", err, sizeof err)); // surrogate
+    assert_false(mrcnn_config_try_set(&c, "OUTPUT_DIR=\xc0\xaf", "--set", err, sizeof err)); // overlong
+    expect_load_error("tab.yaml", "OUTPUT_DIR: \"a\\tb\"\n", "tab.yaml:1", "OUTPUT_DIR has a control character at byte 1");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_nested_dotted_lists_and_base),
         cmocka_unit_test(test_errors_name_key_and_line),
         cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_string_bytes),
     };
     return cmocka_run_group_tests_name("config", tests, setup, teardown);
 }
