@@ -21,7 +21,11 @@ extern "C" {
  * format (superblock and object headers checksummed too); schema 1 had no checksums. */
 #define MRCNN_SHARD_SCHEMA_VERSION 2
 #define MRCNN_IMAGE_FLAG_NO_ANNOTATIONS 1u // kept, but flagged by the converter
-/* Image sides are at most MRCNN_MAX_IMAGE_SIDE (rle.h). */
+/* Image sides are at most MRCNN_MAX_IMAGE_SIDE (rle.h), and an image has at most
+ * MRCNN_MAX_IMAGE_PIXELS pixels: PIL's decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS),
+ * so what a torchvision pipeline opens opens here too, and a few hundred bytes of header
+ * cannot ask for 12 GB of pixels. */
+#define MRCNN_MAX_IMAGE_PIXELS 178956970LL
 
 /* ---- image codecs (src/data/image.c); pure CPU, thread-safe ---- */
 /* Decodes a JPEG (grayscale, RGB/YCbCr, CMYK/YCCK) or PNG into RGB8 (H, W, 3).

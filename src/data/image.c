@@ -38,6 +38,14 @@ static int is_png(const uint8_t *d, size_t n) {
     return n >= 8 && !memcmp(d, sig, 8);
 }
 
+/* Checked from the header, before any pixel buffer is sized by it. */
+static int pixels_ok(long long h, long long w, const char *kind, char *err, size_t err_len) {
+    if (h * w <= MRCNN_MAX_IMAGE_PIXELS) return 1;
+    snprintf(err, err_len, "%s of %lldx%lld = %lld pixels: over the limit of %lld (PIL's decompression-bomb limit)",
+             kind, w, h, h * w, MRCNN_MAX_IMAGE_PIXELS);
+    return 0;
+}
+
 static int grow(uint8_t **buf, size_t *cap, size_t need) {
     if (*cap >= need) return 1;
     uint8_t *p = realloc(*buf, need);
@@ -70,6 +78,10 @@ static int decode_jpeg(const uint8_t *data, size_t len, int scale_denom, uint8_t
     jpeg_read_header(&cinfo, TRUE);
     *h = (int)cinfo.image_height;
     *w = (int)cinfo.image_width;
+    if (!pixels_ok(*h, *w, "JPEG", err, err_len)) {
+        jpeg_destroy_decompress(&cinfo);
+        return 0;
+    }
     const int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     const int gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
     cinfo.out_color_space = cmyk ? JCS_CMYK : gray ? JCS_GRAYSCALE : JCS_RGB;
@@ -204,8 +216,9 @@ static int decode_png(const uint8_t *data, size_t len, int want_pixels, uint8_t 
     uint8_t *volatile native = NULL; // the image (interlaced) or one row, as the file stores it
     uint8_t *volatile scratch = NULL; // RGB of one row when only validating
     png_bytep *volatile rows = NULL;  // (interlaced) row pointers into native
+    volatile int too_big = 0;         // a valid header, over MRCNN_MAX_IMAGE_PIXELS: not corrupt
     if (setjmp(src.jump)) {
-        snprintf(err, err_len, "corrupt PNG: %s", src.msg);
+        snprintf(err, err_len, "%s%s", too_big ? "" : "corrupt PNG: ", src.msg);
         png_destroy_read_struct(&png, &info, NULL);
         free(native);
         free(scratch);
@@ -218,6 +231,12 @@ static int decode_png(const uint8_t *data, size_t len, int want_pixels, uint8_t 
     int depth = 0, color = 0, interlace = 0;
     png_get_IHDR(png, info, &pw, &ph, &depth, &color, &interlace, NULL, NULL);
     if (pw > 65535 || ph > 65535) png_error(png, "image larger than 65535 pixels on a side");
+    if ((long long)pw * ph > MRCNN_MAX_IMAGE_PIXELS) {
+        char msg[160];
+        pixels_ok(ph, pw, "PNG", msg, sizeof msg);
+        too_big = 1;
+        png_error(png, msg);
+    }
     *h = (int)ph;
     *w = (int)pw;
     png_colorp pal = NULL;

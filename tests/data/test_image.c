@@ -125,6 +125,81 @@ static void test_png(void **state) {
     }
 }
 
+/* Sets the frame size in a baseline JPEG's SOF0 marker. */
+static void jpeg_set_size(unsigned char *jpg, unsigned long len, unsigned h, unsigned w) {
+    for (unsigned long i = 2; i + 9 < len; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) {
+            jpg[i + 5] = (unsigned char)(h >> 8), jpg[i + 6] = (unsigned char)h;
+            jpg[i + 7] = (unsigned char)(w >> 8), jpg[i + 8] = (unsigned char)w;
+            return;
+        }
+    fail_msg("no SOF0 marker");
+}
+
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+/* An 8-byte signature, the IHDR chunk of an RGB8 PNG and an empty IDAT, with valid CRCs. */
+static size_t png_header(uint8_t *out, uint32_t h, uint32_t w) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    uint8_t ihdr[17] = {'I', 'H', 'D', 'R', (uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w,
+                        (uint8_t)(h >> 24), (uint8_t)(h >> 16), (uint8_t)(h >> 8), (uint8_t)h, 8, 2, 0, 0, 0};
+    uint32_t crc = crc32_of(ihdr, sizeof ihdr);
+    memcpy(out, sig, 8);
+    const uint8_t len[4] = {0, 0, 0, 13};
+    memcpy(out + 8, len, 4);
+    memcpy(out + 12, ihdr, sizeof ihdr);
+    const uint8_t c[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8), (uint8_t)crc};
+    memcpy(out + 29, c, 4);
+    /* an empty IDAT, so that png_read_info gets to the end of the header */
+    const uint8_t idat[4] = {'I', 'D', 'A', 'T'};
+    crc = crc32_of(idat, 4);
+    const uint8_t chunk[12] = {0, 0, 0, 0, 'I', 'D', 'A', 'T', (uint8_t)(crc >> 24), (uint8_t)(crc >> 16),
+                               (uint8_t)(crc >> 8), (uint8_t)crc};
+    memcpy(out + 33, chunk, 12);
+    return 45;
+}
+
+/* A header may not size the pixel buffer beyond MRCNN_MAX_IMAGE_PIXELS (a 200-byte JPEG
+ * asked for 10.8 GB); just under the limit, the same short file fails as truncated. */
+static void test_pixel_limit(void **state) {
+    (void)state;
+    unsigned long len = 0;
+    unsigned char *jpg = encode_jpeg(3, JCS_RGB, &len);
+    uint8_t *rgb = NULL;
+    size_t cap = 0;
+    int h = 0, w = 0;
+    char err[256];
+    jpeg_set_size(jpg, len, 65495, 54873);
+    assert_false(mrcnn_image_decode(jpg, len, &rgb, &cap, &h, &w, err, sizeof err));
+    if (!strstr(err, "JPEG of 54873x65495 = 3593907135 pixels: over the limit of 178956970")) fail_msg("%s", err);
+    assert_true(cap == 0);
+    assert_false(mrcnn_image_check(jpg, len, &h, &w, err, sizeof err));
+    if (!strstr(err, "over the limit")) fail_msg("%s", err);
+    jpeg_set_size(jpg, len, 13377, 13378); // 178,957,506 pixels: one row too many
+    assert_false(mrcnn_image_check(jpg, len, &h, &w, err, sizeof err));
+    if (!strstr(err, "over the limit")) fail_msg("%s", err);
+    jpeg_set_size(jpg, len, 13377, 13377); // 178,944,129: allowed, then the data runs out
+    assert_false(mrcnn_image_check(jpg, len, &h, &w, err, sizeof err));
+    if (strstr(err, "over the limit")) fail_msg("%s", err);
+    free(jpg);
+    uint8_t png[64];
+    size_t n = png_header(png, 65535, 65535);
+    assert_false(mrcnn_image_decode(png, n, &rgb, &cap, &h, &w, err, sizeof err));
+    if (!strstr(err, "PNG of 65535x65535 = 4294836225 pixels: over the limit") || strstr(err, "corrupt")) fail_msg("%s", err);
+    assert_true(cap == 0);
+    n = png_header(png, 13377, 13377);
+    assert_false(mrcnn_image_check(png, n, &h, &w, err, sizeof err));
+    if (strstr(err, "over the limit") || !strstr(err, "corrupt PNG")) fail_msg("%s", err);
+    free(rgb);
+}
+
 static void test_resize_shape(void **state) {
     (void)state;
     int nh, nw;
@@ -143,6 +218,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jpeg_color_spaces),
         cmocka_unit_test(test_png),
+        cmocka_unit_test(test_pixel_limit),
         cmocka_unit_test(test_resize_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
