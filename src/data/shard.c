@@ -10,6 +10,7 @@
  * own error stack printing is off inside these functions (its innermost message goes
  * into that line instead). */
 #include "mrcnn/data.h"
+#include "mrcnn/h5_errors.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -42,51 +43,11 @@ static _Noreturn void bad_file(const char *path, const char *fmt, ...) {
     mrcnn_failf("check", "", __FILE__, __LINE__, "%s: %s", path, msg);
 }
 
-/* ---- HDF5 errors as one line ---- */
-
-typedef struct {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-
-static h5_quiet quiet_begin(void) {
-    h5_quiet q = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return q;
-}
-
-static void quiet_end(h5_quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
-
-typedef struct {
-    char first[160]; // the innermost message
-    int checksum;    // some message mentions a checksum
-} h5_why;
-
-static herr_t why_walk(unsigned n, const H5E_error2_t *e, void *data) {
-    h5_why *w = data;
-    const char *d = e->desc ? e->desc : "";
-    if (n == 0) snprintf(w->first, sizeof w->first, "%s", d);
-    if (strstr(d, "checksum") || strstr(d, "Fletcher32")) w->checksum = 1;
-    return 0;
-}
-
-/* Why the last HDF5 call failed, in words: a checksum mismatch says so. */
-static const char *h5_reason(char *buf, size_t len) {
-    h5_why w;
-    memset(&w, 0, sizeof w);
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, why_walk, &w);
-    H5Eclear2(H5E_DEFAULT);
-    if (w.checksum) snprintf(buf, len, "checksum mismatch, the file is damaged (HDF5: %s)", w.first);
-    else snprintf(buf, len, "HDF5: %s", w.first[0] ? w.first : "unknown error");
-    return buf;
-}
-
 #define H5_OR_FAIL(call, path, ...)                                                           \
     do {                                                                                      \
         if ((call) < 0) {                                                                     \
-            char why_[256], what_[512];                                                       \
-            h5_reason(why_, sizeof why_);                                                     \
+            char why_[400], what_[512];                                                       \
+            mrcnn_h5_reason(why_, sizeof why_);                                               \
             snprintf(what_, sizeof what_, __VA_ARGS__);                                       \
             bad_file((path), "%s: %s", what_, why_);                                          \
         }                                                                                     \
@@ -288,7 +249,7 @@ static hid_t open_file(const char *path, hid_t fapl) {
 void mrcnn_shard_set_open(mrcnn_shard_set *s, const char *index_path) {
     memset(s, 0, sizeof *s);
     const char *p = index_path;
-    h5_quiet q = quiet_begin();
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     hid_t f = open_file(p, H5P_DEFAULT);
     check_schema(f, p);
     s->name = attr_str(f, "name", p);
@@ -310,7 +271,7 @@ void mrcnn_shard_set_open(mrcnn_shard_set *s, const char *index_path) {
     s->category_names = read_strings(f, "categories/names", p, s->num_classes, 0);
     s->category_supercategories = read_strings(f, "categories/supercategories", p, s->num_classes, 0);
     H5_OR_FAIL(H5Fclose(f), p, "closing the file");
-    quiet_end(q);
+    mrcnn_h5_quiet_end(q);
     int64_t ni = 0, na = 0;
     for (int i = 0; i < s->num_shards; i++) {
         const char *fn = s->files[i];
@@ -447,7 +408,7 @@ static void shard_read(mrcnn_shard *sh, const char *path, int64_t fapl) {
     size_t pl = strlen(path);
     sh->path = MRCNN_MALLOC(pl + 1, "shard path");
     memcpy(sh->path, path, pl + 1);
-    h5_quiet q = quiet_begin();
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     hid_t f = open_file(path, fapl > 0 ? (hid_t)fapl : H5P_DEFAULT);
     sh->file = f;
     check_schema(f, p);
@@ -489,7 +450,7 @@ static void shard_read(mrcnn_shard *sh, const char *path, int64_t fapl) {
     sh->rle_ds = ds_open(f, "annotations/rle", p, dapl);
     sh->rle_bytes = ds_rows((hid_t)sh->rle_ds, "annotations/rle", p, -1, 1);
     H5Pclose(dapl);
-    quiet_end(q);
+    mrcnn_h5_quiet_end(q);
     if (names_len != sh->name_offset[n])
         bad_file(p, "images/names_offset[%lld] = %lld, but images/names is %lld bytes long", (long long)n,
                  (long long)sh->name_offset[n], (long long)names_len);
@@ -536,20 +497,20 @@ void mrcnn_shard_close(mrcnn_shard *sh) {
  * Returns 0 with HDF5's reason in why. */
 static int read_range(hid_t ds, int64_t start, int64_t count, void *dst, char *why, size_t why_len) {
     if (count <= 0) return 1;
-    h5_quiet q = quiet_begin();
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     int ok = 0;
     hid_t fs = H5Dget_space(ds);
     hsize_t s = (hsize_t)start, c = (hsize_t)count;
     if (fs >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &s, NULL, &c, NULL) >= 0) {
         hid_t ms = H5Screate_simple(1, &c, NULL);
         ok = ms >= 0 && H5Dread(ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, dst) >= 0;
-        if (!ok) h5_reason(why, why_len); // before the next call clears the error stack
+        if (!ok) mrcnn_h5_reason(why, why_len); // before the next call clears the error stack
         if (ms >= 0) H5Sclose(ms);
     } else {
-        h5_reason(why, why_len);
+        mrcnn_h5_reason(why, why_len);
     }
     if (fs >= 0) H5Sclose(fs);
-    quiet_end(q);
+    mrcnn_h5_quiet_end(q);
     return ok;
 }
 

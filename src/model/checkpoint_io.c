@@ -11,6 +11,7 @@
  * are rejected too. Files without the filter (data_prep/weights.py, older checkpoints)
  * load without that verification. A failed write removes its temporary file. */
 #include "mrcnn/check.h"
+#include "mrcnn/h5_errors.h"
 #include "mrcnn/model.h"
 
 #include <errno.h>
@@ -31,40 +32,12 @@
 #define MRCNN_H5_LIBVER_LOW H5F_LIBVER_V18
 #endif
 
-/* The telling part of the HDF5 error stack of this thread: a checksum mismatch, the
- * system error of a failed write ("No space left on device"), else the innermost
- * description. *checksum = 1 for a checksum mismatch. */
-typedef struct {
-    char sys[256], sum[256], inner[256];
-} h5_reason_acc;
-
-static herr_t reason_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    h5_reason_acc *a = data;
-    const char *d = err->desc ? err->desc : "";
-    const char *m = strstr(d, "error message = '");
-    if (m && !a->sys[0]) {
-        m += strlen("error message = '");
-        const char *q = strchr(m, '\'');
-        snprintf(a->sys, sizeof a->sys, "%.*s", q ? (int)(q - m) : (int)strlen(m), m);
-    }
-    if (!a->sum[0] && (strstr(d, "checksum") || strstr(d, "Fletcher32"))) snprintf(a->sum, sizeof a->sum, "%s", d);
-    if (n == 0 && d[0]) snprintf(a->inner, sizeof a->inner, "%s", d);
-    return 0;
-}
-
-static void h5_reason(char *out, size_t len, int *checksum) {
-    h5_reason_acc a = {{0}, {0}, {0}};
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, reason_walk, &a);
-    if (checksum) *checksum = a.sum[0] != 0;
-    snprintf(out, len, "%s", a.sum[0] ? a.sum : a.sys[0] ? a.sys : a.inner[0] ? a.inner : "HDF5 error");
-}
-
 /* A failed HDF5 call while writing a model file (path: the temporary one, removed by
  * the fatal exit): one error line with the reason. */
 static int64_t wcheck(int64_t r, const char *call, const char *what, const char *path, const char *file, int line) {
     if (r >= 0) return r;
     char reason[320];
-    h5_reason(reason, sizeof reason, NULL);
+    mrcnn_h5_reason(reason, sizeof reason);
     mrcnn_failf("checkpoint", call, file, line, "checkpoint: writing %s failed at '%s': %s (temporary file removed)",
                 path, what, reason);
 }
@@ -123,17 +96,14 @@ void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     /* Until the rename, a fatal error anywhere removes the temporary file. */
     int cleanup = mrcnn_fail_cleanup_add(tmp);
-    H5E_auto2_t old_fn;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // failures are reported as one line, with the reason
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin(); // failures are reported as one line, with the reason
     /* The 1.8+ format: checksummed superblock, object headers and group indexes. */
     hid_t fapl = W(H5Pcreate(H5P_FILE_ACCESS), "file access list", tmp);
     W(H5Pset_libver_bounds(fapl, MRCNN_H5_LIBVER_LOW, H5F_LIBVER_LATEST), "file format bounds", tmp);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) {
         char reason[320];
-        h5_reason(reason, sizeof reason, NULL);
+        mrcnn_h5_reason(reason, sizeof reason);
         mrcnn_failf("checkpoint", "H5Fcreate", __FILE__, __LINE__, "checkpoint: cannot create %s: %s", tmp, reason);
     }
     W(H5Pclose(fapl), "file access list", tmp);
@@ -141,7 +111,7 @@ void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
     write_model_group(m, f, tmp);
     W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush", tmp);
     W(H5Fclose(f), "close", tmp);
-    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+    mrcnn_h5_quiet_end(q);
     // durable before visible: a crash leaves either the old file or the new one
     int fd = open(tmp, O_RDONLY);
     MRCNN_CHECK(fd >= 0, "checkpoint: cannot reopen %s to fsync: %s", tmp, strerror(errno));
@@ -193,15 +163,12 @@ static void check_dataset(hid_t g, const char *path, const char *name, const mrc
  * (a flipped byte) or a non-finite value fails naming the file and the dataset. */
 static void read_dataset(hid_t g, const char *path, const char *name, float *host, int64_t n) {
     hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
-    H5E_auto2_t old_fn;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     herr_t r = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host);
     char reason[320] = "";
     int checksum = 0;
-    if (r < 0) h5_reason(reason, sizeof reason, &checksum);
-    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+    if (r < 0) checksum = mrcnn_h5_reason(reason, sizeof reason);
+    mrcnn_h5_quiet_end(q);
     H5Dclose(ds);
     MRCNN_CHECK(r >= 0 || !checksum,
                 "checkpoint %s: /model/%s fails its Fletcher-32 checksum: the file is corrupt (copy it again or use "

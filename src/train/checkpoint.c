@@ -14,6 +14,7 @@
  * (contiguous datasets) still load, without that verification. */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
+#include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
 
@@ -54,55 +55,9 @@ static void unlock(void) {
     if (g_unlock) g_unlock();
 }
 
-/* ---- HDF5 errors as one reason ----
- * HDF5's automatic error printing is off while a checkpoint is written or read (the
- * HDF5 lock is held, so no other thread's report is hidden); a failure is reported as
- * one line with the most telling entry of the error stack: the system error of a
- * failed write ("No space left on device"), a checksum mismatch, else the innermost
- * description. */
-typedef struct {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-
-static void quiet_begin(h5_quiet *q) {
-    H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-static void quiet_end(const h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->fn, q->data); }
-
-typedef struct {
-    char sys[256], sum[256], inner[256];
-} h5_reason_acc;
-
-static herr_t reason_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    h5_reason_acc *a = data;
-    const char *d = err->desc ? err->desc : "";
-    const char *m = strstr(d, "error message = '");
-    if (m && !a->sys[0]) {
-        m += strlen("error message = '");
-        const char *q = strchr(m, '\'');
-        snprintf(a->sys, sizeof a->sys, "%.*s", q ? (int)(q - m) : (int)strlen(m), m);
-    }
-    if (!a->sum[0] && (strstr(d, "checksum") || strstr(d, "Fletcher32")))
-        snprintf(a->sum, sizeof a->sum, "%s", d);
-    if (n == 0 && d[0]) snprintf(a->inner, sizeof a->inner, "%s", d);
-    return 0;
-}
-
-/* The reason of the last failed HDF5 call of this thread; *checksum = 1 when it is a
- * checksum mismatch (the file's bytes are not what was written). */
-static void h5_reason(char *out, size_t len, int *checksum) {
-    h5_reason_acc a = {{0}, {0}, {0}};
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, reason_walk, &a);
-    if (checksum) *checksum = a.sum[0] != 0;
-    if (a.sum[0])
-        snprintf(out, len, "checksum mismatch (%s): the file is corrupt", a.sum);
-    else if (a.sys[0])
-        snprintf(out, len, "%s", a.sys);
-    else
-        snprintf(out, len, "%s", a.inner[0] ? a.inner : "HDF5 error");
-}
+/* HDF5's automatic error printing is off while a checkpoint is written or read (the
+ * HDF5 lock is held, so no other thread's report is hidden); a failure is one line with
+ * the most telling entry of the error stack (mrcnn_h5_reason). */
 
 /* ---- writing ---- */
 
@@ -110,7 +65,7 @@ static void h5_reason(char *out, size_t len, int *checksum) {
 static int64_t wcheck(int64_t r, const char *call, const char *what, const char *tmp, const char *file, int line) {
     if (r >= 0) return r;
     char reason[320];
-    h5_reason(reason, sizeof reason, NULL);
+    mrcnn_h5_reason(reason, sizeof reason);
     mrcnn_failf("checkpoint", call, file, line,
                 "checkpoint: writing %s failed at '%s': %s (temporary file removed; older checkpoints kept)", tmp,
                 what, reason);
@@ -254,8 +209,7 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     /* From here until the rename, a fatal error anywhere removes the temporary file. */
     int cleanup = mrcnn_fail_cleanup_add(tmp);
     lock();
-    h5_quiet q;
-    quiet_begin(&q);
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     /* The 1.8+ format: checksummed superblock, object headers and indexes. Up to 64
      * attributes stay compact, in the root group's (checksummed) object header. */
     hid_t fapl = W(H5Pcreate(H5P_FILE_ACCESS), "file access list");
@@ -265,7 +219,7 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
     if (f < 0) {
         char reason[320];
-        h5_reason(reason, sizeof reason, NULL);
+        mrcnn_h5_reason(reason, sizeof reason);
         mrcnn_failf("checkpoint", "H5Fcreate", __FILE__, __LINE__,
                     "checkpoint: cannot create %s: %s (is OUTPUT_DIR writable?)", tmp, reason);
     }
@@ -310,7 +264,7 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     /* Closing writes what HDF5 still caches: a full disk often shows only here. */
     W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush");
     W(H5Fclose(f), "close");
-    quiet_end(&q);
+    mrcnn_h5_quiet_end(q);
     unlock();
     fsync_path(tmp, 0);
     MRCNN_CHECK(rename(tmp, path) == 0, "checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
@@ -362,7 +316,7 @@ static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float
     hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
     if (g < 0) {
         char r[320];
-        h5_reason(r, sizeof r, NULL);
+        mrcnn_h5_reason(r, sizeof r);
         return why_fail(w, "group '%s' unreadable: %s", group, r);
     }
     int ok = 1;
@@ -377,7 +331,7 @@ static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float
         hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
         if (sp < 0) {
             char r[320];
-            h5_reason(r, sizeof r, NULL);
+            mrcnn_h5_reason(r, sizeof r);
             if (ds >= 0) H5Dclose(ds);
             ok = why_fail(w, "'%s/%s' unreadable: %s", group, name, r);
             break;
@@ -394,7 +348,7 @@ static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float
         if (ok && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
             char r[320];
             int sum = 0;
-            h5_reason(r, sizeof r, &sum);
+            sum = mrcnn_h5_reason(r, sizeof r);
             ok = sum ? why_fail(w, "'%s/%s' fails its Fletcher-32 checksum: the file is corrupt", group, name)
                      : why_fail(w, "reading '%s/%s' failed: %s", group, name, r);
         }
@@ -421,7 +375,7 @@ static int try_load_file(hid_t f, const mrcnn_arena *params, const mrcnn_arena *
     if (!attr_read(f, "schema_version", H5T_NATIVE_INT32, &schema)) {
         char r[320];
         int sum = 0;
-        h5_reason(r, sizeof r, &sum);
+        sum = mrcnn_h5_reason(r, sizeof r);
         if (sum) return why_fail(w, "its root group (the attributes) fails its metadata checksum: the file is corrupt");
         return why_fail(w, "no readable 'schema_version' attribute (%s)", r);
     }
@@ -435,7 +389,7 @@ static int try_load_file(hid_t f, const mrcnn_arena *params, const mrcnn_arena *
         if (!attr_read(f, k_i64_attrs[i], H5T_NATIVE_INT64, &v[i])) {
             int sum = 0;
             char r[320];
-            h5_reason(r, sizeof r, &sum);
+            sum = mrcnn_h5_reason(r, sizeof r);
             return why_fail(w, "attribute '%s' %s", k_i64_attrs[i],
                             sum ? "fails its metadata checksum: the file is corrupt" : "missing or unreadable");
         }
@@ -488,25 +442,23 @@ int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_a
                          : NULL;
     mrcnn_train_state s;
     lock();
-    h5_quiet q;
-    quiet_begin(&q);
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     int ok;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         char r[320];
-        int sum = 0;
-        h5_reason(r, sizeof r, &sum);
+        mrcnn_h5_reason(r, sizeof r);
         ok = why_fail(&w, "unreadable as HDF5: %s", r);
     } else {
         ok = try_load_file(f, params, momentum, hp, hm, &s, &w);
         if (H5Fclose(f) < 0 && ok) {
             char r[320];
-            h5_reason(r, sizeof r, NULL);
+            mrcnn_h5_reason(r, sizeof r);
             ok = why_fail(&w, "closing failed: %s", r);
         }
     }
     H5Eclear2(H5E_DEFAULT);
-    quiet_end(&q);
+    mrcnn_h5_quiet_end(q);
     unlock();
     if (ok) {
         arena_set(be, params, hp);
@@ -522,8 +474,7 @@ int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
     long long *steps;
     int n = list_steps(dir, &steps), found = 0;
     lock();
-    h5_quiet q;
-    quiet_begin(&q); // a damaged file is skipped, not an error
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin(); // a damaged file is skipped, not an error
     for (int i = 0; i < n && !found; i++) {
         snprintf(path, len, "%s/model_%07lld.h5", dir, steps[i]);
         hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -537,7 +488,7 @@ int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
         H5Fclose(f);
     }
     H5Eclear2(H5E_DEFAULT);
-    quiet_end(&q);
+    mrcnn_h5_quiet_end(q);
     unlock();
     free(steps);
     return found;
