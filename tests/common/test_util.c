@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -114,4 +115,41 @@ int test_gpu_skip(const char *why) {
         return 1;
     }
     return test_skip("gpu", "no GPU (%s)", why ? why : "unknown reason");
+}
+
+/* ---- scratch folder ---- */
+
+static char g_tmp_dir[256];
+
+int test_tmp_setup(void **state) {
+    (void)state;
+    snprintf(g_tmp_dir, sizeof g_tmp_dir, "/tmp/mrcnn_test_XXXXXX");
+    return mkdtemp(g_tmp_dir) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int test_tmp_teardown(void **state) {
+    (void)state;
+    return g_tmp_dir[0] ? nftw(g_tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) : 0;
+}
+
+const char *test_tmp_dir(void) { return g_tmp_dir; }
+
+const char *test_tmp_path(const char *name) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_tmp_dir, name);
+    return path;
+}
+
+const char *test_tmp_write(const char *name, const char *text) {
+    const char *path = test_tmp_path(name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
 }

@@ -53,4 +53,13 @@ int test_gpu_present(void);
  * failure (returns 1), not a skip; else test_skip("gpu", ...). */
 int test_gpu_skip(const char *why);
 
+/* A scratch folder for one test program, made in its cmocka group setup and removed
+ * in its teardown (pass these two as they are). test_tmp_path names a file in it and
+ * test_tmp_write writes one; both return a static buffer, valid until the next call. */
+int test_tmp_setup(void **state);
+int test_tmp_teardown(void **state);
+const char *test_tmp_dir(void);
+const char *test_tmp_path(const char *name);
+const char *test_tmp_write(const char *name, const char *text);
+
 #endif

@@ -21,8 +21,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 MPI="mpirun --oversubscribe"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$ROOT/tests/common/checks.sh" # fails, bad, wait_for
 
 "$PREP" shapes --out "$T/a" --train 6 --val 2 --size 64x96 --seed 3 > /dev/null || { echo "FAIL: shapes"; exit 1; }
 I=$T/a/train

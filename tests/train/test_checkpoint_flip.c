@@ -14,8 +14,6 @@
 #include "mrcnn/trainer.h"
 #include "test_util.h"
 
-static char g_dir[256];
-
 typedef struct {
     mrcnn_arena params, mom;
 } arenas;
@@ -38,18 +36,6 @@ static void arenas_free(arenas *a) {
 static void fill(mrcnn_arena *a, float v) {
     float *p = (float *)a->base;
     for (size_t i = 0; i < a->size / sizeof(float); i++) p[i] = v;
-}
-
-static int setup(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/mrcnn_ckflip_XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
-    return 0;
-}
-
-static int teardown(void **state) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
 }
 
 static unsigned char *read_all(const char *path, long *n) {
@@ -104,12 +90,12 @@ static void test_every_byte_flipped(void **state) {
     st.global_batch = 16;
     st.seed = 99;
     char dir[300], path[1024];
-    snprintf(dir, sizeof dir, "%s/run", g_dir);
+    snprintf(dir, sizeof dir, "%s/run", test_tmp_dir());
     mrcnn_checkpoint_save(dir, &be, &src.params, &src.mom, &st, &cfg, 3, path);
     long n;
     unsigned char *orig = read_all(path, &n);
     char flip[600];
-    snprintf(flip, sizeof flip, "%s/flip.h5", g_dir);
+    snprintf(flip, sizeof flip, "%s/flip.h5", test_tmp_dir());
     char why[1024];
     mrcnn_train_state got;
     /* The intact file loads, equal. */
@@ -164,5 +150,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_byte_flipped),
     };
-    return cmocka_run_group_tests_name("checkpoint_flip", tests, setup, teardown);
+    return cmocka_run_group_tests_name("checkpoint_flip", tests, test_tmp_setup, test_tmp_teardown);
 }

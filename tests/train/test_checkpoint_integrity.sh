@@ -17,8 +17,7 @@ prog=${PROG_STANDIN:-$BUILD/tests/train/prog_standin}
 [ -x "$prog" ] || { echo "not built: $prog"; exit 1; }
 source "$ROOT/tests/train/common_fixture.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$ROOT/tests/common/checks.sh" # fails, bad, wait_for
 
 "${SOLO[@]}" "$prog" "$tmp/base" --max-steps 6 --set SOLVER.CHECKPOINT_PERIOD=2 --set SOLVER.CHECKPOINT_KEEP=10 > "$tmp/base.log" 2>&1 ||
     { echo "FAIL: the base run"; cat "$tmp/base.log"; exit 1; }

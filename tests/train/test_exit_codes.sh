@@ -28,12 +28,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-wait_for() { # file pattern seconds
-    for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-    return 1
-}
+source "$ROOT/tests/common/checks.sh" # fails, bad, wait_for
 rank_pid() { # dir: the pid of one rank of prog_standin (not mpirun's)
     pgrep -f "^[^ ]*prog_standin $1 " | sort -n | tail -n 1
 }

@@ -26,8 +26,7 @@ trap cleanup EXIT
 fixture_shards "$tmp" || exit 1
 IDX=$tmp/shards/train-index.h5
 COMMON="--config $ROOT/configs/tiny.yaml --set DATASETS.TRAIN=$IDX --set LOG_PERIOD=1"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$ROOT/tests/common/checks.sh" # fails, bad, wait_for
 no_crash() { # log: no sign of a crash in the fatal path
     ! grep -q -E "Segmentation fault|End of error message|AddressSanitizer|runtime error|core dumped" "$1"
 }

@@ -21,12 +21,7 @@ tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-wait_for() { # file pattern seconds
-    for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-    return 1
-}
+source "$ROOT/tests/common/checks.sh" # fails, bad, wait_for
 
 # ---- two runs, one directory ----
 dir=$tmp/shared

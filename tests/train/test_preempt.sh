@@ -17,10 +17,7 @@ tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-wait_for() { # file pattern seconds
-    for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-    return 1
-}
+. "${ROOT:-$(dirname "$0")/../..}/tests/common/checks.sh" # fails, bad, wait_for
 signal_case() { # name how
     local name=$1 how=$2 dir=$tmp/$1
     mpirun --oversubscribe -np 2 "$prog" "$dir" --sleep-ms 50 --set SOLVER.MAX_ITER=400 --set SOLVER.CHECKPOINT_PERIOD=0 \

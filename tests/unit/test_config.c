@@ -8,30 +8,6 @@
 #include "mrcnn/config.h"
 #include "test_util.h"
 
-static char g_dir[256];
-
-static const char *write_file(const char *name, const char *text) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
-static int setup(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/mrcnn_cfg_XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
-    return 0;
-}
-
-static int teardown(void **state) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
-}
-
 static void test_defaults(void **state) {
     mrcnn_config c;
     mrcnn_config_defaults(&c);
@@ -47,8 +23,8 @@ static void test_defaults(void **state) {
 }
 
 static void test_nested_dotted_lists_and_base(void **state) {
-    write_file("base.yaml", "MODEL:\n  ROI_HEADS:\n    NUM_CLASSES: 3\n  RPN: {NMS_THRESH: 0.6}\nSOLVER:\n  BASE_LR: 0.5\n");
-    const char *p = write_file("child.yaml",
+    test_tmp_write("base.yaml", "MODEL:\n  ROI_HEADS:\n    NUM_CLASSES: 3\n  RPN: {NMS_THRESH: 0.6}\nSOLVER:\n  BASE_LR: 0.5\n");
+    const char *p = test_tmp_write("child.yaml",
                                "_BASE_: base.yaml\n"
                                "SOLVER.BASE_LR: 0.25   # dotted keys work too\n"
                                "SOLVER:\n"
@@ -93,7 +69,7 @@ static void test_nested_dotted_lists_and_base(void **state) {
 }
 
 static void expect_load_error(const char *name, const char *text, const char *needle1, const char *needle2) {
-    const char *p = write_file(name, text);
+    const char *p = test_tmp_write(name, text);
     mrcnn_config c;
     mrcnn_config_defaults(&c);
     char err[512] = "";
@@ -124,7 +100,7 @@ static void test_errors_name_key_and_line(void **state) {
     assert_false(mrcnn_config_try_set(&c, "SOLVER.MAX_ITER=1.5", "--set", err, sizeof err));
     assert_false(mrcnn_config_try_set(&c, "SOLVER.MAX_ITER=99999999999", "--set", err, sizeof err));
     /* the failing form of the API exits through the check family with the same message */
-    const char *p = write_file("bad.yaml", "SOLVER:\n  WARMUP_ITERZ: 3\n");
+    const char *p = test_tmp_write("bad.yaml", "SOLVER:\n  WARMUP_ITERZ: 3\n");
     EXPECT_FAIL(mrcnn_config_load(&c, p), "bad.yaml:2: unknown key 'SOLVER.WARMUP_ITERZ'");
 }
 
@@ -140,7 +116,7 @@ static void test_dump_round_trip(void **state) {
     assert_true(mrcnn_config_try_set(&a, "MODEL.WEIGHTS=a\\nb: \"c\"\\", "t", err, sizeof err));
     assert_true(mrcnn_config_try_set(&a, "DATASETS.TEST=caf\xc3\xa9/\xe2\x82\xac.h5", "t", err, sizeof err));
     char *dump = mrcnn_config_dump(&a);
-    const char *p = write_file("dump.yaml", dump);
+    const char *p = test_tmp_write("dump.yaml", dump);
     free(dump);
     mrcnn_config_defaults(&b);
     if (!mrcnn_config_try_load(&b, p, err, sizeof err)) fail_msg("%s", err);
@@ -170,5 +146,5 @@ int main(void) {
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_string_bytes),
     };
-    return cmocka_run_group_tests_name("config", tests, setup, teardown);
+    return cmocka_run_group_tests_name("config", tests, test_tmp_setup, test_tmp_teardown);
 }

@@ -13,39 +13,15 @@
 #include "mrcnn/config.h"
 #include "test_util.h"
 
-static char g_dir[256];
-
-static const char *write_file(const char *name, const char *text) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
-static int setup(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/mrcnn_cfg_alias_XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
-    return 0;
-}
-
-static int teardown(void **state) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
-}
-
 static void load_ok(mrcnn_config *c, const char *name, const char *text) {
-    const char *p = write_file(name, text);
+    const char *p = test_tmp_write(name, text);
     mrcnn_config_defaults(c);
     char err[1024] = "";
     if (!mrcnn_config_try_load(c, p, err, sizeof err)) fail_msg("%s: %s", name, err);
 }
 
 static void load_error(const char *name, const char *text, const char *needle1, const char *needle2) {
-    const char *p = write_file(name, text);
+    const char *p = test_tmp_write(name, text);
     mrcnn_config c;
     mrcnn_config_defaults(&c);
     char err[1024] = "";
@@ -160,5 +136,5 @@ int main(void) {
         cmocka_unit_test(test_mapping_alias_and_merge),
         cmocka_unit_test(test_alias_errors_name_file_line),
     };
-    return cmocka_run_group_tests_name("config_alias", tests, setup, teardown);
+    return cmocka_run_group_tests_name("config_alias", tests, test_tmp_setup, test_tmp_teardown);
 }
