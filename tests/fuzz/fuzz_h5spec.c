@@ -467,7 +467,7 @@ void h5s_mutate(h5s_file **files, int nfiles, fuzz_bytes *b, int max_ops) {
         }
         case 17: {
             int8_t delta = (int8_t)fuzz_u8(b);
-            a->iv += delta;
+            a->iv = (int64_t)((uint64_t)a->iv + (uint64_t)(int64_t)delta); // wraps, as the dataset nudge does
             a->dv += delta;
             break;
         }
