@@ -3,11 +3,14 @@
  *
  * A box is 4 floats (x1, y1, x2, y2) in input-image pixels, width = x2 - x1 (no +1).
  * Arrays of boxes are (n, 4) row-major. All functions here run on the host over
- * plain arrays; they are the CPU reference the CUDA versions are checked against. */
+ * plain arrays; they are the CPU reference the CUDA versions are checked against.
+ * The arithmetic on single boxes (IoU, encode, decode, clamp) is box_math.h's, which
+ * both backends share. */
 #ifndef MRCNN_BOXES_H
 #define MRCNN_BOXES_H
 
 #include <stdint.h>
+#include "mrcnn/box_math.h"
 #include "mrcnn/rng.h"
 
 #ifdef __cplusplus
@@ -18,13 +21,7 @@ extern "C" {
  * (degenerate boxes do not occur after remove_small). */
 void mrcnn_box_iou(const float *a, int64_t n, const float *b, int64_t m, float *iou);
 
-/* torchvision's BoxCoder: deltas (dx, dy, dw, dh) = (wx, wy, ww, wh) * ((gx - px) / pw,
- * (gy - py) / ph, log(gw / pw), log(gh / ph)) with centers x1 + 0.5 w. Decode clamps
- * dw, dh (after dividing by the weights) at `clip` = log(1000 / 16). */
-typedef struct mrcnn_box_coder {
-    float wx, wy, ww, wh; // (1, 1, 1, 1) for the RPN, (10, 10, 5, 5) for the ROI heads
-    float clip;
-} mrcnn_box_coder;
+/* torchvision's BoxCoder (mrcnn_box_coder and the per-box math: box_math.h). */
 mrcnn_box_coder mrcnn_box_coder_make(float wx, float wy, float ww, float wh);
 /* deltas (n, 4) encoding targets (n, 4) (the reference/gt boxes) relative to
  * boxes (n, 4) (anchors or proposals): torchvision's encode_single(targets, boxes). */

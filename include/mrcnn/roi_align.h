@@ -14,6 +14,9 @@
  * in torchvision.
  * Level of a roi (LevelMapper): floor(canonical_level + log2(sqrt(area) / canonical_scale)
  * + 1e-6) clamped to [first_level, first_level + n_levels - 1], in float as torchvision.
+ * The level and the sampling arithmetic are box_math.h's, the one implementation of
+ * every backend; the descriptor check and mrcnn_roi_align_level are defined with the
+ * op (src/ops/roi_align.c), mrcnn_roi_align_desc_make with the model's defaults.
  * Level l (0-based among the inputs) has spatial scale 1 / 2^(first_level + l).
  * Output y (R, out_h, out_w, C): NHWC, so the box head's flatten is (7, 7, C) order.
  *

@@ -1,11 +1,13 @@
 /* Detection ops on device arrays (cuda_ops.h), with the float arithmetic of their host
  * references (src/model/box_iou.c, box_coder.c, matcher.c, nms.c, mask_targets.c).
- * Where the host code has a * b + c, the kernels spell it with __fmul_rn/__fadd_rn so
- * that nvcc cannot contract it into an FMA: IoU values and hence matches and NMS
- * decisions then agree bit for bit. */
+ * IoU, the box coder, clipping and the mask targets' sampling are box_math.h's, the
+ * very code the host runs; where the host has a * b + c, that header and the sums
+ * here use __fmul_rn/__fadd_rn so that nvcc cannot contract it into an FMA: IoU values
+ * and hence matches and NMS decisions then agree bit for bit. */
 #include <math.h>
 
 #include "cuda_internal.h"
+#include "mrcnn/box_math.h"
 #include "mrcnn/cuda_ops.h"
 
 #define CU_THREADS 256
@@ -18,22 +20,9 @@ static cu_state *cuda_state_of(const mrcnn_backend *be, const char *op) {
 
 /* ---- IoU ------------------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float box_area(const float *p) {
-    return __fmul_rn(__fsub_rn(p[2], p[0]), __fsub_rn(p[3], p[1]));
-}
-
 __global__ void k_box_iou(const float *a, int64_t n, const float *b, int64_t m, float *iou) {
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n * m; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t / m, j = t % m;
-        const float *p = a + 4 * i, *q = b + 4 * j;
-        float area1 = box_area(p), area2 = box_area(q);
-        float w = __fsub_rn(p[2] < q[2] ? p[2] : q[2], p[0] > q[0] ? p[0] : q[0]);
-        float h = __fsub_rn(p[3] < q[3] ? p[3] : q[3], p[1] > q[1] ? p[1] : q[1]);
-        w = w > 0.0f ? w : 0.0f;
-        h = h > 0.0f ? h : 0.0f;
-        float inter = __fmul_rn(w, h);
-        iou[t] = __fdiv_rn(inter, __fsub_rn(__fadd_rn(area1, area2), inter));
-    }
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n * m; t += (int64_t)gridDim.x * blockDim.x)
+        iou[t] = mrcnn_box_iou_pair(a + 4 * (t / m), b + 4 * (t % m));
 }
 
 extern "C" void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m,
@@ -48,49 +37,20 @@ extern "C" void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int6
 /* ---- box coder ---------------------------------------------------------------------------- */
 
 __global__ void k_box_encode(mrcnn_box_coder c, int64_t n, const float *targets, const float *boxes, float *deltas) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float *p = boxes + 4 * i, *g = targets + 4 * i;
-        float ew = __fsub_rn(p[2], p[0]), eh = __fsub_rn(p[3], p[1]);
-        float ex = __fadd_rn(p[0], __fmul_rn(0.5f, ew)), ey = __fadd_rn(p[1], __fmul_rn(0.5f, eh));
-        float gw = __fsub_rn(g[2], g[0]), gh = __fsub_rn(g[3], g[1]);
-        float gx = __fadd_rn(g[0], __fmul_rn(0.5f, gw)), gy = __fadd_rn(g[1], __fmul_rn(0.5f, gh));
-        float *d = deltas + 4 * i;
-        d[0] = __fdiv_rn(__fmul_rn(c.wx, __fsub_rn(gx, ex)), ew);
-        d[1] = __fdiv_rn(__fmul_rn(c.wy, __fsub_rn(gy, ey)), eh);
-        d[2] = __fmul_rn(c.ww, logf(__fdiv_rn(gw, ew)));
-        d[3] = __fmul_rn(c.wh, logf(__fdiv_rn(gh, eh)));
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        mrcnn_box_encode_one(&c, targets + 4 * i, boxes + 4 * i, deltas + 4 * i);
 }
 
 __global__ void k_box_decode(mrcnn_box_coder c, int64_t n, int k, const float *deltas, const float *boxes,
                              float *out) {
     const int64_t total = n * k;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const float *b = boxes + 4 * (t / k);
-        float w = __fsub_rn(b[2], b[0]), h = __fsub_rn(b[3], b[1]);
-        float cx = __fadd_rn(b[0], __fmul_rn(0.5f, w)), cy = __fadd_rn(b[1], __fmul_rn(0.5f, h));
-        const float *d = deltas + 4 * t;
-        float dx = __fdiv_rn(d[0], c.wx), dy = __fdiv_rn(d[1], c.wy);
-        float dw = __fdiv_rn(d[2], c.ww), dh = __fdiv_rn(d[3], c.wh);
-        dw = dw > c.clip ? c.clip : dw;
-        dh = dh > c.clip ? c.clip : dh;
-        float px = __fadd_rn(__fmul_rn(dx, w), cx), py = __fadd_rn(__fmul_rn(dy, h), cy);
-        float pw = __fmul_rn(expf(dw), w), ph = __fmul_rn(expf(dh), h);
-        float hw = __fmul_rn(0.5f, pw), hh = __fmul_rn(0.5f, ph);
-        float *o = out + 4 * t; // may alias d: every read of d is above
-        o[0] = __fsub_rn(px, hw);
-        o[1] = __fsub_rn(py, hh);
-        o[2] = __fadd_rn(px, hw);
-        o[3] = __fadd_rn(py, hh);
-    }
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x)
+        mrcnn_box_decode_one(&c, deltas + 4 * t, boxes + 4 * (t / k), out + 4 * t); // out may alias deltas
 }
 
 __global__ void k_box_clip(int64_t n, float *boxes, float img_h, float img_w) {
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < 4 * n; t += (int64_t)gridDim.x * blockDim.x) {
-        const float hi = (t & 1) ? img_h : img_w; // x1, y1, x2, y2
-        float v = boxes[t];
-        boxes[t] = v < 0.0f ? 0.0f : (v > hi ? hi : v);
-    }
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < 4 * n; t += (int64_t)gridDim.x * blockDim.x)
+        boxes[t] = mrcnn_box_clamp(boxes[t], (t & 1) ? img_h : img_w); // x1, y1, x2, y2
 }
 
 extern "C" void mrcnn_cuda_box_encode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n,
@@ -240,21 +200,13 @@ __global__ void k_nms_mask(const float *boxes, const int32_t *idxs, const int *o
     const int o = order[r];
     const float *bi = boxes + 4 * o;
     const int cls = idxs ? idxs[o] : 0;
-    const float iarea = box_area(bi);
+    const float iarea = mrcnn_box_area(bi);
     unsigned long long bits = 0;
     const int cn = n - c0 < 64 ? n - c0 : 64;
     for (int c = 0; c < cn; c++) {
         if (c0 + c <= r || cb_cls[c] != cls) continue;
         const float *bj = cb_box[c];
-        float jarea = box_area(bj);
-        float xx1 = bi[0] > bj[0] ? bi[0] : bj[0], yy1 = bi[1] > bj[1] ? bi[1] : bj[1];
-        float xx2 = bi[2] < bj[2] ? bi[2] : bj[2], yy2 = bi[3] < bj[3] ? bi[3] : bj[3];
-        float w = __fsub_rn(xx2, xx1), h = __fsub_rn(yy2, yy1);
-        w = w > 0.0f ? w : 0.0f;
-        h = h > 0.0f ? h : 0.0f;
-        float inter = __fmul_rn(w, h);
-        float ovr = __fdiv_rn(inter, __fsub_rn(__fadd_rn(iarea, jarea), inter));
-        if (ovr > thresh) bits |= 1ULL << c;
+        if (mrcnn_box_iou_areas(bi, iarea, bj, mrcnn_box_area(bj)) > thresh) bits |= 1ULL << c;
     }
     mask[(int64_t)r * blocks + cb] = bits;
 }
@@ -310,32 +262,6 @@ extern "C" void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, cons
 
 /* ---- mask targets ------------------------------------------------------------------------------------ */
 
-static __device__ float mask_bilinear(const uint8_t *m, int H, int W, float y, float x) {
-    if (y < -1.0f || y > (float)H || x < -1.0f || x > (float)W) return 0.0f;
-    if (y <= 0) y = 0;
-    if (x <= 0) x = 0;
-    int yl = (int)y, xl = (int)x, yh, xh;
-    if (yl >= H - 1) {
-        yh = yl = H - 1;
-        y = (float)yl;
-    } else {
-        yh = yl + 1;
-    }
-    if (xl >= W - 1) {
-        xh = xl = W - 1;
-        x = (float)xl;
-    } else {
-        xh = xl + 1;
-    }
-    float ly = __fsub_rn(y, (float)yl), lx = __fsub_rn(x, (float)xl);
-    float hy = __fsub_rn(1.0f, ly), hx = __fsub_rn(1.0f, lx);
-    float v1 = m[(int64_t)yl * W + xl] ? 1.0f : 0.0f, v2 = m[(int64_t)yl * W + xh] ? 1.0f : 0.0f;
-    float v3 = m[(int64_t)yh * W + xl] ? 1.0f : 0.0f, v4 = m[(int64_t)yh * W + xh] ? 1.0f : 0.0f;
-    float a = __fmul_rn(__fmul_rn(hy, hx), v1), b = __fmul_rn(__fmul_rn(hy, lx), v2);
-    float c = __fmul_rn(__fmul_rn(ly, hx), v3), d = __fmul_rn(__fmul_rn(ly, lx), v4);
-    return __fadd_rn(__fadd_rn(__fadd_rn(a, b), c), d);
-}
-
 __global__ void k_mask_targets(const uint8_t *gt_masks, int img_h, int img_w, const float *boxes,
                                const int32_t *gt_index, int n, int m, float *targets) {
     const int64_t total = (int64_t)n * m * m;
@@ -343,26 +269,10 @@ __global__ void k_mask_targets(const uint8_t *gt_masks, int img_h, int img_w, co
         const int pw = (int)(t % m), ph = (int)(t / m % m);
         const int i = (int)(t / ((int64_t)m * m));
         const uint8_t *mask = gt_masks + (int64_t)gt_index[i] * img_h * img_w;
-        const float *b = boxes + 4 * i;
-        float x0 = b[0], y0 = b[1];
-        float rw = __fsub_rn(b[2], b[0]), rh = __fsub_rn(b[3], b[1]);
-        rw = rw > 1.0f ? rw : 1.0f;
-        rh = rh > 1.0f ? rh : 1.0f;
-        float bh = __fdiv_rn(rh, (float)m), bw = __fdiv_rn(rw, (float)m);
-        int gh = (int)ceilf(__fdiv_rn(rh, (float)m)), gw = (int)ceilf(__fdiv_rn(rw, (float)m));
-        float cnt = (float)(gh * gw > 1 ? gh * gw : 1);
-        float acc = 0.0f;
-        for (int iy = 0; iy < gh; iy++) {
-            /* y0 + ph * bh + (iy + .5) * bh / gh, left to right as in C. */
-            float y = __fadd_rn(__fadd_rn(y0, __fmul_rn((float)ph, bh)),
-                                __fdiv_rn(__fmul_rn((float)(iy + .5f), bh), (float)gh));
-            for (int ix = 0; ix < gw; ix++) {
-                float x = __fadd_rn(__fadd_rn(x0, __fmul_rn((float)pw, bw)),
-                                    __fdiv_rn(__fmul_rn((float)(ix + .5f), bw), (float)gw));
-                acc = __fadd_rn(acc, mask_bilinear(mask, img_h, img_w, y, x));
-            }
-        }
-        targets[t] = __fdiv_rn(acc, cnt);
+        mrcnn_roi_frame f; // a box that cannot be sampled gets zeros, as on the host
+        targets[t] = mrcnn_roi_frame_make(boxes + 4 * i, 1.0f, 0, m, m, 0, &f)
+                         ? mrcnn_mask_roi_bin(mask, img_h, img_w, &f, ph, pw)
+                         : 0.0f;
     }
 }
 

@@ -1,7 +1,9 @@
 /* Anchor grids and the per-class gathers of the box and mask losses on the device
- * (cuda_ops.h), as src/model/anchors.c and mask_targets.c compute them. */
+ * (cuda_ops.h), as src/model/anchors.c and mask_targets.c compute them (the anchor
+ * coordinates with box_math.h's code). */
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "mrcnn/box_math.h"
 #include "mrcnn/cuda_ops.h"
 
 #define CU_THREADS 256
@@ -26,8 +28,7 @@ __global__ void k_anchors_grid(anchor_cells cell, int n_cell, int grid_h, int gr
         const int a = (int)(r % n_cell);
         const int64_t yx = r / n_cell;
         const int x = (int)(yx % grid_w), y = (int)(yx / grid_w);
-        const float shift = (c & 1) ? (float)(y * stride_h) : (float)(x * stride_w);
-        anchors[t] = __fadd_rn(shift, cell.v[4 * a + c]);
+        anchors[t] = mrcnn_anchor_coord(cell.v, a, c, y, x, stride_h, stride_w);
     }
 }
 

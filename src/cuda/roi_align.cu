@@ -1,14 +1,16 @@
 /* Multi-level ROIAlign (roi_align.h) on the GPU: all images and levels in one
  * launch, one thread per output element (roi, ph, pw, c), channels fastest so that
- * NHWC reads coalesce. The arithmetic follows src/ops/roi_align.c (torchvision's
- * kernel) step by step, in float. The backward scatters with atomicAdd; for fp16 or
- * bf16 features it accumulates into an fp32 scratch first, so each gradient element
- * is rounded once, as the CPU's rounded-storage mode does. */
+ * NHWC reads coalesce. The level, frame, sampling points and bilinear taps are
+ * box_math.h's, the code src/ops/roi_align.c runs (torchvision's kernel), in float.
+ * The backward scatters with atomicAdd; for fp16 or bf16 features it accumulates into
+ * an fp32 scratch first, so each gradient element is rounded once, as the CPU's
+ * rounded-storage mode does. */
 #include <math.h>
 #include <string.h>
 
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "mrcnn/box_math.h"
 
 #define CU_THREADS 256
 
@@ -21,83 +23,20 @@ typedef struct {
     float canonical_scale;
 } ra_args;
 
-static __device__ int ra_level(const ra_args *a, float x1, float y1, float x2, float y2) {
-    if (a->n_levels == 1) return 0;
-    float area = (x2 - x1) * (y2 - y1);
-    float s = sqrtf(area);
-    float lvl = floorf(((float)a->canonical_level + log2f(s / a->canonical_scale)) + 1e-6f);
-    int kmin = a->first_level, kmax = a->first_level + a->n_levels - 1;
-    if (!(lvl >= (float)kmin)) return 0;
-    if (lvl > (float)kmax) return kmax - kmin;
-    return (int)lvl - kmin;
-}
-
-/* The roi's frame: start, bin size and sampling grid; 0 for a padding row. */
+/* The roi's level, image and sampling frame; 0 for a padding row or an empty roi. */
 typedef struct {
-    int level, img, gh, gw;
-    float x0, y0, bw, bh;
+    int level, img;
+    mrcnn_roi_frame f;
 } ra_roi;
 
 static __device__ int ra_prepare(const ra_args *a, const float *roi, ra_roi *o) {
     if (!(roi[0] >= 0.0f) || roi[0] >= (float)a->n_images) return 0;
-    /* a non-finite or overflowing box is empty, as on the CPU (src/ops/roi_align.c): a
-     * NaN cast to int is undefined behaviour and would index anywhere */
-    for (int c = 1; c <= 4; c++)
-        if (!isfinite(roi[c])) return 0;
+    o->level = mrcnn_roi_level(roi[1], roi[2], roi[3], roi[4], a->canonical_level, a->canonical_scale,
+                               a->first_level, a->n_levels);
+    /* the frame refuses a non-finite or overflowing box, as on the CPU (box_math.h) */
+    if (!mrcnn_roi_frame_make(roi + 1, a->scale[o->level], a->aligned, a->out_h, a->out_w, a->sampling_ratio, &o->f))
+        return 0;
     o->img = (int)roi[0];
-    o->level = ra_level(a, roi[1], roi[2], roi[3], roi[4]);
-    const float scale = a->scale[o->level];
-    const float offset = a->aligned ? 0.5f : 0.0f;
-    float x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
-    float x1 = roi[3] * scale - offset, y1 = roi[4] * scale - offset;
-    float rw = x1 - x0, rh = y1 - y0;
-    if (!isfinite(rw) || !isfinite(rh)) return 0;
-    if (!a->aligned) {
-        rw = rw > 1.0f ? rw : 1.0f;
-        rh = rh > 1.0f ? rh : 1.0f;
-    }
-    o->x0 = x0;
-    o->y0 = y0;
-    o->bh = rh / (float)a->out_h;
-    o->bw = rw / (float)a->out_w;
-    o->gh = o->gw = a->sampling_ratio;
-    if (a->sampling_ratio <= 0) {
-        const float fh = ceilf(rh / (float)a->out_h), fw = ceilf(rw / (float)a->out_w);
-        if (!(fh >= 1.0f && fw >= 1.0f && fh <= (float)MRCNN_ROI_ALIGN_MAX_GRID && fw <= (float)MRCNN_ROI_ALIGN_MAX_GRID)) return 0;
-        o->gh = (int)fh;
-        o->gw = (int)fw;
-    }
-    return 1;
-}
-
-/* Bilinear corners and weights of one sampling point; 0 when it falls outside. */
-static __device__ int ra_bilinear(float y, float x, int H, int W, int64_t pos[4], float wt[4]) {
-    if (!(y >= -1.0f && y <= (float)H && x >= -1.0f && x <= (float)W)) return 0; // NaN too
-    if (y <= 0) y = 0;
-    if (x <= 0) x = 0;
-    int yl = (int)y, xl = (int)x, yh, xh;
-    if (yl >= H - 1) {
-        yh = yl = H - 1;
-        y = (float)yl;
-    } else {
-        yh = yl + 1;
-    }
-    if (xl >= W - 1) {
-        xh = xl = W - 1;
-        x = (float)xl;
-    } else {
-        xh = xl + 1;
-    }
-    float ly = y - (float)yl, lx = x - (float)xl;
-    float hy = 1.0f - ly, hx = 1.0f - lx;
-    wt[0] = hy * hx;
-    wt[1] = hy * lx;
-    wt[2] = ly * hx;
-    wt[3] = ly * lx;
-    pos[0] = (int64_t)yl * W + xl;
-    pos[1] = (int64_t)yl * W + xh;
-    pos[2] = (int64_t)yh * W + xl;
-    pos[3] = (int64_t)yh * W + xh;
     return 1;
 }
 
@@ -119,19 +58,18 @@ __global__ void k_roi_align_fwd(ra_args a, int ft, const float *rois, int64_t r,
         const int64_t base = (int64_t)o.img * H * W * a.c + c;
         const void *f = a.f[o.level];
         float acc = 0.0f;
-        for (int iy = 0; iy < o.gh; iy++) {
-            const float yy = o.y0 + (float)ph * o.bh + (float)(iy + .5f) * o.bh / (float)o.gh;
-            for (int ix = 0; ix < o.gw; ix++) {
-                const float xx = o.x0 + (float)pw * o.bw + (float)(ix + .5f) * o.bw / (float)o.gw;
+        for (int iy = 0; iy < o.f.gh; iy++) {
+            const float yy = mrcnn_roi_sample_coord(o.f.y0, o.f.bh, ph, iy, o.f.gh);
+            for (int ix = 0; ix < o.f.gw; ix++) {
+                const float xx = mrcnn_roi_sample_coord(o.f.x0, o.f.bw, pw, ix, o.f.gw);
                 int64_t pos[4];
                 float wt[4];
-                if (!ra_bilinear(yy, xx, H, W, pos, wt)) continue;
+                if (!mrcnn_bilinear_taps(yy, xx, H, W, pos, wt)) continue;
                 acc += wt[0] * cu_load(f, base + pos[0] * a.c, ft) + wt[1] * cu_load(f, base + pos[1] * a.c, ft) +
                        wt[2] * cu_load(f, base + pos[2] * a.c, ft) + wt[3] * cu_load(f, base + pos[3] * a.c, ft);
             }
         }
-        const int per_bin = o.gh * o.gw;
-        cu_store(y, i, yt, acc / (float)(per_bin > 1 ? per_bin : 1));
+        cu_store(y, i, yt, acc / (float)o.f.count);
     }
 }
 
@@ -150,16 +88,15 @@ __global__ void k_roi_align_bwd(ra_args a, const float *rois, int64_t r, const v
         if (!g) continue;
         const int H = a.h[o.level], W = a.w[o.level];
         g += (int64_t)o.img * H * W * a.c + c;
-        const int per_bin = o.gh * o.gw;
-        const float cnt = (float)(per_bin > 1 ? per_bin : 1);
+        const float cnt = (float)o.f.count;
         const float gy = cu_load(dy, i, dyt);
-        for (int iy = 0; iy < o.gh; iy++) {
-            const float yy = o.y0 + (float)ph * o.bh + (float)(iy + .5f) * o.bh / (float)o.gh;
-            for (int ix = 0; ix < o.gw; ix++) {
-                const float xx = o.x0 + (float)pw * o.bw + (float)(ix + .5f) * o.bw / (float)o.gw;
+        for (int iy = 0; iy < o.f.gh; iy++) {
+            const float yy = mrcnn_roi_sample_coord(o.f.y0, o.f.bh, ph, iy, o.f.gh);
+            for (int ix = 0; ix < o.f.gw; ix++) {
+                const float xx = mrcnn_roi_sample_coord(o.f.x0, o.f.bw, pw, ix, o.f.gw);
                 int64_t pos[4];
                 float wt[4];
-                if (!ra_bilinear(yy, xx, H, W, pos, wt)) continue;
+                if (!mrcnn_bilinear_taps(yy, xx, H, W, pos, wt)) continue;
                 for (int q = 0; q < 4; q++)
                     if (wt[q] != 0.0f) atomicAdd(g + pos[q] * a.c, gy * wt[q] / cnt);
             }

@@ -1,8 +1,10 @@
 /* torchvision's AnchorGenerator: rounded zero-centered cell anchors shifted over each
- * level's grid, in the (y, x, anchor) order of the RPN head's NHWC outputs. */
+ * level's grid, in the (y, x, anchor) order of the RPN head's NHWC outputs (the shift is
+ * box_math.h's, shared with the CUDA kernel). */
 #include <math.h>
 
 #include "mrcnn/anchors.h"
+#include "mrcnn/box_math.h"
 #include "mrcnn/check.h"
 
 void mrcnn_anchors_cell(float size, const float *ratios, int n_ratios, float *cell) {
@@ -30,11 +32,7 @@ void mrcnn_anchors_grid(const float *cell, int n_cell, int grid_h, int grid_w, i
         for (int x = 0; x < grid_w; x++)
             for (int a = 0; a < n_cell; a++) {
                 float *o = anchors + (((int64_t)y * grid_w + x) * n_cell + a) * 4;
-                float sx = (float)(x * stride_w), sy = (float)(y * stride_h);
-                o[0] = sx + cell[4 * a + 0];
-                o[1] = sy + cell[4 * a + 1];
-                o[2] = sx + cell[4 * a + 2];
-                o[3] = sy + cell[4 * a + 3];
+                for (int k = 0; k < 4; k++) o[k] = mrcnn_anchor_coord(cell, a, k, y, x, stride_h, stride_w);
             }
 }
 

@@ -1,4 +1,5 @@
-/* Pairwise IoU, in float in torchvision's order of operations (_box_inter_union). */
+/* Pairwise IoU (torchvision's box_iou); the arithmetic is box_math.h's, shared with
+ * the CUDA kernel and NMS. */
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 
@@ -8,16 +9,10 @@ void mrcnn_box_iou(const float *a, int64_t n, const float *b, int64_t m, float *
 #pragma omp parallel for schedule(static) if (n * m >= 65536)
     for (int64_t i = 0; i < n; i++) {
         const float *p = a + 4 * i;
-        float area1 = (p[2] - p[0]) * (p[3] - p[1]);
+        const float area1 = mrcnn_box_area(p);
         for (int64_t j = 0; j < m; j++) {
             const float *q = b + 4 * j;
-            float area2 = (q[2] - q[0]) * (q[3] - q[1]);
-            float w = (p[2] < q[2] ? p[2] : q[2]) - (p[0] > q[0] ? p[0] : q[0]);
-            float h = (p[3] < q[3] ? p[3] : q[3]) - (p[1] > q[1] ? p[1] : q[1]);
-            w = w > 0.0f ? w : 0.0f;
-            h = h > 0.0f ? h : 0.0f;
-            float inter = w * h;
-            iou[i * m + j] = inter / (area1 + area2 - inter);
+            iou[i * m + j] = mrcnn_box_iou_areas(p, area1, q, mrcnn_box_area(q));
         }
     }
 }

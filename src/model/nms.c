@@ -1,7 +1,8 @@
 /* Non-maximum suppression as torchvision's CPU kernel (nms_kernel.cpp): a stable sort by
- * score, then greedy suppression of IoU > thresh, with the same float arithmetic. The
- * batched form keeps classes apart by running NMS within each class, which is what
- * torchvision's coordinate-offset trick computes, and returns the global score order. */
+ * score, then greedy suppression of IoU > thresh, with the same float arithmetic (the
+ * IoU is box_math.h's, as in the CUDA kernel). The batched form keeps classes apart by
+ * running NMS within each class, which is what torchvision's coordinate-offset trick
+ * computes, and returns the global score order. */
 #include <stdlib.h>
 
 #include "mrcnn/boxes.h"
@@ -36,20 +37,11 @@ static void nms_sorted(const float *boxes, const int64_t *order, int64_t n, floa
         if (suppressed[a]) continue;
         const float *bi = boxes + 4 * order[a];
         kept[order[a]] = 1;
-        float iarea = (bi[2] - bi[0]) * (bi[3] - bi[1]);
+        const float iarea = mrcnn_box_area(bi);
         for (int64_t b = a + 1; b < n; b++) {
             if (suppressed[b]) continue;
             const float *bj = boxes + 4 * order[b];
-            float jarea = (bj[2] - bj[0]) * (bj[3] - bj[1]);
-            float xx1 = bi[0] > bj[0] ? bi[0] : bj[0];
-            float yy1 = bi[1] > bj[1] ? bi[1] : bj[1];
-            float xx2 = bi[2] < bj[2] ? bi[2] : bj[2];
-            float yy2 = bi[3] < bj[3] ? bi[3] : bj[3];
-            float w = xx2 - xx1 > 0.0f ? xx2 - xx1 : 0.0f;
-            float h = yy2 - yy1 > 0.0f ? yy2 - yy1 : 0.0f;
-            float inter = w * h;
-            float ovr = inter / (iarea + jarea - inter);
-            if (ovr > thresh) suppressed[b] = 1;
+            if (mrcnn_box_iou_areas(bi, iarea, bj, mrcnn_box_area(bj)) > thresh) suppressed[b] = 1;
         }
     }
 }

@@ -1,4 +1,6 @@
-/* ROIAlign descriptor helpers and torchvision's LevelMapper (FPN paper eq. 1). */
+/* The ROIAlign descriptor with torchvision's MultiScaleRoIAlign defaults. Its check and
+ * the LevelMapper live with the op (src/ops/roi_align.c, box_math.h), which must not
+ * depend on the model. */
 #include <math.h>
 
 #include "mrcnn/check.h"
@@ -26,33 +28,4 @@ mrcnn_roi_align_desc mrcnn_roi_align_desc_make(int n_images, int channels, int n
     d.aligned = aligned;
     mrcnn_roi_align_desc_check(&d);
     return d;
-}
-
-void mrcnn_roi_align_desc_check(const mrcnn_roi_align_desc *d) {
-    MRCNN_CHECK(d, "roi_align: NULL descriptor");
-    MRCNN_CHECK(d->n_images > 0 && d->channels > 0, "roi_align: images %d and channels %d must be positive",
-                d->n_images, d->channels);
-    MRCNN_CHECK(d->n_levels > 0 && d->n_levels <= MRCNN_ROI_MAX_LEVELS, "roi_align: %d levels, must be in [1, %d]",
-                d->n_levels, MRCNN_ROI_MAX_LEVELS);
-    for (int l = 0; l < d->n_levels; l++) {
-        MRCNN_CHECK(d->level_h[l] > 0 && d->level_w[l] > 0, "roi_align: level %d is %dx%d, must be positive", l,
-                    d->level_h[l], d->level_w[l]);
-        MRCNN_CHECK(d->spatial_scale[l] > 0, "roi_align: level %d scale %g must be positive", l,
-                    (double)d->spatial_scale[l]);
-    }
-    MRCNN_CHECK(d->out_h > 0 && d->out_w > 0, "roi_align: output %dx%d must be positive", d->out_h, d->out_w);
-    MRCNN_CHECK(d->canonical_scale > 0, "roi_align: canonical scale %g must be positive", (double)d->canonical_scale);
-}
-
-int mrcnn_roi_align_level(const mrcnn_roi_align_desc *d, const float *box) {
-    if (d->n_levels == 1) return 0;
-    /* In float and in torchvision's order: floor(lvl0 + log2(sqrt(area) / s0) + eps). */
-    float area = (box[2] - box[0]) * (box[3] - box[1]);
-    float s = sqrtf(area);
-    float lvl = floorf(((float)d->canonical_level + log2f(s / d->canonical_scale)) + 1e-6f);
-    int kmin = d->first_level, kmax = d->first_level + d->n_levels - 1;
-    /* An empty box gives -inf, clamped to the lowest level as torch.clamp does. */
-    if (!(lvl >= (float)kmin)) return 0;
-    if (lvl > (float)kmax) return kmax - kmin;
-    return (int)lvl - kmin;
 }

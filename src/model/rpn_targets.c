@@ -16,18 +16,9 @@
 #include "mrcnn/check.h"
 #include "mrcnn/proposals.h"
 
-/* IoU of one pair, in box_iou's order of operations; never inlined, so both passes
+/* box_iou's IoU of one pair (box_math.h); never inlined, so that both passes surely
  * compute identical values and the equality test of the low-quality rule is exact. */
-__attribute__((noinline)) static float iou_pair(const float *p, const float *q) {
-    float area1 = (p[2] - p[0]) * (p[3] - p[1]);
-    float area2 = (q[2] - q[0]) * (q[3] - q[1]);
-    float w = (p[2] < q[2] ? p[2] : q[2]) - (p[0] > q[0] ? p[0] : q[0]);
-    float h = (p[3] < q[3] ? p[3] : q[3]) - (p[1] > q[1] ? p[1] : q[1]);
-    w = w > 0.0f ? w : 0.0f;
-    h = h > 0.0f ? h : 0.0f;
-    float inter = w * h;
-    return inter / (area1 + area2 - inter);
-}
+__attribute__((noinline)) static float iou_pair(const float *p, const float *q) { return mrcnn_box_iou_pair(p, q); }
 
 void mrcnn_rpn_assign_targets(const float *anchors, int64_t n_anchors, const float *gt_boxes, int n_gt,
                               float fg_iou, float bg_iou, float *labels, float *reg_targets) {

@@ -1,6 +1,7 @@
 /* Multi-level ROIAlign over NHWC features with torchvision's CPU kernel semantics
  * (roi_align_kernel.cpp): per bin, a grid of sampling points, bilinear weights with the
- * same clamping at the borders, averaged. Compiled for float and double (ops_real.h).
+ * same clamping at the borders, averaged. The level, frame, sampling points and taps
+ * are box_math.h's, shared with the CUDA kernel. Compiled for float and double (ops_real.h).
  * Backward scatters into the features; threads split the channels, so every feature
  * element has one writer and the result does not depend on the thread count. */
 #include <math.h>
@@ -9,10 +10,16 @@
 #include <omp.h>
 #endif
 
+#include "mrcnn/box_math.h"
 #include "mrcnn/roi_align.h"
 #include "ops_real.h"
 
-#define ROI_ALIGN_MAX_GRID MRCNN_ROI_ALIGN_MAX_GRID
+/* box_math.h's sampling for this file's real type. */
+#ifdef MRCNN_OPS_F64
+#define RS(name) mrcnn_##name##_f64
+#else
+#define RS(name) mrcnn_##name
+#endif
 
 /* One sampling point: 4 feature offsets (pixel index, times C later) and weights. */
 typedef struct {
@@ -21,40 +28,20 @@ typedef struct {
 } roi_sample;
 
 /* The sampling points of one roi for every bin, bin-major (ph, pw, iy, ix) as the
- * reference kernel visits them. Returns the grid size per bin through gh, gw and
- * the roi's level and image through lvl, img; 0 when the row is padding or the roi is
- * empty: a non-finite coordinate, a size that overflows, an adaptive grid that is not
- * positive (an inverted aligned box: torchvision's sum over no samples, 0) or larger
- * than ROI_ALIGN_MAX_GRID. Every float -> int conversion below is of a value checked to
- * be finite and in range first (a NaN cast to int is undefined behaviour). */
-static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sample **buf, int64_t *cap, int *gh,
-                       int *gw, int *lvl, int *img) {
+ * reference kernel visits them; a point outside the map gets zero weights. Returns the
+ * roi's frame (grid size and divisor per bin), level and image through f, lvl, img; 0
+ * when the row is padding or the roi is empty (RS(roi_frame_make) says when). */
+static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sample **buf, int64_t *cap,
+                       RS(roi_frame) *f, int *lvl, int *img) {
     if (roi[0] < 0) return 0;
-    for (int c = 1; c <= 4; c++)
-        if (!isfinite(roi[c])) return 0;
-    int b = (int)roi[0];
-    float box[4] = {(float)roi[1], (float)roi[2], (float)roi[3], (float)roi[4]};
-    int l = mrcnn_roi_align_level(d, box);
+    /* The level in float, as torchvision; a non-finite box gets some level and is then
+     * found empty by the frame. */
+    const int l = mrcnn_roi_level((float)roi[1], (float)roi[2], (float)roi[3], (float)roi[4], d->canonical_level,
+                                  d->canonical_scale, d->first_level, d->n_levels);
+    if (!RS(roi_frame_make)(roi + 1, (real)d->spatial_scale[l], d->aligned, d->out_h, d->out_w, d->sampling_ratio, f))
+        return 0;
     const int H = d->level_h[l], W = d->level_w[l];
-    const real scale = (real)d->spatial_scale[l];
-    const real offset = d->aligned ? (real)0.5 : (real)0.0;
-    real x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
-    real x1 = roi[3] * scale - offset, y1 = roi[4] * scale - offset;
-    real rw = x1 - x0, rh = y1 - y0;
-    if (!isfinite(rw) || !isfinite(rh)) return 0;
-    if (!d->aligned) {
-        rw = rw > (real)1 ? rw : (real)1;
-        rh = rh > (real)1 ? rh : (real)1;
-    }
-    real bh = rh / (real)d->out_h, bw = rw / (real)d->out_w;
-    int grid_h = d->sampling_ratio, grid_w = d->sampling_ratio;
-    if (d->sampling_ratio <= 0) {
-        const real fh = ceil(rh / (real)d->out_h), fw = ceil(rw / (real)d->out_w);
-        if (!(fh >= 1 && fw >= 1 && fh <= ROI_ALIGN_MAX_GRID && fw <= ROI_ALIGN_MAX_GRID)) return 0;
-        grid_h = (int)fh;
-        grid_w = (int)fw;
-    }
-    int64_t need = (int64_t)d->out_h * d->out_w * grid_h * grid_w;
+    int64_t need = (int64_t)d->out_h * d->out_w * f->gh * f->gw;
     if (need > *cap) {
         free(*buf);
         *cap = need;
@@ -63,52 +50,45 @@ static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sampl
     roi_sample *s = *buf;
     for (int ph = 0; ph < d->out_h; ph++)
         for (int pw = 0; pw < d->out_w; pw++)
-            for (int iy = 0; iy < grid_h; iy++) {
-                const real yy = y0 + (real)ph * bh + (real)(iy + .5f) * bh / (real)grid_h;
-                for (int ix = 0; ix < grid_w; ix++, s++) {
-                    const real xx = x0 + (real)pw * bw + (real)(ix + .5f) * bw / (real)grid_w;
-                    real y = yy, x = xx;
-                    /* Outside the feature map (or not a number): no contribution. */
-                    if (!(y >= (real)-1.0 && y <= (real)H && x >= (real)-1.0 && x <= (real)W)) {
+            for (int iy = 0; iy < f->gh; iy++) {
+                const real y = RS(roi_sample_coord)(f->y0, f->bh, ph, iy, f->gh);
+                for (int ix = 0; ix < f->gw; ix++, s++) {
+                    const real x = RS(roi_sample_coord)(f->x0, f->bw, pw, ix, f->gw);
+                    if (!RS(bilinear_taps)(y, x, H, W, s->pos, s->w))
                         for (int k = 0; k < 4; k++) {
                             s->pos[k] = 0;
                             s->w[k] = 0;
                         }
-                        continue;
-                    }
-                    if (y <= 0) y = 0;
-                    if (x <= 0) x = 0;
-                    int yl = (int)y, xl = (int)x, yh, xh;
-                    if (yl >= H - 1) {
-                        yh = yl = H - 1;
-                        y = (real)yl;
-                    } else {
-                        yh = yl + 1;
-                    }
-                    if (xl >= W - 1) {
-                        xh = xl = W - 1;
-                        x = (real)xl;
-                    } else {
-                        xh = xl + 1;
-                    }
-                    real ly = y - (real)yl, lx = x - (real)xl;
-                    real hy = (real)1. - ly, hx = (real)1. - lx;
-                    s->w[0] = hy * hx;
-                    s->w[1] = hy * lx;
-                    s->w[2] = ly * hx;
-                    s->w[3] = ly * lx;
-                    s->pos[0] = (int64_t)yl * W + xl;
-                    s->pos[1] = (int64_t)yl * W + xh;
-                    s->pos[2] = (int64_t)yh * W + xl;
-                    s->pos[3] = (int64_t)yh * W + xh;
                 }
             }
-    *gh = grid_h;
-    *gw = grid_w;
     *lvl = l;
-    *img = b;
+    *img = (int)roi[0];
     return 1;
 }
+
+#ifndef MRCNN_OPS_F64
+/* Type-independent: compiled with the float op only. */
+void mrcnn_roi_align_desc_check(const mrcnn_roi_align_desc *d) {
+    MRCNN_CHECK(d, "roi_align: NULL descriptor");
+    MRCNN_CHECK(d->n_images > 0 && d->channels > 0, "roi_align: images %d and channels %d must be positive",
+                d->n_images, d->channels);
+    MRCNN_CHECK(d->n_levels > 0 && d->n_levels <= MRCNN_ROI_MAX_LEVELS, "roi_align: %d levels, must be in [1, %d]",
+                d->n_levels, MRCNN_ROI_MAX_LEVELS);
+    for (int l = 0; l < d->n_levels; l++) {
+        MRCNN_CHECK(d->level_h[l] > 0 && d->level_w[l] > 0, "roi_align: level %d is %dx%d, must be positive", l,
+                    d->level_h[l], d->level_w[l]);
+        MRCNN_CHECK(d->spatial_scale[l] > 0, "roi_align: level %d scale %g must be positive", l,
+                    (double)d->spatial_scale[l]);
+    }
+    MRCNN_CHECK(d->out_h > 0 && d->out_w > 0, "roi_align: output %dx%d must be positive", d->out_h, d->out_w);
+    MRCNN_CHECK(d->canonical_scale > 0, "roi_align: canonical scale %g must be positive", (double)d->canonical_scale);
+}
+
+int mrcnn_roi_align_level(const mrcnn_roi_align_desc *d, const float *box) {
+    return mrcnn_roi_level(box[0], box[1], box[2], box[3], d->canonical_level, d->canonical_scale, d->first_level,
+                           d->n_levels);
+}
+#endif
 
 static void roi_align_check(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const void *y) {
     mrcnn_roi_align_desc_check(d);
@@ -136,14 +116,15 @@ void OP(roi_align_forward)(const mrcnn_roi_align_desc *d, const real *const *fea
 #pragma omp for schedule(dynamic, 4)
         for (int64_t i = 0; i < r; i++) {
             real *out = y + i * bins * C;
-            int gh, gw, l, b;
-            if (!roi_prepare(d, rois + 5 * i, &buf, &cap, &gh, &gw, &l, &b)) {
+            RS(roi_frame) fr;
+            int l, b;
+            if (!roi_prepare(d, rois + 5 * i, &buf, &cap, &fr, &l, &b)) {
                 for (int64_t k = 0; k < bins * C; k++) out[k] = 0;
                 continue;
             }
             const real *f = feats[l] + (int64_t)b * d->level_h[l] * d->level_w[l] * C;
-            const int per_bin = gh * gw;
-            int cnt = per_bin > 1 ? per_bin : 1;
+            const int per_bin = fr.gh * fr.gw;
+            const int cnt = fr.count;
             const roi_sample *s = buf;
             for (int64_t bin = 0; bin < bins; bin++) {
                 for (int c = 0; c < C; c++) acc[c] = 0;
@@ -185,12 +166,13 @@ void OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, const real
         for (int cb = 0; cb < n_blocks; cb++) {
             const int c0 = cb * block, c1 = c0 + block < C ? c0 + block : C;
             for (int64_t i = 0; i < r; i++) {
-                int gh, gw, l, b;
-                if (!roi_prepare(d, rois + 5 * i, &buf, &cap, &gh, &gw, &l, &b)) continue;
+                RS(roi_frame) fr;
+                int l, b;
+                if (!roi_prepare(d, rois + 5 * i, &buf, &cap, &fr, &l, &b)) continue;
                 if (!dfeats[l]) continue;
                 real *g = dfeats[l] + (int64_t)b * d->level_h[l] * d->level_w[l] * C;
-                const int per_bin = gh * gw;
-                const real cnt = (real)(per_bin > 1 ? per_bin : 1);
+                const int per_bin = fr.gh * fr.gw;
+                const real cnt = (real)fr.count;
                 const roi_sample *s = buf;
                 const real *gy = dy + i * bins * C;
                 for (int64_t bin = 0; bin < bins; bin++) {

@@ -16,6 +16,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
 #include "mrcnn/rle.h"
+#include "mrcnn/roi_align.h"
 #include "mrcnn/roi_targets.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
@@ -217,6 +218,13 @@ static void test_mask_targets_body(void) {
     for (int i = 0; i < n; i++) /* boxes within (and a little past) the 80 x 64 image */
         for (int k = 0; k < 4; k++) boxes[4 * i + k] *= (k & 1) ? 64.0f / 200.0f : 80.0f / 300.0f;
     boxes[0] = boxes[1] = 10.0f, boxes[2] = boxes[3] = 10.5f; // smaller than a pixel
+    /* Boxes the shared ROIAlign frame (box_math.h) refuses get zeros on both sides: a
+     * non-finite coordinate, a width that overflows, an adaptive grid past
+     * MRCNN_ROI_ALIGN_MAX_GRID. */
+    boxes[4 * 5 + 1] = NAN;
+    boxes[4 * 6 + 2] = INFINITY;
+    boxes[4 * 7 + 0] = -3e38f, boxes[4 * 7 + 2] = 3e38f;
+    boxes[4 * 8 + 2] = boxes[4 * 8 + 0] + (float)m * (MRCNN_ROI_ALIGN_MAX_GRID + 2);
     int32_t *gi = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) gi[i] = (i * 3) % n_gt;
     float *ref = malloc((size_t)n * m * m * sizeof(float)), *got = malloc((size_t)n * m * m * sizeof(float));
@@ -233,6 +241,9 @@ static void test_mask_targets_body(void) {
     }
     printf("  mask_targets %dx%dx%d agree (max value %.3f)\n", n, m, m, mx);
     assert_true(mx > 0.5);
+    for (int i = 5; i <= 8; i++)
+        for (int64_t p = 0; p < (int64_t)m * m; p++)
+            if (ref[(int64_t)i * m * m + p] != 0.0f) fail_msg("mask target of unsampleable box %d is not 0", i);
     G->free(G, dm), G->free(G, db), G->free(G, dg), G->free(G, dt);
     free(masks), free(u), free(boxes), free(gi), free(ref), free(got);
 }

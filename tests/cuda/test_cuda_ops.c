@@ -627,6 +627,15 @@ static void roi_case(int sampling, int aligned) {
     h[5 * 7 + 1] = NAN;
     h[5 * 19 + 4] = INFINITY;
     h[5 * 31 + 3] = 3e38f, h[5 * 31 + 1] = -3e38f;
+    /* Squares of 224, 112 and 448 px sit exactly on LevelMapper boundaries (levels 4, 3,
+     * 5), where the two backends' log2f could round apart; 223 px just below one. An
+     * inverted box: an empty adaptive grid when aligned (box_math.h's frame). */
+    const float side[4] = {224.0f, 112.0f, 448.0f, 223.0f};
+    for (int k = 0; k < 4; k++) {
+        float *b = h + 5 * (40 + k);
+        b[0] = (float)(k % n), b[1] = 3.0f, b[2] = 5.0f, b[3] = 3.0f + side[k], b[4] = 5.0f + side[k];
+    }
+    h[5 * 45 + 3] = h[5 * 45 + 1] - 20.0f;
     tp_write(&rois, h);
     free(h);
     free(u);
