@@ -11,6 +11,7 @@
 #define MRCNN_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "mrcnn/ops.h"
 #include "mrcnn/roi_align.h"
 #include "mrcnn/tensor.h"
@@ -20,6 +21,17 @@ extern "C" {
 #endif
 
 typedef enum { MRCNN_ACT_NONE = 0, MRCNN_ACT_RELU = 1 } mrcnn_activation;
+
+/* The host's round trips to the device, counted by every backend in the same terms,
+ * so that the CPU backend shows what a step would cost on a GPU (issue 12: a device-
+ * resident step has none between its start and the log-period read).
+ *   reads    device -> host copies the host waits for: read(), nonfinite()'s flag
+ *   syncs    every wait of the host for the device: each read, sync(), and the
+ *            backend's own waits (a buffer regrowth, timing a convolution algorithm)
+ *   uploads  host -> device copies: write() */
+typedef struct {
+    uint64_t reads, read_bytes, syncs, uploads, upload_bytes;
+} mrcnn_backend_stats;
 
 typedef struct mrcnn_backend mrcnn_backend;
 struct mrcnn_backend {
@@ -117,8 +129,32 @@ struct mrcnn_backend {
     void (*gather_class_deltas_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
                                          const mrcnn_tensor *labels, mrcnn_tensor *dx);
 
-    void *state; // backend-private (handles, caches)
+    void *state;              // backend-private (handles, caches)
+    mrcnn_backend_stats stats; // since creation; read with mrcnn_backend_stats_get
 };
+
+/* Counting goes through a const handle (the ops take one); a backend is never an object
+ * defined const, so writing its counters is defined. Relaxed atomics: loader and I/O
+ * threads may read or write too. */
+static inline void mrcnn_backend_count(const mrcnn_backend *be, uint64_t reads, uint64_t read_bytes, uint64_t syncs,
+                                       uint64_t uploads, uint64_t upload_bytes) {
+    mrcnn_backend_stats *s = (mrcnn_backend_stats *)&be->stats;
+    if (reads) __atomic_fetch_add(&s->reads, reads, __ATOMIC_RELAXED);
+    if (read_bytes) __atomic_fetch_add(&s->read_bytes, read_bytes, __ATOMIC_RELAXED);
+    if (syncs) __atomic_fetch_add(&s->syncs, syncs, __ATOMIC_RELAXED);
+    if (uploads) __atomic_fetch_add(&s->uploads, uploads, __ATOMIC_RELAXED);
+    if (upload_bytes) __atomic_fetch_add(&s->upload_bytes, upload_bytes, __ATOMIC_RELAXED);
+}
+
+static inline mrcnn_backend_stats mrcnn_backend_stats_get(const mrcnn_backend *be) {
+    mrcnn_backend_stats s;
+    s.reads = __atomic_load_n(&be->stats.reads, __ATOMIC_RELAXED);
+    s.read_bytes = __atomic_load_n(&be->stats.read_bytes, __ATOMIC_RELAXED);
+    s.syncs = __atomic_load_n(&be->stats.syncs, __ATOMIC_RELAXED);
+    s.uploads = __atomic_load_n(&be->stats.uploads, __ATOMIC_RELAXED);
+    s.upload_bytes = __atomic_load_n(&be->stats.upload_bytes, __ATOMIC_RELAXED);
+    return s;
+}
 
 /* The CPU backend, with its own instance per call (so set_precision stays local). */
 mrcnn_backend *mrcnn_backend_cpu_create(void);

@@ -74,15 +74,18 @@ static void cpu_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *ho
     MRCNN_CHECK(dst && dst->device == MRCNN_DEVICE_CPU && mrcnn_tensor_is_contiguous(dst), "cpu write: needs a contiguous host tensor");
     MRCNN_CHECK(host_src != NULL || mrcnn_tensor_nbytes(dst) == 0, "cpu write: NULL source");
     if (mrcnn_tensor_nbytes(dst)) memcpy(dst->data, host_src, mrcnn_tensor_nbytes(dst));
+    mrcnn_backend_count(be, 0, 0, 0, 1, (uint64_t)mrcnn_tensor_nbytes(dst));
 }
 
 static void cpu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
     MRCNN_CHECK(src && src->device == MRCNN_DEVICE_CPU && mrcnn_tensor_is_contiguous(src), "cpu read: needs a contiguous host tensor");
     MRCNN_CHECK(host_dst != NULL || mrcnn_tensor_nbytes(src) == 0, "cpu read: NULL destination");
     if (mrcnn_tensor_nbytes(src)) memcpy(host_dst, src->data, mrcnn_tensor_nbytes(src));
+    mrcnn_backend_count(be, 1, (uint64_t)mrcnn_tensor_nbytes(src), 1, 0, 0);
 }
 
-static void cpu_sync(const mrcnn_backend *be) {}
+/* Nothing to wait for, but counted as the CUDA backend's wait is. */
+static void cpu_sync(const mrcnn_backend *be) { mrcnn_backend_count(be, 0, 0, 1, 0, 0); }
 
 static void cpu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
     MRCNN_CHECK(storage == MRCNN_DTYPE_F32 || storage == MRCNN_DTYPE_F16 || storage == MRCNN_DTYPE_BF16,
@@ -386,6 +389,7 @@ static int cpu_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 65536)
     for (int64_t i = 0; i < n; i++) bad |= !isfinite(p[i]);
+    mrcnn_backend_count(be, 1, sizeof(int), 1, 0, 0); // the CUDA backend reads a flag back here
     return bad;
 }
 

@@ -59,6 +59,7 @@ static void *cu_grow(cu_state *s, void **buf, size_t *size, size_t bytes, const 
     size_t want = bytes + bytes / 2;
     if (*buf) {
         MRCNN_CHECK_CUDA(cudaStreamSynchronize(s->stream));
+        mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0);
         MRCNN_CHECK_CUDA(cudaFree(*buf));
         *buf = NULL;
         *size = 0;
@@ -182,6 +183,7 @@ static void cu_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *hos
     size_t bytes = (size_t)cu_numel(dst) * cu_dtype_size(dst->dtype);
     if (bytes)
         MRCNN_CHECK_CUDA(cudaMemcpyAsync(dst->data, host_src, bytes, cudaMemcpyHostToDevice, cu_st(be)->stream));
+    mrcnn_backend_count(be, 0, 0, 0, 1, bytes);
 }
 
 static void cu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
@@ -190,10 +192,12 @@ static void cu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host
     if (bytes)
         MRCNN_CHECK_CUDA(cudaMemcpyAsync(host_dst, src->data, bytes, cudaMemcpyDeviceToHost, cu_st(be)->stream));
     MRCNN_CHECK_CUDA(cudaStreamSynchronize(cu_st(be)->stream));
+    mrcnn_backend_count(be, 1, bytes, 1, 0, 0);
 }
 
 static void cu_sync(const mrcnn_backend *be) {
     MRCNN_CHECK_CUDA(cudaStreamSynchronize(cu_st(be)->stream));
+    mrcnn_backend_count(be, 0, 0, 1, 0, 0);
 }
 
 static void cu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
@@ -282,6 +286,7 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     be->device = MRCNN_DEVICE_GPU;
     be->storage = MRCNN_DTYPE_F32;
     be->state = s;
+    s->owner = be;
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->zero = cu_zero;

@@ -43,6 +43,7 @@ typedef struct cu_state {
     int use_pool;
     cu_conv_algo *algos; // open-addressing hash map, cap entries
     int n_algos, cap_algos;
+    const mrcnn_backend *owner; // whose stats count the backend's own waits
 } cu_state;
 
 static inline cu_state *cu_st(const mrcnn_backend *be) { return (cu_state *)be->state; }

@@ -66,6 +66,7 @@ static int cu_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     MRCNN_CHECK_LAUNCH("nonfinite");
     MRCNN_CHECK_CUDA(cudaMemcpyAsync(s->flag_host, s->flag_dev, sizeof(int), cudaMemcpyDeviceToHost, s->stream));
     MRCNN_CHECK_CUDA(cudaStreamSynchronize(s->stream));
+    mrcnn_backend_count(be, 1, sizeof(int), 1, 0, 0);
     return *s->flag_host != 0;
 }
 

@@ -51,6 +51,8 @@ static void test_memory(void **state) {
     mrcnn_tensor t = mrcnn_tensor_view(be->alloc(be, 15 * sizeof(float), "test"), MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, shape);
     float src[15], back[15];
     for (int i = 0; i < 15; i++) src[i] = (float)i - 7.5f;
+    mrcnn_backend_stats z = mrcnn_backend_stats_get(be);
+    assert_true(z.reads == 0 && z.syncs == 0 && z.uploads == 0 && z.read_bytes == 0 && z.upload_bytes == 0);
     be->write(be, &t, src);
     be->read(be, &t, back);
     be->sync(be);
@@ -58,6 +60,15 @@ static void test_memory(void **state) {
     be->zero(be, &t);
     be->read(be, &t, back);
     for (int i = 0; i < 15; i++) assert_true(back[i] == 0);
+    assert_int_equal(be->nonfinite(be, &t), 0);
+    /* the host's round trips, in the CUDA backend's terms: 3 reads (2 + nonfinite's
+     * flag), each a wait, plus the sync; zero is device-side */
+    mrcnn_backend_stats c = mrcnn_backend_stats_get(be);
+    assert_int_equal(c.reads, 3);
+    assert_int_equal(c.read_bytes, 2 * sizeof src + sizeof(int));
+    assert_int_equal(c.syncs, 4);
+    assert_int_equal(c.uploads, 1);
+    assert_int_equal(c.upload_bytes, sizeof src);
     be->free(be, t.data);
     EXPECT_FAIL(be->set_precision(be, MRCNN_DTYPE_I32), "storage dtype int32 is not fp32, fp16 or bf16");
     mrcnn_backend_destroy(be);
