@@ -34,7 +34,7 @@ cluster_cleanup() {
         echo "FAIL: the two-host fixture was not torn down cleanly"
         [ $rc -eq 0 ] && rc=1
     fi
-    rm -rf "$T"
+    [ -n "${KEEP_T:-}" ] && echo "kept $T" || rm -rf "$T"
     echo "teardown done; test took $(elapsed) s"
     exit $rc
 }
@@ -52,6 +52,7 @@ on() { local h=$1; shift; th_exec "$h" timeout -k 5 "$ON_TIMEOUT" "$@"; }
 MPI_HOST_ARGS=(--mca plm_rsh_agent "$ROOT/tests/cluster/rsh_agent.sh"
                --mca oob_tcp_if_include "$TH_NET" --mca btl_tcp_if_include "$TH_NET"
                --mca pml ob1 --mca btl self,vader,tcp --oversubscribe
+               --mca oob_tcp_keepalive_time "${OOB_KEEPALIVE_TIME:-1}" --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 2
                -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY -x TH_DIR)
 mpirun_on() { local hosts=$1 np=$2; shift 2; on "$h1" mpirun --host "$hosts" -np "$np" "${MPI_HOST_ARGS[@]}" "$@"; }
 

@@ -15,7 +15,9 @@
 #   th_exec HOST CMD...     runs CMD on HOST (nsenter into its net, uts and mount namespaces)
 #   th_bg HOST LOG CMD...   the same in the background, in its own session; $! is its pid
 #   th_pids HOST            every process on HOST (same network namespace), one a line
-#   th_kill_host HOST SIG   sends SIG to every process on HOST except the namespace holder
+#   th_procs HOST [NAME]    the host's processes but the holder (whose comm is NAME, if given)
+#   th_kill_host HOST SIG [NAME]  sends SIG to every process on HOST except the namespace
+#                           holder (only those whose comm is NAME, if given)
 #   th_link HOST up|down    the host's end of the veth pair
 #   th_blackhole HOST on|off  drops (on) every packet HOST sends to the other host
 #   th_down                 kills every process on both hosts (SIGKILL, bounded loop), which
@@ -65,7 +67,7 @@ th_up() {
     echo "${TH_VETH[*]}" > "$TH_DIR/veth"
     # The janitor outlives this shell only if the shell dies without running its trap
     # (SIGKILL); then it tears everything down within a second.
-    setsid bash "$TH_LIB" janitor $$ "$TH_DIR" > /dev/null 2>&1 < /dev/null &
+    setsid bash "$TH_LIB" janitor "$BASHPID" "$TH_DIR" > /dev/null 2>&1 < /dev/null &
     echo $! > "$TH_DIR/janitor.pid"
     disown $!
     {
@@ -145,10 +147,20 @@ th_ns_pids() {
 
 th_pids() { th_ns_pids "$TH_DIR" "$1"; }
 
-th_kill_host() { # host signal: every process of the host but the namespace holder
-    local h=$1 sig=$2 holder p
+th_procs() { # host [name]: the host's processes but the namespace holder (comm NAME only, if given)
+    local h=$1 name=${2:-} holder p
     holder=$(th_holder "$h")
-    for p in $(th_pids "$h"); do [ "$p" != "$holder" ] && kill -"$sig" "$p" 2>/dev/null; done
+    for p in $(th_pids "$h"); do
+        [ "$p" = "$holder" ] && continue
+        [ -n "$name" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" != "$name" ] && continue
+        echo "$p"
+    done
+}
+
+th_kill_host() { # host signal [name]
+    local p
+    p=$(th_procs "$1" "${3:-}")
+    [ -n "$p" ] && kill -"$2" $p 2>/dev/null
     return 0
 }
 
