@@ -67,7 +67,8 @@ th_up() {
     echo "${TH_VETH[*]}" > "$TH_DIR/veth"
     # The janitor outlives this shell only if the shell dies without running its trap
     # (SIGKILL); then it tears everything down within a second.
-    setsid bash "$TH_LIB" janitor "$BASHPID" "$TH_DIR" > /dev/null 2>&1 < /dev/null &
+    local owner=$BASHPID # this shell ($$ would be the parent of a subshell)
+    setsid bash "$TH_LIB" janitor "$owner" "$TH_DIR" > /dev/null 2>&1 < /dev/null &
     echo $! > "$TH_DIR/janitor.pid"
     disown $!
     {
@@ -132,6 +133,7 @@ th_bg() {
     local h=$1 log=$2
     shift 2
     setsid nsenter -t "$(th_holder "$h")" --net --uts --mount --wd="$PWD" -- env TMPDIR="$TH_DIR/$h/tmp" "$@" > "$log" 2>&1 < /dev/null &
+    disown $! # ended by th_down, not waited for: no "Killed" job reports
 }
 
 # Every process in the network namespace that the holder of host $2 (in state dir $1) holds.

@@ -39,6 +39,18 @@ want_code() {
     esac
 }
 
+# Puts host 2 back as it was for the next case: link up, no blackhole, no process left.
+restore_host() {
+    case $1 in
+    link-down) th_link "$h2" up ;;
+    blackhole) th_blackhole "$h2" off ;;
+    esac
+    th_kill_host "$h2" CONT
+    th_kill_host "$h2" KILL
+    local i
+    for i in $(seq 50); do [ -z "$(th_procs "$h2")" ] && break; sleep 0.1; done
+}
+
 summary=""
 run_case() {
     local name=$1 out=$T/$1 log=$T/$1.log
@@ -75,6 +87,12 @@ run_case() {
     if kill -0 $mp 2>/dev/null; then
         echo "---- $log (last 15 lines)"; tail -n 15 "$log"
         echo "FAIL: $name: the job is still running ${LIMIT} s after the fault (not detected in time)"
+        kill -9 $mp 2>/dev/null
+        th_kill_host "$h1" KILL mpirun
+        th_kill_host "$h1" KILL mrcnn
+        wait $mp 2>/dev/null
+        mp=""
+        restore_host "$name"
         return 1
     fi
     wait $mp
@@ -86,14 +104,8 @@ run_case() {
     local leftover
     leftover=$(th_pids "$h2" | grep -v -x "$(th_holder "$h2")" | tr '\n' ' ')
     [ -n "$leftover" ] && echo "$name: still on $h2 after the job ended: $(for p in $leftover; do tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-40; echo -n '; '; done)"
+    restore_host "$name"
     expect_exit "$(want_code "$name")" $rc "$name" || { tail -n 15 "$log"; return 1; }
-    # Put the host back as it was for the next case.
-    case $name in
-    link-down) th_link "$h2" up ;;
-    blackhole) th_blackhole "$h2" off ;;
-    esac
-    th_kill_host "$h2" CONT
-    th_kill_host "$h2" KILL
     # The newest checkpoint is complete: a 1-rank resume loads it, falling back to nothing.
     local newest k
     newest=$(ls -1 "$out"/model_*.h5 2>/dev/null | sort | tail -n 1)

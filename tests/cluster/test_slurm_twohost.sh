@@ -93,5 +93,5 @@ k=$(sed -n 's/.*resumed from .*model_[0-9]*\.h5 at step \([0-9]*\).*/\1/p' "$T/t
 [ -n "$k" ] && [ "$k" -gt 0 ] || fail "the requeued run did not log 'resumed from ... at step k' with k > 0"
 [ $saw_h2 -eq 1 ] || fail "no rank of the requeued run was seen on $h2"
 [ -s "$T/run/model_$(printf '%07d' $MAX).h5" ] || fail "the resumed run did not reach step $MAX"
-ok "train.sbatch --nodes=2: preempted (SIGUSR1) at step $k, exit 99, requeued (Restarts=$restarts), resumed from model_$(printf '%07d' "$k").h5 with ranks on $h1 and $h2, finished at step $MAX"
+ok "train.sbatch --nodes=2: preempted (SIGUSR1), checkpointed at step $k, exit 99, requeued (Restarts=$restarts), resumed from model_$(printf '%07d' "$k").h5 with ranks on $h1 and $h2, finished at step $MAX"
 echo "PASS: Slurm on two hosts in $(elapsed) s"
