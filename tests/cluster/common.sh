@@ -42,6 +42,7 @@ trap cluster_cleanup EXIT
 trap 'echo "killed by a signal"; exit 143' TERM INT HUP
 
 th_up || fail "the two test hosts did not come up"
+th_register_dir "$T" # the janitor removes it too, should this shell be killed with SIGKILL
 h1=${TH_HOSTS[0]} h2=${TH_HOSTS[1]}
 ON_TIMEOUT=${ON_TIMEOUT:-120}
 on() { local h=$1; shift; th_exec "$h" timeout -k 5 "$ON_TIMEOUT" "$@"; }

@@ -20,6 +20,7 @@
 #                           holder (only those whose comm is NAME, if given)
 #   th_link HOST up|down    the host's end of the veth pair
 #   th_blackhole HOST on|off  drops (on) every packet HOST sends to the other host
+#   th_register_dir DIR     DIR (under /tmp/mrcnn-*) is removed by teardown too
 #   th_down                 kills every process on both hosts (SIGKILL, bounded loop), which
 #                           frees the namespaces and the veth pair, then removes TH_DIR
 #   th_check_clean          fails unless the namespaces, veths, processes and TH_DIR are gone
@@ -121,6 +122,9 @@ th_up() {
     th_log "up: ${TH_HOSTS[0]} (${TH_IPS[0]}) <-> ${TH_HOSTS[1]} (${TH_IPS[1]}) over ${TH_VETH[0]}/${TH_VETH[1]}, state $TH_DIR"
 }
 
+# A directory of the test's (under /tmp/mrcnn-*) that teardown removes too, also the janitor's.
+th_register_dir() { echo "$1" >> "$TH_DIR/extra_dirs"; }
+
 # Node-local temporary directory: each host gets its own TMPDIR (Open MPI's session
 # directory, PMIx rendezvous files), as on separate machines.
 th_exec() {
@@ -192,6 +196,10 @@ th_teardown_dir() {
     # vanished with their namespaces.
     for v in $(cat "$dir/veth" 2>/dev/null); do ip link del "$v" 2> /dev/null; done
     janitor=$(cat "$dir/janitor.pid" 2>/dev/null)
+    local extra
+    while read -r extra; do
+        case "$extra" in /tmp/mrcnn-*) rm -rf "$extra" ;; esac
+    done < <(cat "$dir/extra_dirs" 2>/dev/null)
     rm -rf "$dir"
     [ -n "$janitor" ] && [ "$janitor" != "$$" ] && kill "$janitor" 2>/dev/null
     return 0
