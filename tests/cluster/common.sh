@@ -42,7 +42,8 @@ trap cluster_cleanup EXIT
 trap 'echo "killed by a signal"; exit 143' TERM INT HUP
 
 th_up || fail "the two test hosts did not come up"
-th_register_dir "$T" # the janitor removes it too, should this shell be killed with SIGKILL
+# The janitor removes it too, should this shell be killed with SIGKILL (not when KEEP_T=1 keeps it).
+[ -n "${KEEP_T:-}" ] || th_register_dir "$T"
 h1=${TH_HOSTS[0]} h2=${TH_HOSTS[1]}
 ON_TIMEOUT=${ON_TIMEOUT:-120}
 on() { local h=$1; shift; th_exec "$h" timeout -k 5 "$ON_TIMEOUT" "$@"; }
