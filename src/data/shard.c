@@ -10,6 +10,7 @@
  * own error stack printing is off inside these functions (its innermost message goes
  * into that line instead). */
 #include "mrcnn/data.h"
+#include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
 
 #include <hdf5.h>
@@ -77,33 +78,6 @@ static hid_t ds_open(hid_t f, const char *name, const char *path, hid_t dapl) {
     return ds;
 }
 
-/* Every chunk present, whole and checksummed, as the writer leaves them (whole rows a chunk,
- * a partial last chunk stored full size, Fletcher32 adding 4 bytes). libhdf5 1.10 trusts a
- * chunk's recorded size: one under 4 bytes sends its Fletcher32 filter reading off the end of
- * the buffer (SIGSEGV), so sizes are checked here, before any read. Shards are not compressed. */
-static void check_chunks(hid_t ds, const char *name, const char *path, int rank, const hsize_t d[2], uint64_t elem) {
-    hid_t dcpl = H5Dget_create_plist(ds);
-    H5_OR_FAIL(dcpl, path, "dataset '%s'", name);
-    hsize_t cd[2] = {0, 1};
-    int cr = H5Pget_chunk(dcpl, 2, cd);
-    H5Pclose(dcpl);
-    if (cr != rank || cd[0] == 0 || cd[1] != d[1])
-        bad_file(path, "dataset '%s' is not chunked in whole rows (chunk rank %d)", name, cr);
-    const uint64_t want = (uint64_t)cd[0] * cd[1] * elem + 4;
-    for (hsize_t r = 0; r < d[0]; r += cd[0]) {
-        hsize_t off[2] = {r, 0};
-        unsigned mask = 0;
-        haddr_t addr = HADDR_UNDEF;
-        hsize_t size = 0;
-        herr_t st = H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size);
-        if (st < 0) H5Eclear2(H5E_DEFAULT);
-        if (st < 0 || addr == HADDR_UNDEF || size != want || mask != 0)
-            bad_file(path, "dataset '%s': the chunk at row %llu %s %llu bytes, expected %llu (truncated or damaged file)",
-                     name, (unsigned long long)r, addr == HADDR_UNDEF ? "is missing, not" : "stores",
-                     (unsigned long long)size, (unsigned long long)want);
-    }
-}
-
 /* The row count of a dataset, checked against want (-1: any); rank 1, or 2 with cols. */
 static int64_t ds_rows(hid_t ds, const char *name, const char *path, int64_t want, int64_t cols) {
     hid_t sp = H5Dget_space(ds);
@@ -118,18 +92,12 @@ static int64_t ds_rows(hid_t ds, const char *name, const char *path, int64_t wan
     if (want >= 0 && (int64_t)d[0] != want)
         bad_file(path, "dataset '%s' has %lld rows, expected %lld", name, (long long)d[0], (long long)want);
     if ((int64_t)d[0] > MAX_ROWS) bad_file(path, "dataset '%s' has %llu rows", name, (unsigned long long)d[0]);
-    /* The extent is only a declaration: chunks never written read back as fill values. Shards
-     * are not compressed, so every declared byte must be stored (plus a checksum per chunk)
-     * before anything is sized by the extent. */
-    hid_t ft = H5Dget_type(ds);
-    H5_OR_FAIL(ft, path, "dataset '%s'", name);
-    const uint64_t elem = H5Tget_size(ft), stored = H5Dget_storage_size(ds);
-    H5Tclose(ft);
-    const uint64_t declared = (uint64_t)d[0] * (uint64_t)d[1] * elem;
-    if (stored < declared)
-        bad_file(path, "dataset '%s' declares %llu rows (%llu bytes) but stores %llu bytes (truncated or damaged file)",
-                 name, (unsigned long long)d[0], (unsigned long long)declared, (unsigned long long)stored);
-    check_chunks(ds, name, path, rank, d, elem);
+    /* The extent is only a declaration (chunks never written read back as fill values),
+     * and libhdf5 trusts each chunk's recorded size: both are checked before anything is
+     * sized by the extent or read. */
+    char why[256];
+    if (!mrcnn_h5_chunks_whole(ds, why, sizeof why))
+        bad_file(path, "dataset '%s': %s (truncated or damaged file)", name, why);
     return (int64_t)d[0];
 }
 

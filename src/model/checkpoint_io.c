@@ -11,6 +11,7 @@
  * are rejected too. Files without the filter (data_prep/weights.py, older checkpoints)
  * load without that verification. A failed write removes its temporary file. */
 #include "mrcnn/check.h"
+#include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
 #include "mrcnn/model.h"
 
@@ -163,6 +164,9 @@ static void check_dataset(hid_t g, const char *path, const char *name, const mrc
  * (a flipped byte) or a non-finite value fails naming the file and the dataset. */
 static void read_dataset(hid_t g, const char *path, const char *name, float *host, int64_t n) {
     hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
+    char why[256];
+    MRCNN_CHECK(mrcnn_h5_chunks_whole(ds, why, sizeof why), "checkpoint %s: /model/%s: %s: the file is damaged", path,
+                name, why);
     mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     herr_t r = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host);
     char reason[320] = "";

@@ -14,6 +14,7 @@
  * (contiguous datasets) still load, without that verification. */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
+#include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
@@ -345,6 +346,8 @@ static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float
                 ok = why_fail(w, "'%s/%s' dim %d is %lld, the model wants %lld", group, name, d, (long long)dims[d],
                               (long long)t->shape[d]);
         float *dst = host + a->entries[i].offset / sizeof(float);
+        char cw[256];
+        if (ok && !mrcnn_h5_chunks_whole(ds, cw, sizeof cw)) ok = why_fail(w, "'%s/%s': %s: the file is damaged", group, name, cw);
         if (ok && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
             char r[320];
             int sum = 0;
