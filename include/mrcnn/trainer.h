@@ -125,6 +125,79 @@ void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_aren
 void mrcnn_output_dir_claim(const char *dir);
 void mrcnn_output_dir_release(void);
 
+/* ---- one training step (src/train/trainer_step.c) ----
+ * The step that `mrcnn train` (mrcnn_trainer_run), `mrcnn bench train` and the GPU
+ * model test all run, so that what is timed and tested is what trains. One call:
+ * LR from the schedule; gradients zeroed; ACCUM_STEPS micro-batches through the
+ * model's forward_backward (batch in, forward, backward, the model's batch-wide loss
+ * normalizers; the last micro-batch starts the gradient buckets' all-reduce as
+ * parameters become ready); the bucket wait (gradients averaged over ranks); one
+ * all-reduce of the loss terms, the Inf/NaN flag, the preemption flag and the data
+ * wait; the non-finite check and the loss scaler's decision; gradient clipping
+ * (SOLVER.CLIP_GRADIENTS); the fused SGD update; st.step + 1. A non-finite step is
+ * skipped, counted (st.nonfinite, or the fp16 scale halves) and named in a log line.
+ * It does not: log the window, write metrics, checkpoint, evaluate, act on a
+ * preemption signal or stop at SOLVER.MAX_NONFINITE (it reports what the caller needs
+ * for those), broadcast or load weights, or synchronize the device at its end.
+ *
+ * The loss values go into the trainer's window, not into the per-step result, so that
+ * the step never has to bring them to the host: the caller reads them with
+ * mrcnn_trainer_take_losses when it logs (LOG_PERIOD), or every step when it wants
+ * them (a benchmark reporting its last loss). */
+typedef struct mrcnn_trainer {
+    const mrcnn_config *cfg; // resolved (SOLVER.* drive the step); SOLVER.PRECISION a mode, not auto
+    mrcnn_dist *dist;
+    mrcnn_backend *be;
+    mrcnn_trainable *model;
+    mrcnn_train_state st;    // what a checkpoint carries: step, loss scaler, non-finite count, lr
+    mrcnn_sgd sgd;           // its momentum is checkpointed too
+    mrcnn_lr_schedule sched;
+    mrcnn_buckets bk;
+    /* private to trainer_step.c */
+    mrcnn_tensor gflat;
+    double *red;   // (n_losses + 3) one step's loss terms and flags, all-reduced together
+    double *micro; // (n_losses) one micro-batch's loss terms
+    double win_sum[MRCNN_MAX_LOSS_TERMS], win_last[MRCNN_MAX_LOSS_TERMS], win_data;
+    int64_t win_steps, win_finite;
+} mrcnn_trainer;
+
+/* What the caller of one step needs every step; all of it agreed over the ranks. */
+typedef struct mrcnn_step_result {
+    int64_t step;     // the step's index (st.step before it; st.step is one more now)
+    float lr;         // the learning rate it used
+    float loss_scale; // the loss scale its gradients carried (1 unless fp16 scales)
+    int nonfinite;    // a loss term or gradient held Inf/NaN on some rank: not applied
+    int counted;      // nonfinite and counted in st.nonfinite (not an fp16 scale adaptation)
+    int applied;      // the optimizer update ran
+    int stop_signal;  // SIGTERM/SIGUSR1 arrived on some rank (mrcnn_signals_pending)
+    double data_s;    // seconds forward_backward waited for data, mean over ranks
+    char what[256];   // when nonfinite: which loss term or gradient, for messages
+} mrcnn_step_result;
+
+/* The loss terms of the steps since the last mrcnn_trainer_take_losses (or init). */
+typedef struct mrcnn_loss_window {
+    int64_t steps;        // steps in the window
+    int64_t finite_steps; // of those, the ones with finite losses and gradients
+    int n_losses;
+    double mean[MRCNN_MAX_LOSS_TERMS]; // each term's mean over the finite steps (NAN: none)
+    double mean_total;                 // sum of the means
+    double last[MRCNN_MAX_LOSS_TERMS]; // the newest step's terms, finite or not (NAN: none)
+    double last_total;                 // sum of those (NAN: no step in the window)
+    double data_s;                     // data wait summed over the steps
+} mrcnn_loss_window;
+
+/* Loss scaler (SOLVER.PRECISION fp16), LR schedule, SGD state, gradient buckets of
+ * bucket_bytes (0: MRCNN_BUCKET_BYTES_DEFAULT) and a state at step 0. Checks the loss
+ * term count and SOLVER.PRECISION. Touches neither the weights nor other ranks. */
+void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *dist, mrcnn_backend *be,
+                        mrcnn_trainable *model, size_t bucket_bytes);
+void mrcnn_trainer_free(mrcnn_trainer *t);
+/* One optimizer step (above). Collective: every rank calls it for every step. */
+void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r);
+/* Fills w with the window and starts a new one. Every rank calls it at the same
+ * steps: a version that keeps the terms on the device all-reduces them here. */
+void mrcnn_trainer_take_losses(mrcnn_trainer *t, mrcnn_loss_window *w);
+
 typedef struct mrcnn_trainer_opts {
     int resume;          // --resume: continue from the newest checkpoint in OUTPUT_DIR
     int64_t max_steps;   // stop after this many optimizer steps in total (0: SOLVER.MAX_ITER)

@@ -3,12 +3,14 @@
  * are a ratio measured side by side: R50-FPN, 91 classes (90 + background), HxW
  * images with 7 objects each (uniform random pixels, boxes xy ~ U(0, 0.7 W/H),
  * wh ~ U(0, 0.3 W/H) + 16, box-filled masks, labels U{1..90}), three such batches
- * cycled, stem and res2 frozen, 2000/2000 proposals, 512 ROIs per image, SGD with
- * lr 0 (momentum 0.9, weight decay 1e-4: every kernel of a real step runs, the
- * random weights cannot diverge), fp16 with the loss scaler. Warmup steps, then
- * timed steps, each synchronized. Then one forward-only step and one step with the
- * gradient-ready times give the 1-GPU step timeline of `mrcnn bench scaling --model`.
- * The last line printed is JSON. */
+ * cycled, stem and res2 frozen, 2000/2000 proposals, 512 ROIs per image. Each step
+ * is mrcnn_trainer_step, the step `mrcnn train` runs (trainer.h: the loss
+ * all-reduce, the Inf/NaN check, the fp16 loss scaler, clipping when the config
+ * enables it, SGD), on one rank, with SGD at lr 0 (momentum 0.9, weight decay 1e-4:
+ * every kernel of a real step runs, the random weights cannot diverge). Warmup steps,
+ * then timed steps, each synchronized. Then one forward-only pass and one step with
+ * the gradient-ready times give the 1-GPU step timeline of `mrcnn bench scaling
+ * --model`. The last line printed is JSON. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@
 #include "mrcnn/model.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
-#include "mrcnn/train.h"
+#include "mrcnn/trainer.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
 #include "mrcnn/cuda_ops.h"
 #endif
@@ -112,8 +114,8 @@ static void batch_free(bt_batch *b, const mrcnn_backend *be) {
     free(b->gt);
 }
 
-/* Gradient-ready reports: marks the buckets (the trainer's path) and, in the timeline
- * step, the time each parameter's gradient became final on the device. */
+/* Gradient-ready reports: marks the step's buckets and, in the timeline step, the time
+ * each parameter's gradient became final on the device. */
 typedef struct {
     mrcnn_buckets *bk;
     const mrcnn_backend *be;
@@ -139,41 +141,67 @@ static void on_ready(int i, void *ctx) {
 typedef struct {
     mrcnn_model m;
     mrcnn_ws ws;
-    mrcnn_sgd sgd;
-    mrcnn_loss_scaler scaler;
-    mrcnn_buckets bk;
+    mrcnn_config step_cfg; // the solver settings of the step (lr 0, above)
+    mrcnn_dist one;        // a single rank: the all-reduces return at once
+    mrcnn_trainable tm;
+    mrcnn_trainer tr;
+    bt_batch *batches;     // (BT_BATCHES)
+    int batch;             // the next step's batch (cycled)
     bt_ready ready;
-    mrcnn_tensor gflat;
-    int fp16;
-    int skipped; // fp16 steps whose gradients overflowed (the scaler halved the scale)
+    int skipped;           // steps not applied (fp16: the scaler halved the scale)
 } bt_state;
 
-/* One training step on batch b; returns the total loss (unscaled). An fp16 step whose
- * gradients overflowed is skipped by the scaler and counted in s->skipped. */
-static double train_step(bt_state *s, bt_batch *b, bool backward) {
-    mrcnn_backend *be = s->m.be;
-    be->zero(be, &s->gflat);
-    mrcnn_buckets_reset(&s->bk);
+static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
+                                           "loss_mask"};
+
+/* The trainable's forward_backward: the step's one micro-batch is batch s->batch
+ * (cycled); no data wait. */
+static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
+                                  mrcnn_buckets *bk) {
+    bt_state *s = ctx;
+    const bt_batch *b = &s->batches[s->batch % BT_BATCHES];
+    s->m.loss_mult = loss_mult;
+    s->m.grad_ready = bk ? on_ready : NULL;
+    s->ready.bk = bk;
     s->ready.reported = 0;
     mrcnn_ws_reset(&s->ws);
-    const float scale = s->fp16 ? s->scaler.scale : 1.0f;
-    s->m.loss_mult = scale;
     mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
     mrcnn_step st;
-    mrcnn_model_train_step(&s->m, &s->ws, &batch, backward, &st);
-    double loss = st.losses.total;
+    mrcnn_model_train_step(&s->m, &s->ws, &batch, true, &st);
+    losses[0] = st.losses.rpn_objectness;
+    losses[1] = st.losses.rpn_box_reg;
+    losses[2] = st.losses.classifier;
+    losses[3] = st.losses.box_reg;
+    losses[4] = st.losses.mask;
     mrcnn_step_free(&st);
-    if (!backward) {
-        be->sync(be);
-        return loss;
-    }
-    mrcnn_buckets_wait(&s->bk);
-    int nonfinite = s->fp16 ? be->nonfinite(be, &s->gflat) : 0;
-    if (mrcnn_loss_scaler_update(&s->scaler, nonfinite))
-        mrcnn_sgd_step(&s->sgd, &s->m.params.values, &s->m.params.grads, 0.0f, 1.0f / scale);
-    else s->skipped++;
-    be->sync(be);
-    return loss;
+    return 0;
+}
+
+/* One training step on batch i (cycled), synchronized; returns its total loss
+ * (unscaled, finite or not). A step not applied (fp16: gradients overflowed, the
+ * scaler halved the scale) is counted in s->skipped. */
+static double train_step(bt_state *s, int i) {
+    s->batch = i;
+    mrcnn_step_result r;
+    mrcnn_trainer_step(&s->tr, &r);
+    s->skipped += !r.applied;
+    /* read every step: the bench reports the first step's loss and the last one's */
+    mrcnn_loss_window w;
+    mrcnn_trainer_take_losses(&s->tr, &w);
+    s->m.be->sync(s->m.be);
+    return w.last_total;
+}
+
+/* The forward pass alone (the timeline's forward time), synchronized. */
+static void forward_only(bt_state *s, const bt_batch *b) {
+    s->m.loss_mult = 1.0f;
+    s->m.grad_ready = NULL;
+    mrcnn_ws_reset(&s->ws);
+    mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
+    mrcnn_step st;
+    mrcnn_model_train_step(&s->m, &s->ws, &batch, false, &st);
+    mrcnn_step_free(&st);
+    s->m.be->sync(s->m.be);
 }
 
 static double max_rss_mb(void) {
@@ -207,7 +235,7 @@ static int parse_pos(const char *flag, const char *v, int min, int *out) {
 
 /* The timeline of `mrcnn bench scaling --model`: bucket i is ready when its last
  * reported parameter is, counted from the start of backward (step start + forward). */
-static void write_timeline(const char *path, const bt_state *s, const double *ready_t, double t0, double fwd_ms,
+static void write_timeline(const char *path, const mrcnn_buckets *bk, const double *ready_t, double t0, double fwd_ms,
                            double bwd_ms, double other_ms, int n, const char *source) {
     FILE *f = fopen(path, "w");
     MRCNN_CHECK(f != NULL, "bench train: cannot create the timeline file %s", path);
@@ -215,8 +243,8 @@ static void write_timeline(const char *path, const bt_state *s, const double *re
                "\"images_per_gpu\": %d,\n \"buckets\": [",
             source, fwd_ms, bwd_ms, other_ms, n);
     double prev = 0;
-    for (int i = 0; i < s->bk.n_buckets; i++) {
-        const mrcnn_bucket *b = &s->bk.b[i];
+    for (int i = 0; i < bk->n_buckets; i++) {
+        const mrcnn_bucket *b = &bk->b[i];
         double t = 0;
         for (int p = b->first_param; p <= b->last_param; p++)
             if (ready_t[p] > 0 && ready_t[p] - t0 > t) t = ready_t[p] - t0;
@@ -314,25 +342,29 @@ int bench_train_main(int argc, char **argv) {
     const char *mode = mrcnn_precision_apply(be, precision);
 
     bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
-    s->fp16 = !strcmp(mode, "fp16");
     mrcnn_model_init(&s->m, &cfg, be);
     mrcnn_model_init_random(&s->m, (uint64_t)seed);
     mrcnn_ws_init(&s->ws, be);
-    mrcnn_config opt_cfg = cfg;
-    opt_cfg.solver_base_lr = 0;
-    opt_cfg.solver_momentum = 0.9f;
-    opt_cfg.solver_weight_decay = 1e-4f;
-    mrcnn_sgd_init(&s->sgd, be, &s->m.params.values, s->m.params.trainable, &opt_cfg);
-    mrcnn_loss_scaler_init(&s->scaler, s->fp16, cfg.solver_loss_scale_init, cfg.solver_loss_scale_growth_interval);
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = cuda ? gpu : -1};
-    mrcnn_buckets_init(&s->bk, &one, be, &s->m.params.grads, MRCNN_BUCKET_BYTES_DEFAULT);
-    s->gflat = mrcnn_arena_flat(&s->m.params.grads);
-    s->ready = (bt_ready){.bk = &s->bk, .be = be, .device = cuda ? gpu : -1};
-    s->m.grad_ready = on_ready;
+    /* One rank, one micro-batch of N images per step (as torchvision_bench.py; the
+     * timeline's forward and backward are of that one micro-batch). */
+    s->step_cfg = cfg;
+    s->step_cfg.solver_accum_steps = 1;
+    s->step_cfg.solver_base_lr = 0;
+    s->step_cfg.solver_momentum = 0.9f;
+    s->step_cfg.solver_weight_decay = 1e-4f;
+    s->step_cfg.solver_ims_per_batch = N;
+    snprintf(s->step_cfg.solver_precision, sizeof s->step_cfg.solver_precision, "%s", mode);
+    s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1, .device = cuda ? gpu : -1};
+    s->tm = (mrcnn_trainable){.ctx = s, .params = &s->m.params.values, .grads = &s->m.params.grads,
+                              .trainable = s->m.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
+                              .scales_loss = 1, .forward_backward = bt_forward_backward};
+    mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->tm, MRCNN_BUCKET_BYTES_DEFAULT);
+    s->ready = (bt_ready){.be = be, .device = cuda ? gpu : -1};
     s->m.grad_ready_ctx = &s->ready;
 
     double t_data = mrcnn_time_now();
     bt_batch batches[BT_BATCHES];
+    s->batches = batches;
     for (int k = 0; k < BT_BATCHES; k++) {
         batch_make(&batches[k], &cfg, N, H, W, K, s->m.num_classes, (uint64_t)seed, k);
         batches[k].dev_images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 4, (int64_t[]){N, H, W, 3});
@@ -347,14 +379,14 @@ int bench_train_main(int argc, char **argv) {
     double loss_first = NAN, loss_last = NAN, t_warm = mrcnn_time_now();
     int finite = 1;
     for (int i = 0; i < warmup; i++) {
-        double l = train_step(s, &batches[i % BT_BATCHES], true);
+        double l = train_step(s, i);
         if (i == 0) loss_first = l;
         if (!isfinite(l)) finite = 0;
     }
     double warm_s = mrcnn_time_now() - t_warm;
     double t0 = mrcnn_time_now();
     for (int i = 0; i < steps; i++) {
-        double l = train_step(s, &batches[i % BT_BATCHES], true);
+        double l = train_step(s, i);
         loss_last = l;
         if (!isfinite(l)) finite = 0;
         if (warmup == 0 && i == 0) loss_first = l;
@@ -362,18 +394,19 @@ int bench_train_main(int argc, char **argv) {
     double step_ms = 1e3 * (mrcnn_time_now() - t0) / steps;
     double img_s = N / (step_ms / 1e3);
     double ws_peak_mb = (double)s->ws.peak_bytes / (1 << 20);
-    double arenas_mb = (double)(s->m.params.values.size + s->m.params.grads.size + s->sgd.momentum.size) / (1 << 20);
+    double arenas_mb =
+        (double)(s->m.params.values.size + s->m.params.grads.size + s->tr.sgd.momentum.size) / (1 << 20);
     double dev_mb = s->ready.mem_mb;
 
-    // timeline: a forward-only step, then a step with each gradient's ready time
+    // timeline: a forward-only pass, then a step with each gradient's ready time
     double t_f = mrcnn_time_now();
-    train_step(s, &batches[0], false);
+    forward_only(s, &batches[0]);
     double fwd_ms = 1e3 * (mrcnn_time_now() - t_f);
     int np = mrcnn_params_count(&s->m.params);
     double *ready_t = MRCNN_CALLOC((size_t)np, sizeof(double), "ready times");
     s->ready.ready_t = ready_t;
     double t_s = mrcnn_time_now();
-    train_step(s, &batches[0], true);
+    train_step(s, 0);
     double full_ms = 1e3 * (mrcnn_time_now() - t_s);
     s->ready.ready_t = NULL;
     double last_ready = 0;
@@ -386,8 +419,8 @@ int bench_train_main(int argc, char **argv) {
     if (timeline) {
         char source[200];
         snprintf(source, sizeof source, "mrcnn bench train: %s %s, R50-FPN, %d img/GPU, %dx%d", be->name, mode, N, H, W);
-        write_timeline(timeline, s, ready_t, t_s, fwd_ms, bwd_ms, other_ms, N, source);
-        fprintf(stderr, "bench train: timeline (%d buckets) written to %s\n", s->bk.n_buckets, timeline);
+        write_timeline(timeline, &s->tr.bk, ready_t, t_s, fwd_ms, bwd_ms, other_ms, N, source);
+        fprintf(stderr, "bench train: timeline (%d buckets) written to %s\n", s->tr.bk.n_buckets, timeline);
     }
     free(ready_t);
 
@@ -418,12 +451,11 @@ int bench_train_main(int argc, char **argv) {
            be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, dev_mb, ws_peak_mb, arenas_mb,
            isfinite(loss_first) ? "" : "\"", loss_first, isfinite(loss_first) ? "" : "\"",
            isfinite(loss_last) ? "" : "\"", loss_last, isfinite(loss_last) ? "" : "\"", finite ? "true" : "false",
-           fwd_ms, bwd_ms, other_ms, s->scaler.scale, s->skipped);
+           fwd_ms, bwd_ms, other_ms, s->tr.st.scaler.scale, s->skipped);
     fflush(stdout);
 
     for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);
-    mrcnn_buckets_free(&s->bk);
-    mrcnn_sgd_free(&s->sgd);
+    mrcnn_trainer_free(&s->tr);
     mrcnn_ws_free(&s->ws);
     mrcnn_model_free(&s->m);
     free(s);
