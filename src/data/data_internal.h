@@ -1,4 +1,5 @@
-/* Internals of src/data shared between the loader, its sampler and its transforms. */
+/* Internals of src/data shared between the loader, its epoch plan (epoch_plan.c) and its
+ * transforms. */
 #ifndef MRCNN_DATA_INTERNAL_H
 #define MRCNN_DATA_INTERNAL_H
 

@@ -1,5 +1,6 @@
-/* Balanced positive/negative sampling (torchvision's BalancedPositiveNegativeSampler)
- * on the project RNG, so that a choice depends only on (seed, epoch, image, purpose). */
+/* Balanced positive/negative sampling (torchvision's BalancedPositiveNegativeSampler) of
+ * the RPN's anchors (rpn_targets.c) and the box head's ROIs (roi_sampling.c), on the
+ * project RNG, so that a choice depends only on (seed, epoch, image, purpose). */
 #include <stdlib.h>
 
 #include "mrcnn/boxes.h"

@@ -1,5 +1,7 @@
 /* Private to src/ops: one source compiles twice, as float (mrcnn_<op>) and, with
- * -DMRCNN_OPS_F64=1, as double (mrcnn_<op>_f64) for the finite-difference tests. */
+ * -DMRCNN_OPS_F64=1, as double (mrcnn_<op>_f64) for the finite-difference tests.
+ * Definitions and calls use the float names; in the double build ops_f64_names.h
+ * maps each to its _f64 twin. */
 #ifndef MRCNN_OPS_REAL_H
 #define MRCNN_OPS_REAL_H
 
@@ -7,25 +9,28 @@
 #include <stdint.h>
 
 #include "mrcnn/check.h"
+/* Both before the renames: they declare the float and the double names side by side. */
 #include "mrcnn/ops.h"
+#include "mrcnn/roi_align.h"
 
 #ifdef MRCNN_OPS_F64
 typedef double real;
-#define OP(name) mrcnn_##name##_f64
 #define OPS_CBLAS_GEMM cblas_dgemm
 #define OPS_REAL_NAME "f64"
+#include "ops_f64_names.h"
+/* Build-time check of ops_f64_names.h: the public ops declared again for double under
+ * their float names. Each must be renamed to its _f64 declaration above; a name missing
+ * from ops_f64_names.h clashes with its float declaration ("conflicting types"). */
+#define MRCNN_REAL double
+#define MRCNN_OP(name) mrcnn_##name
+#include "mrcnn/ops_decl.inc"
+#undef MRCNN_REAL
+#undef MRCNN_OP
+MRCNN_ROI_ALIGN_DECL(double, MRCNN_ROI_ALIGN_NAME_F32)
 #else
 typedef float real;
-#define OP(name) mrcnn_##name
 #define OPS_CBLAS_GEMM cblas_sgemm
 #define OPS_REAL_NAME "f32"
-/* Puts OpenBLAS in single-threaded mode (threads come from OpenMP, gemm.c says why).
- * Must run outside parallel regions, before any gemm called from inside one. */
-void OP(ops_blas_serial)(void);
-/* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
-void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
-void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
-
 #endif
 
 /* Elementwise loops below this size stay on one thread: forking costs more. */
@@ -34,22 +39,22 @@ void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
 /* Shared by conv2d's forward and backward passes (conv2d_im2col.c). Rows of the
  * column matrix are output pixels of rows [row0, row1) of the flattened (N*P)
  * output-row index; each row holds the (R, S, C) patch, zero where padded. */
-void OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1,
-                       real *col);
+void mrcnn_conv2d_im2col(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1,
+                         real *col);
 /* dx (N, H, W, C) += the patches of col scattered back, for the same row block,
  * restricted to the input rows [in0, in1) of the flattened (N*H) row index. */
-void OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0,
-                           int64_t row1, int64_t in0, int64_t in1, real *dx);
+void mrcnn_conv2d_col2im_add(const mrcnn_conv2d_desc *d, const real *col, int64_t row0,
+                             int64_t row1, int64_t in0, int64_t in1, real *dx);
 /* Rows per block so that one column block stays near a cache-friendly size. */
-int64_t OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d);
+int64_t mrcnn_conv2d_block_rows(const mrcnn_conv2d_desc *d);
 /* True when the conv is a plain GEMM over the input (1x1, stride 1, no padding). */
-int OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d);
+int mrcnn_conv2d_is_pointwise(const mrcnn_conv2d_desc *d);
 
 /* Puts OpenBLAS in single-threaded mode (threads come from OpenMP, gemm.c says why).
  * Must run outside parallel regions, before any gemm called from inside one. */
-void OP(ops_blas_serial)(void);
+void mrcnn_ops_blas_serial(void);
 /* y (M, K) += b (K) on every row; db (K) += column sums of dy (M, K). */
-void OP(ops_bias_add)(int64_t m, int k, const real *b, real *y);
-void OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db);
+void mrcnn_ops_bias_add(int64_t m, int k, const real *b, real *y);
+void mrcnn_ops_bias_grad(int64_t m, int k, const real *dy, real *db);
 
 #endif

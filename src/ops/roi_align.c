@@ -100,8 +100,8 @@ static void roi_align_check(const mrcnn_roi_align_desc *d, int64_t r, const real
                     (long long)i, (double)rois[5 * i], d->n_images);
 }
 
-void OP(roi_align_forward)(const mrcnn_roi_align_desc *d, const real *const *feats, int64_t r, const real *rois,
-                           real *y) {
+void mrcnn_roi_align_forward(const mrcnn_roi_align_desc *d, const real *const *feats, int64_t r, const real *rois,
+                             real *y) {
     roi_align_check(d, r, rois, y);
     MRCNN_CHECK(feats, "roi_align_forward: NULL feature list");
     for (int l = 0; l < d->n_levels; l++) MRCNN_CHECK(feats[l], "roi_align_forward: NULL feature level %d", l);
@@ -142,8 +142,8 @@ void OP(roi_align_forward)(const mrcnn_roi_align_desc *d, const real *const *fea
     }
 }
 
-void OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const real *dy,
-                            real *const *dfeats) {
+void mrcnn_roi_align_backward(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const real *dy,
+                              real *const *dfeats) {
     roi_align_check(d, r, rois, dy);
     MRCNN_CHECK(dfeats, "roi_align_backward: NULL gradient list");
     const int C = d->channels;
