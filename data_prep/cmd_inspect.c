@@ -8,6 +8,7 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
+#include "mrcnn/png_write.h"
 #include "mrcnn/rle.h"
 #include "prep.h"
 
@@ -163,7 +164,7 @@ static void render(const mrcnn_shard_set *set, int64_t g, const char *png) {
                 memcpy(rgb + 3 * ((size_t)y * w + x), col, 3);
             }
     }
-    MRCNN_CHECK(prep_png_write(png, rgb, h, w), "cannot write %s", png);
+    MRCNN_CHECK(mrcnn_png_write_rgb(png, rgb, h, w, NULL, err, sizeof err), "%s", err);
     printf("rendered image %lld (id %lld, %s, %dx%d, %lld annotations) to %s\n", (long long)g, (long long)sh.image_id[i],
            set->files[s], w, h, (long long)sh.ann_count[i], png);
     free(mask);

@@ -1,9 +1,9 @@
-/* JPEG (libjpeg-turbo) and PNG (libpng) writers for the synthetic dataset and renders. */
+/* The JPEG (libjpeg-turbo) writer of the synthetic dataset; PNG renders go through
+ * mrcnn_png_write_rgb (png_write.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include <jpeglib.h>
-#include <png.h>
 
 #include "prep.h"
 
@@ -29,14 +29,4 @@ int prep_jpeg_write(const char *path, const uint8_t *rgb, int h, int w, int qual
     jpeg_finish_compress(&c);
     jpeg_destroy_compress(&c);
     return fclose(f) == 0;
-}
-
-int prep_png_write(const char *path, const uint8_t *rgb, int h, int w) {
-    png_image img;
-    memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    img.width = (png_uint_32)w;
-    img.height = (png_uint_32)h;
-    img.format = PNG_FORMAT_RGB;
-    return png_image_write_to_file(&img, path, 0, rgb, 0, NULL) != 0;
 }

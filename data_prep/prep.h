@@ -17,9 +17,9 @@ int prep_cmd_shapes(int argc, char **argv);
 int prep_cmd_inspect(int argc, char **argv);
 int prep_cmd_export(int argc, char **argv);
 
-/* rgb (h, w, 3); return 0 with errno-style reason printed by the caller on failure. */
+/* rgb (h, w, 3); return 0 with errno-style reason printed by the caller on failure.
+ * (PNG: mrcnn_png_write_rgb, png_write.h.) */
 int prep_jpeg_write(const char *path, const uint8_t *rgb, int h, int w, int quality);
-int prep_png_write(const char *path, const uint8_t *rgb, int h, int w);
 
 /* "--flag value" parsing helpers: the value after argv[*i] or a failure naming the flag. */
 const char *prep_arg_value(int argc, char **argv, int *i);

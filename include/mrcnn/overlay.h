@@ -1,6 +1,6 @@
 /* Prediction pictures: detections drawn over the input image (masks blended in a
  * colour per instance, box outlines, "name 0.93" labels in a built-in 5x7 bitmap
- * font) and written as PNG (libpng).
+ * font), written as PNG by mrcnn_png_write_rgb (png_write.h).
  * Implementation: src/eval/overlay.c, src/eval/font5x7.c. */
 #ifndef MRCNN_OVERLAY_H
 #define MRCNN_OVERLAY_H
@@ -31,9 +31,6 @@ void mrcnn_draw_text(uint8_t *rgb, int h, int w, int x, int y, const char *text,
  * were drawn. */
 int mrcnn_overlay_draw(uint8_t *rgb, const mrcnn_instances *inst, const char *const *names, int n_names,
                        float score_thresh);
-
-/* RGB8 (h, w, 3) as a PNG file; returns 1, or 0 with the reason in err. */
-int mrcnn_png_write(const char *path, const uint8_t *rgb, int h, int w, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
 #include "mrcnn/overlay.h"
+#include "mrcnn/png_write.h"
 
 static void predict_usage(FILE *out) {
     fprintf(out,
@@ -208,7 +209,7 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         char stem[1024];
         output_stem((char **)images, i, stem, sizeof stem);
         snprintf(path, sizeof path, "%s/%s.png", out_dir, stem);
-        MRCNN_CHECK(mrcnn_png_write(path, rgb, inst.h, inst.w, err, sizeof err), "%s", err);
+        MRCNN_CHECK(mrcnn_png_write_rgb(path, rgb, inst.h, inst.w, NULL, err, sizeof err), "%s", err);
         mrcnn_info("%s: %d detections at score >= %g -> %s", images[i], kept, score_thresh, path);
         mrcnn_instances_free(&inst);
         free(in.canvas);

@@ -11,6 +11,8 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "../core/png_catch.h"
+
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
@@ -139,22 +141,10 @@ static int decode_jpeg(const uint8_t *data, size_t len, int scale_denom, uint8_t
  *     entry, the grey ramp (i, i, i);
  *   - gAMA, sRGB, iCCP are ignored. */
 typedef struct {
-    jmp_buf jump;
-    char msg[256];
+    png_catch errors; // png_catch.h
     const uint8_t *data;
     size_t len, pos;
 } png_src;
-
-static void png_on_error(png_structp png, png_const_charp msg) {
-    png_src *s = png_get_error_ptr(png);
-    snprintf(s->msg, sizeof s->msg, "%s", msg);
-    longjmp(s->jump, 1);
-}
-
-static void png_on_warning(png_structp png, png_const_charp msg) {
-    (void)png;
-    (void)msg; // ancillary-chunk trouble: PIL reads such files too
-}
 
 static void png_on_read(png_structp png, png_bytep out, png_size_t n) {
     png_src *s = png_get_io_ptr(png);
@@ -206,7 +196,7 @@ static int decode_png(const uint8_t *data, size_t len, int want_pixels, uint8_t 
     memset(&src, 0, sizeof src);
     src.data = data;
     src.len = len;
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src.errors, png_catch_error, png_catch_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info) {
         if (png) png_destroy_read_struct(&png, NULL, NULL);
@@ -217,8 +207,8 @@ static int decode_png(const uint8_t *data, size_t len, int want_pixels, uint8_t 
     uint8_t *volatile scratch = NULL; // RGB of one row when only validating
     png_bytep *volatile rows = NULL;  // (interlaced) row pointers into native
     volatile int too_big = 0;         // a valid header, over MRCNN_MAX_IMAGE_PIXELS: not corrupt
-    if (setjmp(src.jump)) {
-        snprintf(err, err_len, "%s%s", too_big ? "" : "corrupt PNG: ", src.msg);
+    if (setjmp(src.errors.jump)) {
+        snprintf(err, err_len, "%s%s", too_big ? "" : "corrupt PNG: ", src.errors.msg);
         png_destroy_read_struct(&png, &info, NULL);
         free(native);
         free(scratch);

@@ -3,7 +3,6 @@
  * ("name 0.93") on a filled tab above the box (inside it at the top edge). */
 #include "mrcnn/overlay.h"
 
-#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,19 +104,4 @@ int mrcnn_overlay_draw(uint8_t *rgb, const mrcnn_instances *inst, const char *co
     free(placed);
     free(mask);
     return drawn;
-}
-
-int mrcnn_png_write(const char *path, const uint8_t *rgb, int h, int w, char *err, size_t err_len) {
-    png_image img;
-    memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    img.width = (png_uint_32)w;
-    img.height = (png_uint_32)h;
-    img.format = PNG_FORMAT_RGB;
-    if (!png_image_write_to_file(&img, path, 0, rgb, 0, NULL)) {
-        snprintf(err, err_len, "cannot write PNG '%s': %s", path, img.message);
-        png_image_free(&img);
-        return 0;
-    }
-    return 1;
 }

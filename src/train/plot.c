@@ -1,11 +1,11 @@
-/* A small line plot as a PNG (libpng): white canvas, axes with tick marks and
+/* A small line plot as a PNG (mrcnn_png_write_rgb): white canvas, axes with tick marks and
  * labels from a built-in 5x7 digit font, the curve in blue. Enough to eyeball a
  * loss curve without Python. */
 #include "mrcnn/metrics.h"
 #include "mrcnn/check.h"
+#include "mrcnn/png_write.h"
 
 #include <math.h>
-#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,27 +92,10 @@ void mrcnn_plot_png(const char *path, const double *x, const double *y, int n, i
         px = xx;
         py = yy;
     }
-    (void)title;
-    FILE *f = fopen(path, "wb");
-    MRCNN_CHECK(f != NULL, "plot: cannot create %s", path);
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    MRCNN_CHECK(png && info, "plot %s: libpng could not start", path);
-    if (setjmp(png_jmpbuf(png))) {
-        fclose(f);
-        MRCNN_CHECK(0, "plot %s: libpng failed while writing", path);
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_text t = {.compression = PNG_TEXT_COMPRESSION_NONE, .key = "Title", .text = (char *)(title ? title : "")};
-    png_set_text(png, info, &t, 1);
-    png_write_info(png, info);
-    for (int r = 0; r < h; r++) png_write_row(png, c.px + (size_t)r * w * 3);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    MRCNN_CHECK(fclose(f) == 0, "plot: error closing %s", path);
+    char err[1200];
+    const int ok = mrcnn_png_write_rgb(path, c.px, h, w, title ? title : "", err, sizeof err);
     free(c.px);
+    MRCNN_CHECK(ok, "plot: %s", err);
 }
 
 int mrcnn_plot_metrics_json(const char *json_path, const char *png_path) {
