@@ -48,6 +48,8 @@ typedef struct mrcnn_step_metrics {
     double eta_s;
     double loss_scale;
     int64_t skipped;    // steps skipped (non-finite), in total
+    double reads_per_step; // device -> host reads the host waited for, per step of the window
+    double syncs_per_step; // host waits for the device (reads included), per step (mrcnn_backend_stats)
 } mrcnn_step_metrics;
 
 typedef struct mrcnn_metrics {

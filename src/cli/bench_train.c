@@ -385,6 +385,7 @@ int bench_train_main(int argc, char **argv) {
     }
     double warm_s = mrcnn_time_now() - t_warm;
     double t0 = mrcnn_time_now();
+    const mrcnn_backend_stats c0 = mrcnn_backend_stats_get(be);
     for (int i = 0; i < steps; i++) {
         double l = train_step(s, i);
         loss_last = l;
@@ -392,6 +393,11 @@ int bench_train_main(int argc, char **argv) {
         if (warmup == 0 && i == 0) loss_first = l;
     }
     double step_ms = 1e3 * (mrcnn_time_now() - t0) / steps;
+    /* The host's waits for the device per timed step (each step's loss read included:
+     * the bench reports the first and last loss). */
+    const mrcnn_backend_stats c1 = mrcnn_backend_stats_get(be);
+    const double syncs = (double)(c1.syncs - c0.syncs) / steps, reads = (double)(c1.reads - c0.reads) / steps,
+                 uploads = (double)(c1.uploads - c0.uploads) / steps;
     double img_s = N / (step_ms / 1e3);
     double ws_peak_mb = (double)s->ws.peak_bytes / (1 << 20);
     double arenas_mb =
@@ -443,15 +449,17 @@ int bench_train_main(int argc, char **argv) {
            arenas_mb / 1024, loss_first, loss_last);
     printf("timeline: forward %.1f ms, backward %.1f ms, other %.1f ms (one synchronized step each), warmup %.1f s\n",
            fwd_ms, bwd_ms, other_ms, warm_s);
+    printf("host round trips per step: %.1f syncs (%.1f reads), %.1f uploads\n", syncs, reads, uploads);
     printf("{\"bench\": \"train\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"height\": %d, "
            "\"width\": %d, \"objects\": %d, \"warmup\": %d, \"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.3f, "
            "\"peak_mem_mb\": %.1f, \"device_in_use_mb\": %.1f, \"activations_mb\": %.1f, \"arenas_mb\": %.1f, \"loss_first\": %s%.6g%s, "
            "\"loss_last\": %s%.6g%s, \"finite\": %s, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"other_ms\": %.3f, "
-           "\"loss_scale\": %g, \"skipped\": %d}\n",
+           "\"loss_scale\": %g, \"skipped\": %d, \"syncs_per_step\": %.2f, \"reads_per_step\": %.2f, "
+           "\"uploads_per_step\": %.2f}\n",
            be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, dev_mb, ws_peak_mb, arenas_mb,
            isfinite(loss_first) ? "" : "\"", loss_first, isfinite(loss_first) ? "" : "\"",
            isfinite(loss_last) ? "" : "\"", loss_last, isfinite(loss_last) ? "" : "\"", finite ? "true" : "false",
-           fwd_ms, bwd_ms, other_ms, s->tr.st.scaler.scale, s->skipped);
+           fwd_ms, bwd_ms, other_ms, s->tr.st.scaler.scale, s->skipped, syncs, reads, uploads);
     fflush(stdout);
 
     for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);

@@ -63,6 +63,8 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
                       mrcnn_format_duration(s->eta_s, eta, sizeof eta));
     if (s->gpu_mem_mb > 0 && n < (int)sizeof line)
         n += snprintf(line + n, sizeof line - n, "  gpu mem %.0f MiB", s->gpu_mem_mb);
+    if (n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - n, "  syncs/step %.1f (reads %.1f)", s->syncs_per_step, s->reads_per_step);
     if (s->loss_scale != 1.0 && n < (int)sizeof line)
         n += snprintf(line + n, sizeof line - n, "  scale %g", s->loss_scale);
     if (s->skipped && n < (int)sizeof line)
@@ -85,6 +87,8 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
         if (s->gpu_mem_mb > 0) json_num(f, "gpu_mem_mb", s->gpu_mem_mb, "%.1f");
         json_num(f, "eta_s", s->eta_s, "%.1f");
         json_num(f, "loss_scale", s->loss_scale, "%.9g");
+        json_num(f, "syncs_per_step", s->syncs_per_step, "%.4g");
+        json_num(f, "reads_per_step", s->reads_per_step, "%.4g");
         fprintf(f, ", \"skipped\": %lld, \"time\": %.3f}\n", (long long)s->skipped, wall);
         fclose(f);
     } else {
@@ -103,6 +107,8 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     mrcnn_tb_scalar(&m->tb, "perf/mem_mb", s->step, (float)s->mem_mb, wall);
     if (s->gpu_mem_mb > 0) mrcnn_tb_scalar(&m->tb, "perf/gpu_mem_mb", s->step, (float)s->gpu_mem_mb, wall);
     mrcnn_tb_scalar(&m->tb, "loss_scale", s->step, (float)s->loss_scale, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/syncs_per_step", s->step, (float)s->syncs_per_step, wall);
+    mrcnn_tb_scalar(&m->tb, "perf/reads_per_step", s->step, (float)s->reads_per_step, wall);
     mrcnn_tb_flush(&m->tb);
 }
 

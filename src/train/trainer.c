@@ -116,17 +116,21 @@ static double evaluate(const mrcnn_trainable *m, mrcnn_metrics *metrics, int64_t
 }
 
 typedef struct {
-    double t0, run_t0; // start of the log window and of the run; evaluations move both
+    double t0, run_t0;           // start of the log window and of the run; evaluations move both
+    mrcnn_backend_stats stats0;  // the backend's round-trip counters at the window's start
 } log_clock;
 
 /* The LOG_PERIOD line, metrics.json and events: the window's means, with the
  * throughput and the ETA from the wall time since the last line. Returns the time
  * the window ended (the next one starts there). */
-static double log_window(mrcnn_trainer *t, mrcnn_metrics *metrics, const log_clock *clk, int64_t steps_in,
+static double log_window(mrcnn_trainer *t, mrcnn_metrics *metrics, log_clock *clk, int64_t steps_in,
                          int64_t run_steps, int64_t max_steps, float lr, int quiet) {
     const mrcnn_config *cfg = t->cfg;
     mrcnn_loss_window w;
     mrcnn_trainer_take_losses(t, &w);
+    /* The host's waits for the device per step, the log-period read included (rank 0's
+     * backend; an evaluation inside the window counts too). */
+    const mrcnn_backend_stats bs = mrcnn_backend_stats_get(t->be);
     double now = mrcnn_time_now(), dt = now - clk->t0;
     mrcnn_step_metrics s = {0};
     s.step = t->st.step;
@@ -145,6 +149,11 @@ static double log_window(mrcnn_trainer *t, mrcnn_metrics *metrics, const log_clo
     s.eta_s = (now - clk->run_t0) / run_steps * (double)(max_steps - t->st.step);
     s.loss_scale = t->st.scaler.scale;
     s.skipped = t->st.scaler.skipped + t->st.nonfinite;
+    if (steps_in > 0) {
+        s.reads_per_step = (double)(bs.reads - clk->stats0.reads) / (double)steps_in;
+        s.syncs_per_step = (double)(bs.syncs - clk->stats0.syncs) / (double)steps_in;
+    }
+    clk->stats0 = bs;
     if (!quiet || t->dist->rank != 0) mrcnn_metrics_log(metrics, &s);
     else {
         mrcnn_log_set_level(MRCNN_LOG_WARN);
@@ -179,7 +188,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
                cfg->solver_ims_per_batch, cfg->solver_base_lr, cfg->solver_precision, t.bk.n_buckets,
                (long long)t.st.step, (long long)max_steps);
 
-    log_clock clk = {.t0 = mrcnn_time_now()};
+    log_clock clk = {.t0 = mrcnn_time_now(), .stats0 = mrcnn_backend_stats_get(be)};
     clk.run_t0 = clk.t0;
     int64_t run_steps = 0, run_applied = 0, last_saved = -1, last_eval = -1;
     int rc = 0;

@@ -120,6 +120,13 @@ def rows(run):
 s, r = rows("straight"), rows("resumed")
 assert all(s[i]["total_loss"] == r[i]["total_loss"] for i in range(1, 21)), "resumed losses differ"
 print("resume at step 10: weights and losses of steps 11..20 bit-identical")
+# The host's round trips per step (the backend's counters): logged every step, each read
+# is a wait, and a step's count is a property of the step, the same after a resume.
+assert all(0 <= s[i]["reads_per_step"] <= s[i]["syncs_per_step"] for i in s), "syncs/reads per step missing or inconsistent"
+assert all(s[i]["syncs_per_step"] == r[i]["syncs_per_step"] and s[i]["reads_per_step"] == r[i]["reads_per_step"]
+           for i in range(12, 21)), "a resumed step waits for the device a different number of times"
+print(f"host round trips per step (CPU backend, counted as on a GPU): {s[20]['syncs_per_step']:g} syncs, "
+      f"{s[20]['reads_per_step']:g} reads")
 h = rows("fp16")
 assert sorted(h) == list(range(1, 21)) and np.isfinite(h[20]["total_loss"]), h[20]
 assert h[20]["loss_scale"] < 65536 and h[20]["skipped"] < 10, (h[20]["loss_scale"], h[20]["skipped"])

@@ -17,7 +17,7 @@ assert len(files) == 1, files
 acc = EventAccumulator(d, size_guidance={"scalars": 0})
 acc.Reload()
 tags = acc.Tags()["scalars"]
-for t in ["total_loss", "losses/loss_rpn_cls", "losses/loss_mask", "lr", "loss_scale", "perf/img_per_s"]:
+for t in ["total_loss", "losses/loss_rpn_cls", "losses/loss_mask", "lr", "loss_scale", "perf/img_per_s", "perf/syncs_per_step"]:
     assert t in tags, (t, tags)
 ev = acc.Scalars("losses/loss_rpn_cls")
 assert [e.step for e in ev] == list(range(1, 51)), [e.step for e in ev]
