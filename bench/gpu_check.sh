@@ -382,8 +382,10 @@ fi
             "${PY_ENV[@]}" python3 -c 'import json, sys
 j = json.loads(sys.argv[1])
 f = lambda v: v if isinstance(v, float) else float("nan")
-print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s" % ("mrcnn " + j["precision"], j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024,
-      f(j["loss_first"]), f(j["loss_last"]), "" if j["finite"] else "  NOT FINITE"))' "$j"
+print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s  (syncs/step %s, reads %s, uploads %s)" % ("mrcnn " + j["precision"],
+      j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024, f(j["loss_first"]), f(j["loss_last"]),
+      "" if j["finite"] else "  NOT FINITE", j.get("syncs_per_step", "?"), j.get("reads_per_step", "?"),
+      j.get("uploads_per_step", "?")))' "$j"
             if [ "$dt" = "$first_dt" ] && [ -n "$tv_rate" ]; then
                 mr=$("${PY_ENV[@]}" python3 -c 'import json, sys; print(json.loads(sys.argv[1])["img_per_s"])' "$j")
                 echo "  ratio mrcnn $first_dt / torchvision (first row): $(awk -v a="$mr" -v b="$tv_rate" 'BEGIN { printf "%.2f", a / b }') (milestone >= 1, goal >= 2.5)"
