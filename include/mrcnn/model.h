@@ -22,6 +22,12 @@
 extern "C" {
 #endif
 
+/* The CPU backend, with its own instance per call (so set_precision stays local):
+ * mrcnn_backend_cpu_create_generic (backend.h) plus the model's ops (ROIAlign, class
+ * gathers), installed here so that the backend below never calls up into the model
+ * (src/model/backend_cpu_model.c). */
+mrcnn_backend *mrcnn_backend_cpu_create(void);
+
 #define MRCNN_FROZEN_BN_EPS 1e-5f /* torchvision's FrozenBatchNorm2d default */
 #define MRCNN_FPN_LEVELS 5        /* P2..P6 */
 
@@ -266,6 +272,12 @@ typedef struct mrcnn_batch {
 typedef struct mrcnn_losses {
     double rpn_objectness, rpn_box_reg, classifier, box_reg, mask, total;
 } mrcnn_losses;
+
+/* The five terms as the trainer, the logs and torchvision's dict name them, in this order. */
+#define MRCNN_N_LOSSES 5
+extern const char *const mrcnn_loss_names[MRCNN_N_LOSSES];
+/* out (MRCNN_N_LOSSES) = the terms of l, in mrcnn_loss_names' order. */
+void mrcnn_losses_to_array(const mrcnn_losses *l, double *out);
 
 /* Everything one step computed: kept for the backward and readable by tests. Host
  * arrays are owned here (freed by mrcnn_step_free); device tensors live in the ws.

@@ -151,9 +151,6 @@ typedef struct {
     int skipped;           // steps not applied (fp16: the scaler halved the scale)
 } bt_state;
 
-static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
-                                           "loss_mask"};
-
 /* The trainable's forward_backward: the step's one micro-batch is batch s->batch
  * (cycled); no data wait. */
 static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
@@ -168,11 +165,7 @@ static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss
     mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
     mrcnn_step st;
     mrcnn_model_train_step(&s->m, &s->ws, &batch, true, &st);
-    losses[0] = st.losses.rpn_objectness;
-    losses[1] = st.losses.rpn_box_reg;
-    losses[2] = st.losses.classifier;
-    losses[3] = st.losses.box_reg;
-    losses[4] = st.losses.mask;
+    mrcnn_losses_to_array(&st.losses, losses);
     mrcnn_step_free(&st);
     return 0;
 }
@@ -356,7 +349,7 @@ int bench_train_main(int argc, char **argv) {
     snprintf(s->step_cfg.solver_precision, sizeof s->step_cfg.solver_precision, "%s", mode);
     s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1, .device = cuda ? gpu : -1};
     s->tm = (mrcnn_trainable){.ctx = s, .params = &s->m.params.values, .grads = &s->m.params.grads,
-                              .trainable = s->m.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
+                              .trainable = s->m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
                               .scales_loss = 1, .forward_backward = bt_forward_backward};
     mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->tm, MRCNN_BUCKET_BYTES_DEFAULT);
     s->ready = (bt_ready){.be = be, .device = cuda ? gpu : -1};

@@ -63,9 +63,6 @@ static const char *train_fail_hint(const char *message) {
     return g_hint;
 }
 
-static const char *const k_loss_names[] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
-                                           "loss_mask"};
-
 typedef struct {
     const mrcnn_config *cfg;
     mrcnn_dist *dist;
@@ -121,11 +118,7 @@ static double forward_backward(void *ctx, int64_t step, int micro, float loss_mu
     b->be->write(b->be, &batch.images, fb->images);
     mrcnn_step st;
     mrcnn_model_train_step(&b->model, &b->ws, &batch, true, &st);
-    losses[0] = st.losses.rpn_objectness;
-    losses[1] = st.losses.rpn_box_reg;
-    losses[2] = st.losses.classifier;
-    losses[3] = st.losses.box_reg;
-    losses[4] = st.losses.mask;
+    mrcnn_losses_to_array(&st.losses, losses);
     mrcnn_step_free(&st);
     return wait_s;
 }
@@ -318,7 +311,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
                (long long)mrcnn_params_numel(&b.model.params, false), (long long)mrcnn_params_numel(&b.model.params, true),
                config_path ? config_path : "(defaults)");
     mrcnn_trainable tm = {.ctx = &b, .params = &b.model.params.values, .grads = &b.model.params.grads,
-                          .trainable = b.model.params.trainable, .n_losses = 5, .loss_names = k_loss_names,
+                          .trainable = b.model.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
                           .scales_loss = 1, .forward_backward = forward_backward, .get_cursor = get_cursor,
                           .set_cursor = set_cursor, .evaluate = cfg.test_eval_period > 0 ? evaluate : NULL};
     mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps,

@@ -541,6 +541,17 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
     }
 }
 
+const char *const mrcnn_loss_names[MRCNN_N_LOSSES] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier",
+                                                       "loss_box_reg", "loss_mask"};
+
+void mrcnn_losses_to_array(const mrcnn_losses *l, double *out) {
+    out[0] = l->rpn_objectness;
+    out[1] = l->rpn_box_reg;
+    out[2] = l->classifier;
+    out[3] = l->box_reg;
+    out[4] = l->mask;
+}
+
 void mrcnn_detections_free(mrcnn_detections *det) {
     free(det->boxes);
     free(det->scores);

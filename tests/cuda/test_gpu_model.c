@@ -137,7 +137,8 @@ static float *read_grads(side *s) {
 }
 
 static double term(const mrcnn_losses *l, int i) {
-    const double v[5] = {l->rpn_objectness, l->rpn_box_reg, l->classifier, l->box_reg, l->mask};
+    double v[MRCNN_N_LOSSES];
+    mrcnn_losses_to_array(l, v);
     return v[i];
 }
 
@@ -292,15 +293,13 @@ static double run_forward_backward(void *ctx, int64_t step, int micro, float los
     rb->s->m.grad_ready = bk ? run_grad_ready : NULL;
     rb->s->m.grad_ready_ctx = bk;
     mrcnn_losses l = side_forward_backward(rb->s, &rb->batches[step % N_BATCHES], NULL);
-    for (int i = 0; i < 5; i++) losses[i] = term(&l, i);
+    mrcnn_losses_to_array(&l, losses);
     return 0;
 }
 
 /* A training run from seed k through mrcnn_trainer_step; curve[w] gets the mean total
  * loss of window w, read once per window. */
 static void train_run(mrcnn_backend *be, const char *precision, int k, double *curve) {
-    static const char *const names[5] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg",
-                                         "loss_mask"};
     synth_batch *batches = MRCNN_MALLOC(sizeof(synth_batch) * N_BATCHES, "batches");
     for (int b = 0; b < N_BATCHES; b++) make_batch(&batches[b], 100 + 1000 * (uint64_t)k + (uint64_t)b);
     mrcnn_config cfg;
@@ -310,7 +309,7 @@ static void train_run(mrcnn_backend *be, const char *precision, int k, double *c
     side_init(&s, be, &cfg, precision, 41 + (uint64_t)k);
     run_binding rb = {&s, batches};
     mrcnn_trainable tm = {.ctx = &rb, .params = &s.m.params.values, .grads = &s.m.params.grads,
-                          .trainable = s.m.params.trainable, .n_losses = 5, .loss_names = names,
+                          .trainable = s.m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
                           .scales_loss = 1, .forward_backward = run_forward_backward};
     mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
     mrcnn_trainer tr;
