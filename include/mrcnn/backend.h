@@ -156,14 +156,17 @@ static inline mrcnn_backend_stats mrcnn_backend_stats_get(const mrcnn_backend *b
     return s;
 }
 
-/* The CPU backend, with its own instance per call (so set_precision stays local). */
-mrcnn_backend *mrcnn_backend_cpu_create(void);
-/* Sets the model-specific ops of a CPU backend (src/model/backend_cpu_model.c);
- * called by mrcnn_backend_cpu_create after the generic ops. */
-void mrcnn_backend_cpu_fill_model_ops(mrcnn_backend *be);
+/* The CPU backend with the generic ops only (src/core/backend_cpu.c); the model's ops
+ * (ROIAlign, class gathers) are NULL. mrcnn_backend_cpu_create (model.h) is the full
+ * CPU backend: this plus the model's ops, installed from above. */
+mrcnn_backend *mrcnn_backend_cpu_create_generic(void);
 /* The CUDA backend on the given device, or NULL when the build has no CUDA or no
  * GPU is visible; *why gets the reason then. */
 mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why);
+/* TF32 tensor cores for fp32 convolutions and GEMMs of a CUDA backend (off by default;
+ * MRCNN_TF32=1 at creation sets it too). Defined in src/cuda only: call it for a GPU
+ * backend of a CUDA build. */
+void mrcnn_backend_cuda_set_tf32(mrcnn_backend *be, int on);
 void mrcnn_backend_destroy(mrcnn_backend *be);
 
 #ifdef __cplusplus

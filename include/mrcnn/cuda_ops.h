@@ -16,9 +16,7 @@
 extern "C" {
 #endif
 
-/* TF32 tensor cores for fp32 convolutions and GEMMs (off by default; MRCNN_TF32=1 at
- * creation sets it too). */
-void mrcnn_backend_cuda_set_tf32(mrcnn_backend *be, int on);
+/* mrcnn_backend_cuda_set_tf32: backend.h, beside mrcnn_backend_cuda_create. */
 /* High-water mark of the memory be->alloc handed out (the stream-ordered pool's
  * used-memory peak), MiB, since creation or the last reset (reset = 1 restarts it);
  * -1 when the backend allocates without a pool (MRCNN_CUDA_POOL=0 or no support). */

@@ -153,6 +153,15 @@ typedef struct mrcnn_loader_opts {
  * index_path, comm and batch_size (SOLVER.IMS_PER_BATCH / world size). */
 void mrcnn_loader_opts_from_config(mrcnn_loader_opts *o, const mrcnn_config *cfg, int train);
 
+/* The loader's test-time input transform, for callers outside src/data (inference):
+ * (h, w) -> (nh, nw) with the shorter side min_size and the longer at most max_size;
+ * then the RGB image (h, w, 3) resized bilinearly to (nh, nw), normalized by
+ * mean/std and written, unflipped, into the float canvas (ch, cw, 3), exactly as a
+ * training batch is (src/data/augment.c). */
+void mrcnn_data_resize_shape(int h, int w, int min_size, int max_size, int *nh, int *nw);
+void mrcnn_data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, const float mean[3],
+                                 const float std_[3], float *canvas, int ch, int cw);
+
 /* One rank's batch. Valid until the next mrcnn_loader_next call. */
 typedef struct mrcnn_data_batch {
     int n;                    // images

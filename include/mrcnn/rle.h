@@ -1,7 +1,7 @@
 /* COCO run-length encoded masks with exactly pycocotools' semantics (maskApi):
  * runs over the column-major (Fortran) order of an h x w mask, starting with a
  * run of zeros. Our images are row-major (H, W); the to/from mask calls convert.
- * Implementation: src/eval/rle.c. */
+ * Implementation: src/core/rle.c. */
 #ifndef MRCNN_RLE_H
 #define MRCNN_RLE_H
 

@@ -15,6 +15,37 @@
 
 #include "bench_scaling.h"
 #include "mrcnn/json.h"
+#include "mrcnn/metrics.h"
+
+/* Shared with cmd_bench.c's model mode (bench_scaling.h); here so that cmd_bench.c ->
+ * bench_scaling.c is the only direction. */
+int bench_parse_int_list(const char *s, int *out, int cap) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 1) return 0;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtol(p, &end, 10);
+            if (end == p || b < a) return 0;
+        }
+        for (long v = a; v <= b; v++) {
+            if (n == cap) return 0;
+            out[n++] = (int)v;
+        }
+        if (*end == ',') end++;
+        else if (*end) return 0;
+        p = end;
+    }
+    return n;
+}
+
+void bench_plot(const char *path, const double *x, const double *y, int n, const char *title) {
+    if (n < 1) return;
+    mrcnn_plot_png(path, x, y, n, 640, 360, title);
+}
 
 #define MAX_RANK_COUNTS 64
 #define MAX_SETS 64

@@ -43,34 +43,6 @@ static void usage(FILE *out) {
             "Exit codes: 0 done, 1 a run failed (its log is named), 2 bad command line.\n");
 }
 
-int bench_parse_int_list(const char *s, int *out, int cap) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), b = a;
-        if (end == p || a < 1) return 0;
-        if (*end == '-') {
-            p = end + 1;
-            b = strtol(p, &end, 10);
-            if (end == p || b < a) return 0;
-        }
-        for (long v = a; v <= b; v++) {
-            if (n == cap) return 0;
-            out[n++] = (int)v;
-        }
-        if (*end == ',') end++;
-        else if (*end) return 0;
-        p = end;
-    }
-    return n;
-}
-
-void bench_plot(const char *path, const double *x, const double *y, int n, const char *title) {
-    if (n < 1) return;
-    mrcnn_plot_png(path, x, y, n, 640, 360, title);
-}
-
 static int mkdir_p(const char *dir) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", dir);

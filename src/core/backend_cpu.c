@@ -393,7 +393,7 @@ static int cpu_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     return bad;
 }
 
-mrcnn_backend *mrcnn_backend_cpu_create(void) {
+mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     mrcnn_backend *be = MRCNN_CALLOC(1, sizeof *be, "cpu backend");
     be->name = "cpu";
     be->device = MRCNN_DEVICE_CPU;
@@ -426,6 +426,5 @@ mrcnn_backend *mrcnn_backend_cpu_create(void) {
     be->smooth_l1 = cpu_smooth_l1;
     be->sgd_update = cpu_sgd_update;
     be->nonfinite = cpu_nonfinite;
-    mrcnn_backend_cpu_fill_model_ops(be);
     return be;
 }

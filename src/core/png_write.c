@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "png_catch.h"
+#include "mrcnn/png_catch.h"
 
 int mrcnn_png_write_rgb(const char *path, const uint8_t *rgb, int h, int w, const char *title, char *err,
                         size_t err_len) {

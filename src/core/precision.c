@@ -7,7 +7,6 @@
 
 #ifdef MRCNN_HAVE_CUDA_HEADERS
 #include <cuda_runtime_api.h>
-#include "mrcnn/cuda_ops.h"
 #endif
 
 int mrcnn_precision_valid(const char *name) {

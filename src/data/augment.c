@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/data.h"
 
 void data_resize_shape(int h, int w, int min_size, int max_size, int *nh, int *nw) {
     /* detectron2's ResizeShortestEdge: scale the short side to min_size unless the long
@@ -193,4 +194,16 @@ void data_scratch_free(data_scratch *sc) {
     free(sc->row0);
     free(sc->row1);
     memset(sc, 0, sizeof *sc);
+}
+
+void mrcnn_data_resize_shape(int h, int w, int min_size, int max_size, int *nh, int *nw) {
+    data_resize_shape(h, w, min_size, max_size, nh, nw);
+}
+
+void mrcnn_data_resize_normalize(const uint8_t *rgb, int h, int w, int nh, int nw, const float mean[3],
+                                 const float std_[3], float *canvas, int ch, int cw) {
+    data_scratch sc;
+    memset(&sc, 0, sizeof sc);
+    data_resize_normalize(rgb, h, w, nh, nw, 0, mean, std_, canvas, ch, cw, &sc);
+    data_scratch_free(&sc);
 }

@@ -11,7 +11,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "../core/png_catch.h"
+#include "mrcnn/png_catch.h"
 
 typedef struct {
     struct jpeg_error_mgr pub;

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data/data_internal.h"
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
 
@@ -61,7 +60,7 @@ int mrcnn_infer_load_file(const mrcnn_config *cfg, const char *path, mrcnn_infer
     mrcnn_loader_opts o;
     mrcnn_loader_opts_from_config(&o, cfg, 0);
     in->orig_h = h, in->orig_w = w;
-    data_resize_shape(h, w, o.min_sizes[0], o.max_size, &in->h, &in->w);
+    mrcnn_data_resize_shape(h, w, o.min_sizes[0], o.max_size, &in->h, &in->w);
     if (o.fixed_h > 0) {
         if (in->h > o.fixed_h || in->w > o.fixed_w) {
             snprintf(err, err_len, "'%s': resized to %dx%d, larger than INPUT.FIXED_SIZE %dx%d", path, in->h, in->w,
@@ -76,11 +75,8 @@ int mrcnn_infer_load_file(const mrcnn_config *cfg, const char *path, mrcnn_infer
         in->canvas_w = round_up(in->w, o.size_divisibility);
     }
     in->canvas = MRCNN_MALLOC((size_t)in->canvas_h * in->canvas_w * 3 * sizeof(float), "input canvas");
-    data_scratch sc;
-    memset(&sc, 0, sizeof sc);
-    data_resize_normalize(*rgb, h, w, in->h, in->w, 0, o.pixel_mean, o.pixel_std, in->canvas, in->canvas_h,
-                          in->canvas_w, &sc);
-    data_scratch_free(&sc);
+    mrcnn_data_resize_normalize(*rgb, h, w, in->h, in->w, o.pixel_mean, o.pixel_std, in->canvas, in->canvas_h,
+                                in->canvas_w);
     return 1;
 }
 

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "mrcnn/backend.h"
+#include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
 #include "test_util.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Our RLE (src/eval/rle.c) against pycocotools' mask API on ~8000 random and tricky
+# Our RLE (src/core/rle.c) against pycocotools' mask API on ~8000 random and tricky
 # cases: encode/decode, area, toBbox, frBbox, polygons, merge, iou, string forms.
 set -u
 cd "${ROOT:-$(dirname "$0")/../..}"

@@ -1,4 +1,4 @@
-/* RLE (src/eval/rle.c): decode/encode, polygon and box rasterization, merge, IoU, with
+/* RLE (src/core/rle.c): decode/encode, polygon and box rasterization, merge, IoU, with
  * brute-force oracles on small masks.
  *
  * Input: [mode][h lo][h hi][w lo][w hi][rest]. Sizes are small (<= 64) unless mode bit 7

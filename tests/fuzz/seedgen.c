@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fuzz_model.h"
+#include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/trainer.h"
 
 static void write_f32(hid_t g, const char *name, int ndim, const hsize_t *dims, const float *v) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "mrcnn/backend.h"
+#include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/roi_align.h"
 #include "mrcnn/tensor.h"
 #include "test_util.h"

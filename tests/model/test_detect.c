@@ -8,6 +8,7 @@
 
 #include "mrcnn/anchors.h"
 #include "mrcnn/backend.h"
+#include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/half.h"
 #include "mrcnn/boxes.h"
 #include "mrcnn/postprocess.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mrcnn/backend.h"
+#include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/half.h"
 #include "test_util.h"
 

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The module map (README.md, "Architecture") as a check.
+
+Every `#include "..."` in src/**, data_prep/** and include/mrcnn/** is an edge from the
+including file's module to the included file's module. An edge to a module that the map
+does not let the includer use fails, naming file:line; so does a header of include/mrcnn/
+that HEADERS below does not place in a module, a private header (src/<dir>/*.h) included from another
+folder, and any cycle between modules.
+
+Usage: module_map.py [--root DIR] [--inject FILE HEADER]... [--edges]
+  --inject  pretend FILE has one more line `#include "HEADER"` (the self-test of
+            tests/unit/test_module_map.sh: a wrong include must fail)
+  --edges   print the module graph found (module -> modules it includes), then check
+Exit 0 when the code follows the map, 1 otherwise."""
+import os
+import re
+import sys
+
+# Bottom to top. A module may include its own headers and those of the modules listed.
+ALLOWED = {
+    "core": set(),                                             # tensor, check, log, rng, half, config, json, png, h5, arena, rle
+    "ops": {"core"},                                           # CPU reference ops, float and double
+    "backend": {"core", "ops"},                                # backend interface + its CPU implementation
+    "model": {"core", "ops", "backend"},                       # the network, box ops, CPU model ops
+    "dist": {"core", "backend"},                               # MPI, NCCL declarations, buckets
+    "cuda": {"core", "ops", "backend", "model", "dist"},       # the CUDA backend (and its no-CUDA stand-in)
+    "data": {"core"},                                          # shards, decode, augment, loader
+    "eval": {"core", "ops", "backend", "model", "data", "dist"},  # RLE users: COCO eval, inference, overlays
+    "train": {"core", "ops", "backend", "model", "dist", "data", "eval"},
+    "cli": {"core", "ops", "backend", "model", "dist", "cuda", "data", "eval", "train"},
+    "data_prep": {"core", "data"},
+}
+
+# include/mrcnn/<name> -> module. Complete: a header not listed here fails the check.
+HEADERS = {
+    "tensor.h": "core", "check.h": "core", "log.h": "core", "rng.h": "core", "half.h": "core",
+    "config.h": "core", "json.h": "core", "png_write.h": "core", "h5_chunks.h": "core",
+    "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core",
+    "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
+    "roi_sample.inc": "ops",
+    "backend.h": "backend", "precision.h": "backend",
+    "model.h": "model", "anchors.h": "model", "boxes.h": "model", "postprocess.h": "model",
+    "proposals.h": "model", "roi_targets.h": "model",
+    "dist.h": "dist", "scaling_model.h": "dist",
+    "cuda_ops.h": "cuda", "cuda_check.h": "cuda",
+    "data.h": "data",
+    "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
+    "train.h": "train", "trainer.h": "train", "metrics.h": "train",
+}
+
+# Files whose module is not their folder's: src/core holds the leaf module "core" and,
+# beside it, the backend layer and the op descriptors of ops.h (float only, so not in
+# src/ops, which is compiled twice), and the stand-in for src/cuda in a GPU=0 build.
+FILE_MODULE = {
+    "src/core/backend.c": "backend",
+    "src/core/backend_cpu.c": "backend",
+    "src/core/precision.c": "backend",
+    "src/core/op_desc.c": "ops",
+    "src/core/backend_nocuda.c": "cuda",
+}
+
+# Known violations, each (file, included header) with the issue that is to remove it.
+# Empty is the goal; an entry that no longer matches anything fails, so the list shrinks.
+ALLOWLIST = {
+}
+
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+EXTS = (".c", ".h", ".cu", ".cuh", ".inc")
+
+
+def module_of(path):
+    """Module of a repository-relative path, or None when it is outside the map."""
+    if path in FILE_MODULE:
+        return FILE_MODULE[path]
+    parts = path.split("/")
+    if parts[0] == "include" and len(parts) == 3 and parts[1] == "mrcnn":
+        return HEADERS.get(parts[2], "?")
+    if parts[0] == "src" and len(parts) >= 3:
+        return parts[1] if parts[1] in ALLOWED else "?"
+    if parts[0] == "data_prep":
+        return "data_prep"
+    return None
+
+
+def sources(root):
+    for top in ("src", "data_prep", "include/mrcnn"):
+        for d, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if f.endswith(EXTS):
+                    yield os.path.relpath(os.path.join(d, f), root)
+
+
+def resolve(root, src, inc):
+    """Repository-relative path of `#include "inc"` in src (its folder first, then -Iinclude)."""
+    local = os.path.normpath(os.path.join(os.path.dirname(src), inc))
+    if os.path.exists(os.path.join(root, local)):
+        return local
+    return os.path.normpath(os.path.join("include", inc))
+
+
+def find_cycles(graph):
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main(argv):
+    root = os.environ.get("ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    inject, show = [], False
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--root":
+            root = argv[i + 1]; i += 2
+        elif argv[i] == "--inject":
+            inject.append((argv[i + 1], argv[i + 2])); i += 3
+        elif argv[i] == "--edges":
+            show = True; i += 1
+        else:
+            print(__doc__); return 2
+    root = os.path.abspath(root)
+    errors = []
+    # The map itself must be a DAG, or "bottom to top" means nothing.
+    for cyc in find_cycles(ALLOWED):
+        errors.append("the map allows a cycle: %s" % " <-> ".join(cyc))
+    for m in set(HEADERS.values()) | set(FILE_MODULE.values()):
+        if m not in ALLOWED:
+            errors.append("module_map.py: module '%s' has no ALLOWED entry" % m)
+    graph, where, used_allow = {}, {}, set()
+    for src in sources(root):
+        mod = module_of(src)
+        if mod == "?":
+            errors.append("%s: in no module of the map (add it to HEADERS / ALLOWED in %s)" % (src, __file__))
+            continue
+        with open(os.path.join(root, src), encoding="utf-8", errors="replace") as f:
+            lines = [(n, INCLUDE_RE.match(l)) for n, l in enumerate(f, 1)]
+        incs = [(n, m.group(1)) for n, m in lines if m]
+        incs += [(len(lines) + 1, h) for s, h in inject if os.path.normpath(s) == src]
+        for n, inc in incs:
+            target = resolve(root, src, inc)
+            tmod = module_of(target)
+            if tmod is None:
+                continue  # tests/common, system-style quoted headers outside the tree
+            if tmod == "?":
+                errors.append("%s:%d: includes \"%s\", a header in no module of the map (add it to HEADERS in %s)"
+                              % (src, n, inc, os.path.relpath(__file__, root)))
+                continue
+            if not target.startswith("include/") and os.path.dirname(target) != os.path.dirname(src):
+                errors.append("%s:%d: includes \"%s\", a private header of %s/ (public headers live in include/mrcnn)"
+                              % (src, n, inc, os.path.dirname(target)))
+                continue
+            if tmod == mod:
+                continue
+            graph.setdefault(mod, set()).add(tmod)
+            where.setdefault((mod, tmod), "%s:%d" % (src, n))
+            if tmod not in ALLOWED[mod]:
+                if (src, inc) in ALLOWLIST:
+                    used_allow.add((src, inc))
+                    continue
+                errors.append("%s:%d: includes \"%s\" (module %s), but module %s may use only: %s"
+                              % (src, n, inc, tmod, mod, ", ".join(sorted(ALLOWED[mod])) or "nothing"))
+    for key in sorted(set(ALLOWLIST) - used_allow):
+        errors.append("ALLOWLIST entry %s -> %s matches nothing any more: remove it" % key)
+    for cyc in find_cycles(graph):
+        inner = ["%s -> %s (%s)" % (a, b, where[(a, b)]) for a in cyc for b in cyc if (a, b) in where]
+        errors.append("cycle between modules %s: %s" % (" <-> ".join(cyc), "; ".join(inner)))
+    if show:
+        for m in sorted(graph):
+            print("%-10s -> %s" % (m, ", ".join(sorted(graph[m]))))
+    for e in errors:
+        print("FAIL: " + e)
+    if not errors:
+        print("ok: %d modules, every include follows the map, no cycles" % len(ALLOWED))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
