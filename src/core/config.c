@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
@@ -72,6 +73,10 @@ static int parse_double(const char *s, double *out) {
     return 1;
 }
 
+/* Float keys are stored as float: 1e73 would become inf, which the dump (stored in every
+ * checkpoint) cannot write back as a number. */
+static int fits_float(double v) { return fabs(v) <= FLT_MAX; }
+
 static int parse_bool(const char *s, bool *out) {
     static const char *yes[] = {"true", "True", "TRUE", "yes", "on", "1"};
     static const char *no[] = {"false", "False", "FALSE", "no", "off", "0"};
@@ -120,6 +125,7 @@ static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *
         return 1;
     case CFG_FLOAT:
         if (!parse_double(v, &d)) return fail(e, "%s: %s expects %s, got '%s'", where, k->key, type_name(k->type), v);
+        if (!fits_float(d)) return fail(e, "%s: %s = %s is beyond a 32-bit float's range", where, k->key, v);
         *(float *)field = (float)d;
         return 1;
     case CFG_BOOL:
@@ -158,6 +164,8 @@ static int set_list(mrcnn_config *cfg, const mrcnn_config_key *k, char items[][6
         } else {
             if (!parse_double(items[i], &d))
                 return fail(e, "%s: %s item %d expects a number, got '%s'", where, k->key, i, items[i]);
+            if (!fits_float(d))
+                return fail(e, "%s: %s item %d = %s is beyond a 32-bit float's range", where, k->key, i, items[i]);
             ((mrcnn_float_list *)field)->v[i] = (float)d;
         }
     }
