@@ -44,7 +44,7 @@ typedef struct {
     const char *unit;
 } result;
 
-static result results[96];
+static result results[128];
 static int n_results;
 
 static float frand(void) {
@@ -58,7 +58,7 @@ static float frand(void) {
 static mrcnn_tensor dev_tensor(mrcnn_dtype dt, int ndim, const int64_t *shape, float scale) {
     mrcnn_tensor t = mrcnn_tensor_view(NULL, dt, be->device, ndim, shape);
     const int64_t n = mrcnn_tensor_numel(&t);
-    t.data = be->alloc(be, mrcnn_tensor_nbytes(&t) + 16, "bench tensor");
+    t.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&t) + 16, "bench tensor");
     void *h = MRCNN_MALLOC((size_t)n * mrcnn_dtype_size(dt) + 16, "bench host buffer");
     for (int64_t i = 0; i < n; i++) {
         float v = scale * frand();
@@ -68,14 +68,14 @@ static mrcnn_tensor dev_tensor(mrcnn_dtype dt, int ndim, const int64_t *shape, f
         else if (dt == MRCNN_DTYPE_BF16) ((uint16_t *)h)[i] = mrcnn_f32_to_bf16(v);
         else if (dt == MRCNN_DTYPE_I32) ((int32_t *)h)[i] = (int32_t)(i % 91) - (i % 17 == 0);
     }
-    be->write(be, &t, h);
-    be->sync(be);
+    be->mem.write(be, &t, h);
+    be->mem.sync(be);
     free(h);
     return t;
 }
 
 static void dev_free(mrcnn_tensor *t) {
-    be->free(be, t->data);
+    be->mem.free(be, t->data);
     t->data = NULL;
 }
 
@@ -102,10 +102,10 @@ typedef void (*op_fn)(void *ctx);
 static double time_ms(op_fn fn, void *ctx) {
     fn(ctx);
     fn(ctx);
-    be->sync(be);
+    be->mem.sync(be);
     double t0 = mrcnn_time_now();
     for (int i = 0; i < ITERS; i++) fn(ctx);
-    be->sync(be);
+    be->mem.sync(be);
     return (mrcnn_time_now() - t0) * 1e3 / ITERS;
 }
 
@@ -118,19 +118,19 @@ typedef struct {
 
 static void conv_fwd(void *c_) {
     conv_ctx *c = c_;
-    be->conv2d_forward(be, &c->d, &c->x, &c->w, NULL, MRCNN_ACT_NONE, &c->y);
+    be->nn.conv2d_forward(be, &c->d, &c->x, &c->w, NULL, MRCNN_ACT_NONE, &c->y);
 }
 static void conv_fwd_bias_relu(void *c_) {
     conv_ctx *c = c_;
-    be->conv2d_forward(be, &c->d, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+    be->nn.conv2d_forward(be, &c->d, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
 }
 static void conv_bwd_data(void *c_) {
     conv_ctx *c = c_;
-    be->conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, &c->dx, NULL, NULL);
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, &c->dx, NULL, NULL);
 }
 static void conv_bwd_filter(void *c_) {
     conv_ctx *c = c_;
-    be->conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, NULL, &c->dw, NULL);
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, NULL, &c->dw, NULL);
 }
 
 /* useful_c: input channels that carry data (the stem's 3 of a padded 4 or 8). */
@@ -175,19 +175,19 @@ typedef struct {
 
 static void lin_fwd(void *c_) {
     lin_ctx *c = c_;
-    be->linear_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+    be->nn.linear_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
 }
 static void lin_bwd(void *c_) {
     lin_ctx *c = c_;
-    be->linear_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+    be->nn.linear_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
 }
 static void deconv_fwd(void *c_) {
     lin_ctx *c = c_;
-    be->deconv2x2_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
+    be->nn.deconv2x2_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
 }
 static void deconv_bwd(void *c_) {
     lin_ctx *c = c_;
-    be->deconv2x2_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+    be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
 }
 
 static void bench_linear(int n, int in, int out) {
@@ -241,31 +241,46 @@ typedef struct {
 
 static void relu_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->relu_forward(be, &c->a, &c->y);
+    be->nn.relu_forward(be, &c->a, &c->y);
 }
 static void relu_bwd(void *c_) {
     mem_ctx *c = c_;
-    be->relu_backward(be, &c->y, &c->dy, &c->dx);
+    be->nn.relu_backward(be, &c->y, &c->dy, &c->dx);
 }
 static void add_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->add_forward(be, &c->a, &c->b, &c->y);
+    be->nn.add_forward(be, &c->a, &c->b, &c->y);
 }
 static void pool_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->maxpool2d_forward(be, &c->pool, &c->a, &c->y);
+    be->nn.maxpool2d_forward(be, &c->pool, &c->a, &c->y);
 }
 static void pool_bwd(void *c_) {
     mem_ctx *c = c_;
-    be->maxpool2d_backward(be, &c->pool, &c->a, &c->dy, &c->dx);
+    be->nn.maxpool2d_backward(be, &c->pool, &c->a, &c->dy, &c->dx);
 }
 static void up_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->upsample_add_forward(be, &c->top, &c->a, &c->y);
+    be->nn.upsample_add_forward(be, &c->top, &c->a, &c->y);
 }
 static void up_bwd(void *c_) {
     mem_ctx *c = c_;
-    be->upsample_add_backward(be, &c->dy, &c->top, &c->dx);
+    be->nn.upsample_add_backward(be, &c->dy, &c->top, &c->dx);
+}
+
+/* The bottleneck's residual join as the model calls it: y = a + b then relu in place. */
+static void add_relu_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->nn.add_forward(be, &c->a, &c->b, &c->y);
+    be->nn.relu_forward(be, &c->y, &c->y);
+}
+static void zero_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->mem.zero(be, &c->y);
+}
+static void acc_fwd(void *c_) {
+    mem_ctx *c = c_;
+    be->nn.add_backward(be, &c->dy, &c->dx, NULL);
 }
 
 static void bench_elementwise(void) {
@@ -282,6 +297,23 @@ static void bench_elementwise(void) {
     add_result("relu fwd 8x200x304x256", time_ms(relu_fwd, &c), 2 * n * es, 0, CEIL_COPY_GBS);
     add_result("relu bwd 8x200x304x256", time_ms(relu_bwd, &c), 4 * n * es, 0, CEIL_COPY_GBS);
     add_result("add fwd 8x200x304x256", time_ms(add_fwd, &c), 3 * n * es, 0, CEIL_COPY_GBS);
+    add_result("add+relu (2 calls) 8x200x304x256", time_ms(add_relu_fwd, &c), 5 * n * es, 0, CEIL_COPY_GBS);
+    add_result("accumulate dx += dy 8x200x304x256", time_ms(acc_fwd, &c), 3 * n * es, 0, CEIL_COPY_GBS);
+    /* What zeroing one activation costs (the model zeroes every buffer it allocates,
+     * also outputs an op overwrites whole). */
+    add_result("zero 8x200x304x256", time_ms(zero_fwd, &c), n * es, 0, CEIL_COPY_GBS);
+    {
+        /* The same ops on views one element off 16-byte alignment: the scalar loops, for
+         * the gain of the 16-byte path above. */
+        mem_ctx m = c;
+        const int64_t nm = (int64_t)n - 1;
+        mrcnn_tensor *v[] = {&m.a, &m.b, &m.y, &m.dy, &m.dx};
+        for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+            *v[i] = mrcnn_tensor_view((char *)v[i]->data + mrcnn_dtype_size(DT), DT, be->device, 1, &nm);
+        add_result("relu fwd (scalar path, misaligned)", time_ms(relu_fwd, &m), 2 * n * es, 0, CEIL_COPY_GBS);
+        add_result("relu bwd (scalar path, misaligned)", time_ms(relu_bwd, &m), 4 * n * es, 0, CEIL_COPY_GBS);
+        add_result("add fwd (scalar path, misaligned)", time_ms(add_fwd, &m), 3 * n * es, 0, CEIL_COPY_GBS);
+    }
     /* FPN top-down: P3 (8, 100, 152, 256) upsampled onto P2's lateral. */
     c.top = dev_tensor(DT, 4, (int64_t[]){sz(8), sz(200) / 2, sz(304) / 2, 256}, 1.0f);
     const double nt = n / 4;
@@ -313,11 +345,11 @@ typedef struct {
 
 static void roi_fwd(void *c_) {
     roi_ctx *c = c_;
-    be->roi_align_forward(be, &c->d, c->feats, &c->rois, &c->y);
+    be->nn.roi_align_forward(be, &c->d, c->feats, &c->rois, &c->y);
 }
 static void roi_bwd(void *c_) {
     roi_ctx *c = c_;
-    be->roi_align_backward(be, &c->d, &c->rois, &c->dy, c->dfeats);
+    be->nn.roi_align_backward(be, &c->d, &c->rois, &c->dy, c->dfeats);
 }
 
 static void bench_roi_align(int r, int out) {
@@ -340,9 +372,9 @@ static void bench_roi_align(int r, int out) {
         h[5 * i + 4] = cy + sz / 2;
     }
     c.rois = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 2, (int64_t[]){r, 5});
-    c.rois.data = be->alloc(be, (size_t)r * 5 * sizeof(float), "rois");
-    be->write(be, &c.rois, h);
-    be->sync(be);
+    c.rois.data = be->mem.alloc(be, (size_t)r * 5 * sizeof(float), "rois");
+    be->mem.write(be, &c.rois, h);
+    be->mem.sync(be);
     free(h);
     c.y = dev_tensor(DT, 4, (int64_t[]){r, out, out, C}, 1.0f);
     c.dy = dev_tensor(DT, 4, (int64_t[]){r, out, out, C}, 1.0f);
@@ -353,6 +385,18 @@ static void bench_roi_align(int r, int out) {
     add_result(name, time_ms(roi_fwd, &c), bytes, 0, 0);
     snprintf(name, sizeof name, "roi_align %dx%d x%d bwd (dy bytes)", out, out, r);
     add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
+    if (DT != MRCNN_DTYPE_F32) {
+        /* The fp16/bf16 gradient paths (roi_align.cu): every level through an fp32
+         * scratch (the old way: 661 MB at this shape), and every level by storage-dtype
+         * atomics; the default above keeps P3-P5 in scratch and P2 in atomics. */
+        setenv("MRCNN_ROI_BWD_SCRATCH_MB", "100000", 1);
+        snprintf(name, sizeof name, "roi_align %dx%d x%d bwd all fp32 scratch", out, out, r);
+        add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
+        setenv("MRCNN_ROI_BWD_SCRATCH_MB", "0", 1);
+        snprintf(name, sizeof name, "roi_align %dx%d x%d bwd all storage atomics", out, out, r);
+        add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
+        unsetenv("MRCNN_ROI_BWD_SCRATCH_MB");
+    }
     for (int l = 0; l < 4; l++) {
         dev_free(&c.feats[l]);
         dev_free(&c.dfeats[l]);
@@ -368,20 +412,20 @@ typedef struct {
 
 static void bce(void *c_) {
     misc_ctx *c = c_;
-    be->bce_logits(be, &c->x, &c->t, NULL, 1000.0f, &c->loss, &c->dx);
+    be->loss.bce_logits(be, &c->x, &c->t, NULL, &(mrcnn_loss_norm){.scale = 1000.0f, .grad_mult = 1.0f}, &c->loss, &c->dx);
 }
 static void ce(void *c_) {
     misc_ctx *c = c_;
-    be->softmax_ce(be, &c->x, &c->labels, 512.0f, &c->loss, &c->dx);
+    be->loss.softmax_ce(be, &c->x, &c->labels, &(mrcnn_loss_norm){.scale = 512.0f, .grad_mult = 1.0f}, &c->loss, &c->dx);
 }
 static void sgd(void *c_) {
     misc_ctx *c = c_;
-    be->sgd_update(be, &c->p, &c->g, &c->v, &c->mask, 0.0f, 0.9f, 1e-4f, 1.0f);
+    be->opt.sgd_update(be, &c->p, &c->g, &c->v, &c->mask, 0.0f, 0.9f, 1e-4f, 1.0f);
 }
 static int nonfinite_result;
 static void nonfinite(void *c_) {
     misc_ctx *c = c_;
-    nonfinite_result |= be->nonfinite(be, &c->g);
+    nonfinite_result |= be->opt.nonfinite(be, &c->g);
 }
 
 static void bench_misc(void) {
@@ -417,6 +461,95 @@ static void bench_misc(void) {
     MRCNN_CHECK(nonfinite_result == 0, "nonfinite reported Inf/NaN in finite data");
     mrcnn_tensor *all[] = {&c.loss, &c.p, &c.g, &c.v, &c.mask};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
+}
+
+/* ---- uploads, workspace cap, graphs ----------------------------------------------------------- */
+
+/* A second backend made under one environment setting (the knobs are read at creation). */
+static mrcnn_backend *backend_with(const char *var, const char *val) {
+    if (g_div > 1) return mrcnn_backend_cpu_create();
+    setenv(var, val, 1);
+    const char *why = NULL;
+    mrcnn_backend *b = mrcnn_backend_cuda_create(0, &why);
+    unsetenv(var);
+    MRCNN_CHECK(b != NULL, "second CUDA backend (%s=%s): %s", var, val, why ? why : "?");
+    b->set_precision(b, DT);
+    return b;
+}
+
+typedef struct {
+    mrcnn_tensor img;
+    void *host;
+} up_ctx;
+
+static void upload(void *c_) {
+    up_ctx *c = c_;
+    be->mem.write(be, &c->img, c->host);
+}
+
+/* The image batch (8 x 800x1216x3 fp32, 93 MB) from pageable host memory, as the loader
+ * hands it: through the pinned staging ring (default) and directly (MRCNN_CUDA_PINNED_MB=0). */
+static void bench_upload(void) {
+    const int64_t shape[4] = {sz(8), sz(800), sz(1216), 3};
+    up_ctx c;
+    c.img = dev_tensor(MRCNN_DTYPE_F32, 4, shape, 1.0f);
+    const size_t bytes = mrcnn_tensor_nbytes(&c.img);
+    c.host = MRCNN_MALLOC(bytes, "bench image batch");
+    memset(c.host, 0x3c, bytes);
+    add_result("write image batch 8x800x1216x3 (pinned ring)", time_ms(upload, &c), (double)bytes, 0, 0);
+    dev_free(&c.img);
+    mrcnn_backend *saved = be;
+    be = backend_with("MRCNN_CUDA_PINNED_MB", "0");
+    c.img = dev_tensor(MRCNN_DTYPE_F32, 4, shape, 1.0f);
+    add_result("write image batch 8x800x1216x3 (pageable)", time_ms(upload, &c), (double)bytes, 0, 0);
+    dev_free(&c.img);
+    mrcnn_backend_destroy(be);
+    be = saved;
+    free(c.host);
+}
+
+/* FPN P2's 3x3 conv under the old 256 MB cuDNN workspace cap, beside the default cap
+ * (1/32 of device memory, 4 GB on the H200) that the conv rows above ran with. */
+static void bench_workspace_cap(void) {
+    mrcnn_backend *saved = be;
+    be = backend_with("MRCNN_CUDNN_WORKSPACE_MB", "256");
+    bench_conv("FPN P2 3x3 256 b8 ws256MB", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
+    mrcnn_backend_destroy(be);
+    be = saved;
+}
+
+/* Launch-bound work: 64 small accumulations (a head's worth of tiny ops), launched one
+ * by one and replayed from a CUDA graph (be->stream; the CPU backend runs them directly). */
+typedef struct {
+    mrcnn_tensor x, y;
+    void *graph;
+} graph_ctx;
+
+static void small_ops(void *c_) {
+    graph_ctx *c = c_;
+    for (int i = 0; i < 64; i++) be->nn.add_backward(be, &c->x, &c->y, NULL);
+}
+static void small_ops_graph(void *c_) {
+    graph_ctx *c = c_;
+    if (c->graph) be->stream.graph_launch(be, c->graph);
+    else small_ops(c);
+}
+
+static void bench_graph(void) {
+    graph_ctx c;
+    memset(&c, 0, sizeof c);
+    const int64_t n = 4096;
+    c.x = dev_tensor(MRCNN_DTYPE_F32, 1, &n, 1e-3f);
+    c.y = dev_tensor(MRCNN_DTYPE_F32, 1, &n, 1.0f);
+    add_result("64 small ops, launched", time_ms(small_ops, &c), 64.0 * 3 * n * 4, 0, 0);
+    if (be->stream.graph_begin(be)) {
+        small_ops(&c);
+        c.graph = be->stream.graph_end(be);
+    }
+    add_result("64 small ops, graph replay", time_ms(small_ops_graph, &c), 64.0 * 3 * n * 4, 0, 0);
+    if (c.graph) be->stream.graph_destroy(be, c.graph);
+    dev_free(&c.x);
+    dev_free(&c.y);
 }
 
 int main(int argc, char **argv) {
@@ -464,6 +597,9 @@ int main(int argc, char **argv) {
     bench_roi_align(sz(4096), 7);
     bench_roi_align(sz(1024), 14);
     bench_misc();
+    bench_upload();
+    bench_workspace_cap();
+    bench_graph();
     mrcnn_backend_destroy(be);
     printf("bench_gpu_ops: %d results (%s, %d iterations each)\n", n_results, mrcnn_dtype_name(DT), ITERS);
     return 0;

@@ -114,15 +114,17 @@ static double bench_c(const char *config, const char *sets, const char *weights,
     for (int it = 0; it <= iters; it++) {
         double t0 = mrcnn_time_now();
         b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NIMG, SIZE, SIZE, 3});
-        be->write(be, &b.images, bb->img);
+        be->mem.write(be, &b.images, bb->img);
         mrcnn_model_zero_grads(&m);
         mrcnn_step st;
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
-        be->sync(be);
+        be->mem.sync(be);
         double dt = mrcnn_time_now() - t0;
-        if (it == 0)
+        if (it == 0) {
+            mrcnn_model_read_losses(&m, &st, &st.losses);
             printf("  (C %s: loss %.4f, rois %d, fg %d, peak activations %.0f MB)\n", config, st.losses.total,
                    st.n_rois, st.n_fg, ws.peak_bytes / 1e6);
+        }
         if (it > 0 && dt < best) best = dt;
         mrcnn_step_free(&st);
         mrcnn_ws_reset(&ws);

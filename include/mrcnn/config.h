@@ -94,6 +94,7 @@ typedef struct mrcnn_config {
     float solver_clip_value;            // SOLVER.CLIP_GRADIENTS.CLIP_VALUE (global L2 norm)
     char solver_precision[8];           // SOLVER.PRECISION: auto (bf16 on GPUs of cc >= 8.0, else fp32) | fp32 | tf32 | fp16 | bf16
     int solver_max_nonfinite;           // SOLVER.MAX_NONFINITE: stop after this many (fp32/bf16)
+    char solver_cuda_graph[8];          // SOLVER.CUDA_GRAPH: auto (on for the cuda backend) | on | off; mrcnn_config_cuda_graph
     float solver_loss_scale_init;       // SOLVER.LOSS_SCALE.INIT: fp16 dynamic loss scale at start
     int solver_loss_scale_growth_interval; // SOLVER.LOSS_SCALE.GROWTH_INTERVAL: clean steps before x2
     /* TEST / top level */
@@ -117,6 +118,10 @@ int mrcnn_config_try_set(mrcnn_config *cfg, const char *assignment, const char *
                          char *err, size_t err_len);
 /* The whole config as YAML (for checkpoints and logs); returns a malloc'ed string. */
 char *mrcnn_config_dump(const mrcnn_config *cfg);
+/* SOLVER.CUDA_GRAPH for a backend named backend_name ("cpu", "cuda"): 1 when the step
+ * should be captured and replayed (on; auto = on for cuda), 0 when not; fails naming
+ * the key on any other value. */
+int mrcnn_config_cuda_graph(const mrcnn_config *cfg, const char *backend_name);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,12 @@ void mrcnn_dist_allreduce_sum_f64(const mrcnn_dist *d, double *vals, int n, cons
 void mrcnn_dist_allreduce_max_int(const mrcnn_dist *d, int *vals, int n, const char *what);
 void mrcnn_dist_barrier(const mrcnn_dist *d, const char *what);
 void mrcnn_dist_bcast_bytes(const mrcnn_dist *d, void *buf, size_t bytes, const char *what);
+/* Sum (mean = 0) or mean (1: sum / ranks) over the ranks of a small fp32 tensor on be's
+ * device, in place, with no host read (MPI on the CPU backend's memory, NCCL in the
+ * compute stream's order on the GPU; a GPU without NCCL stages through the host): the
+ * step's loss terms and flags, the loss normalizers' counts (issue 12). Collective. */
+void mrcnn_dist_allreduce_tensor(const mrcnn_dist *d, const mrcnn_backend *be, mrcnn_tensor *t, int mean,
+                                 const char *what);
 
 /* NCCL communicator over d's ranks (unique id by MPI_Bcast, ncclCommInitRank on
  * d->device). Returns 0 and sets *why when the build has no NCCL. */
@@ -84,7 +90,7 @@ typedef struct mrcnn_bucket {
 
 typedef struct mrcnn_buckets {
     const mrcnn_dist *dist;
-    const mrcnn_backend *be; // the grads' backend (sync before a launch, staging)
+    const mrcnn_backend *be; // the grads' backend (its compute stream's events, staging)
     mrcnn_arena *grads;
     mrcnn_bucket *b;       // b[0] holds the last parameters (backward's first)
     int n_buckets;
@@ -95,6 +101,14 @@ typedef struct mrcnn_buckets {
     int use_nccl;
     double wait_s;         // seconds spent in mrcnn_buckets_wait (last step)
     int n_early;           // buckets launched during backward (before wait), last step
+    /* NCCL path: each bucket's all-reduce waits on ready_ev (recorded on the compute
+     * stream when the bucket is complete), and the compute stream waits for NCCL's
+     * stream before the optimizer, all on the device. host_wait = 1 (the default)
+     * also has mrcnn_buckets_wait poll the all-reduces to completion on the host, so a
+     * dead peer is a comm-timeout error there; a trainer that calls mrcnn_buckets_drain
+     * before its log-period read sets 0 and keeps the step free of host waits. */
+    void *ready_ev;        // be->stream event, NULL unless use_nccl
+    int host_wait;
 } mrcnn_buckets;
 
 #define MRCNN_BUCKET_BYTES_DEFAULT ((size_t)25 << 20)
@@ -113,24 +127,30 @@ void mrcnn_buckets_mark_ready(mrcnn_buckets *bk, int param_index);
 /* Launches the buckets not yet launched (parameters without gradients this step
  * count as ready), waits for all, and leaves the average over ranks in the arena. */
 void mrcnn_buckets_wait(mrcnn_buckets *bk);
+/* Waits on the host until the queued all-reduces finished (NCCL path; nothing on the
+ * MPI path, whose wait already finished them), failing with a comm timeout when a
+ * peer is gone. With host_wait = 0, call it before reading the step's results. */
+void mrcnn_buckets_drain(mrcnn_buckets *bk);
 
 /* ---- NCCL glue (src/cuda/nccl_comm.c; GPU=0 builds get fallbacks that report
  * "built without NCCL") ---- */
 mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why);
-/* Average of count floats at dev_buf over the ranks, on NCCL's own stream; it
- * starts after the work queued so far on compute_stream (a cudaStream_t, NULL for
- * the default stream). */
-void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *compute_stream);
+/* Average of count floats at dev_buf over the ranks, on NCCL's own stream; it starts
+ * after ready_event (a cudaEvent_t from the backend's be->stream.event_record, or NULL)
+ * and is checked with ncclCommGetAsyncError at once; bucket names it in errors. */
+void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *ready_event, int bucket);
+/* An event (cudaEvent_t) marking every all-reduce queued so far, for the backend's
+ * be->stream.event_wait: the compute stream then waits on the device, not the host. */
+void *mrcnn_nccl_done_event(mrcnn_nccl *n);
+/* Sum (mean = 0) or average of count floats at dev_buf over the ranks, in place, on
+ * NCCL's stream after ready_event (or NULL); what names it in errors
+ * (mrcnn_dist_allreduce_tensor). */
+void mrcnn_nccl_allreduce(mrcnn_nccl *n, float *dev_buf, size_t count, int mean, void *ready_event,
+                          const char *what);
 /* Waits for every queued all-reduce, polling ncclCommGetAsyncError; aborts the job
  * after timeout_s (0: no limit) naming the rank. */
 void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s);
 void mrcnn_nccl_destroy(mrcnn_nccl *n);
-/* Visible CUDA devices (0 in GPU=0 builds or without a driver). */
-int mrcnn_cuda_device_count(void);
-/* Device memory in use on `device` (cudaMemGetInfo: total - free), MiB; 0 without CUDA. */
-double mrcnn_cuda_memory_used_mb(int device);
-/* "GPU-xxxxxxxx-...", or the reason there is none. */
-const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -23,10 +23,23 @@ extern "C" {
 #endif
 
 /* The CPU backend, with its own instance per call (so set_precision stays local):
- * mrcnn_backend_cpu_create_generic (backend.h) plus the model's ops (ROIAlign, class
- * gathers), installed here so that the backend below never calls up into the model
+ * mrcnn_backend_cpu_create_generic (backend.h) plus the model's ops (ROIAlign, the
+ * detection ops of detect_ops.h), installed here so that the backend below never calls up into the model
  * (src/model/backend_cpu_model.c). */
 mrcnn_backend *mrcnn_backend_cpu_create(void);
+
+/* The one choice of a backend (mrcnn train, eval, predict, bench train): the CPU, or
+ * the GPU o->gpu (< 0: none visible to this rank). A GPU backend that does not start
+ * (no GPU, a GPU=0 build, a driver error) gives NULL with *why set when o->fallback is
+ * NULL; else the CPU backend, after the warning "MODEL.DEVICE=cuda but WHY: FALLBACK"
+ * (fallback e.g. "training on the CPU"). Lives here, beside mrcnn_backend_cpu_create,
+ * because the full CPU backend is the model's (src/model/backend_cpu_model.c). */
+typedef struct mrcnn_backend_open_opts {
+    mrcnn_device device; // mrcnn_backend_device_parse(MODEL.DEVICE)
+    int gpu;
+    const char *fallback;
+} mrcnn_backend_open_opts;
+mrcnn_backend *mrcnn_backend_open(const mrcnn_backend_open_opts *o, const char **why);
 
 #define MRCNN_FROZEN_BN_EPS 1e-5f /* torchvision's FrozenBatchNorm2d default */
 #define MRCNN_FPN_LEVELS 5        /* P2..P6 */
@@ -105,13 +118,19 @@ typedef struct mrcnn_model {
     mrcnn_box_head box;
     mrcnn_mask_head mask;
     int num_classes; // with background
-    /* Sums v[0..n) over ranks in place (NULL: one rank). The batch-wide loss
-     * normalizers go through it, so 2 ranks x 1 image equal 1 rank x 2 images. */
-    void (*norm_sum)(double *v, int n, void *ctx);
-    void *norm_ctx;
+    /* Reduces counts (3) fp32 (sampled anchors, ROIs, fg ROIs of this rank's batch) over
+     * ranks in place, on the device (NULL: one rank), once per step before any loss. The
+     * loss normalizers are the results, so 2 ranks x 1 image equal 1 rank x 2 images and
+     * no count reaches the host: a binding whose gradient buckets average over ranks
+     * averages the counts too (sum / ranks), as mrcnn train does. */
+    void (*count_sum)(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx);
+    void *count_ctx;
     /* Gradients are of loss_mult x (sum of the losses); the reported losses stay
      * unscaled (fp16 loss scaling; 0 means 1). */
     float loss_mult;
+    /* (1) fp32 on the device, or NULL: a further gradient multiplier that only the
+     * device knows (the fp16 loss scale the step decided), so no step reads it. */
+    const mrcnn_tensor *loss_scale;
     /* Called once per trainable parameter, in backward order, as soon as its gradient
      * is final in this step (gradient buckets start their all-reduce from it). */
     void (*grad_ready)(int param_index, void *ctx);
@@ -279,9 +298,12 @@ extern const char *const mrcnn_loss_names[MRCNN_N_LOSSES];
 /* out (MRCNN_N_LOSSES) = the terms of l, in mrcnn_loss_names' order. */
 void mrcnn_losses_to_array(const mrcnn_losses *l, double *out);
 
-/* Everything one step computed: kept for the backward and readable by tests. Host
- * arrays are owned here (freed by mrcnn_step_free); device tensors live in the ws.
- * ROIs are compacted: the heads run on the valid rows only (sum of the counts). */
+/* Everything one step computed: kept for the backward and readable by tests. Device
+ * tensors live in the ws; host arrays are owned here (freed by mrcnn_step_free).
+ * Training is device-resident: the detection stages are backend ops (detect_ops.h) with
+ * fixed capacities, valid rows first, so the step reads nothing back. The ROI heads run
+ * on the valid rows when the backend can tell the count without waiting (count_hint: the
+ * CPU) and on the whole capacity otherwise (padding rows add exact zeros). */
 typedef struct mrcnn_step {
     int n_images, img_h, img_w;
     mrcnn_tensor images;        // (N, H, W, 3) the batch's images in the activation dtype (aliased when equal)
@@ -289,32 +311,51 @@ typedef struct mrcnn_step {
     mrcnn_rpn_out rpn;
     int64_t level_counts[MRCNN_FPN_LEVELS];
     int64_t n_anchors;          // per image, all levels
-    float *anchors;             // (n_anchors, 4)
+    float *anchors;             // (n_anchors, 4) host, as generated
+    mrcnn_tensor anchors_dev;   // (n_anchors, 4) fp32
+    mrcnn_tensor image_hw_dev;  // (N, 2) int32: sizes before padding
+    mrcnn_gt_batch gt;          // the batch's ground truth on the device (training)
+    /* proposals (device; inference and mrcnn_model_read_step also fill the host copies) */
     int prop_cap;               // P
-    float *proposals;           // (N, P, 4)
-    float *proposal_scores;     // (N, P)
-    int64_t *proposal_counts;   // (N)
-    double rpn_sampled;         // anchors sampled over the batch (all ranks)
-    /* ROI heads (training: sampled ROIs; inference: all proposals) */
-    int n_rois;                 // R
-    float *rois;                // (R, 5) host: (image, x1, y1, x2, y2)
-    int32_t *roi_labels;        // (R) 0 background (training)
-    float *roi_reg_targets;     // (R, 4) (training)
-    int *roi_image_start;       // (N + 1) first row of each image
-    mrcnn_tensor rois_dev;      // (R, 5)
+    mrcnn_tensor proposals_dev; // (N, P, 4) fp32
+    mrcnn_tensor proposal_scores_dev; // (N, P) fp32 (zeros when pinned)
+    mrcnn_tensor proposal_counts_dev; // (N) int32
+    float *proposals;           // (N, P, 4) host copy
+    float *proposal_scores;     // (N, P) host copy
+    int64_t *proposal_counts;   // (N) host copy
+    /* counts of this rank's batch, then (after m->count_sum) of all ranks: the loss
+     * normalizers. Views of its elements below. */
+    mrcnn_tensor counts_dev;    // (3) fp32: sampled anchors, ROIs, fg ROIs
+    mrcnn_tensor n_sampled_dev, n_rois_dev, n_fg_dev; // (1) fp32 views of counts_dev
+    double rpn_sampled;         // counts_dev[0] after the sum (filled by mrcnn_model_read_step)
+    /* ROI heads (training: sampled ROIs, capacity N*S; inference: all proposals) */
+    int n_rois;                 // R: rows the box head ran on (the valid rows or the capacity)
+    mrcnn_tensor rois_dev;      // (R, 5) (image, x1, y1, x2, y2); padding rows image -1
+    mrcnn_tensor roi_labels_dev;      // (R) int32 0 background, -1 padding (training)
+    mrcnn_tensor roi_box_labels_dev;  // (R) int32 the label on fg rows, -1 elsewhere (training)
+    mrcnn_tensor roi_reg_targets_dev; // (R, 4) fp32 (training)
+    mrcnn_tensor roi_reg_weights_dev; // (R, 4) fp32 1 on fg rows (training)
+    float *rois;                // (R, 5) host (inference; training: mrcnn_model_read_step)
+    int32_t *roi_labels;        // (R) host (mrcnn_model_read_step)
+    int *roi_image_start;       // (N + 1) first row of each image (host; valid rows only)
     mrcnn_tensor box_x;         // (R, 7, 7, F)
     mrcnn_box_head_out box;
-    int n_fg;                   // Rf (training: positives; inference: detections)
-    float *fg_rois;             // (Rf, 5) host
-    int32_t *fg_labels;         // (Rf)
-    int32_t *fg_gt;             // (Rf) matched gt index within its image (training)
-    mrcnn_tensor fg_rois_dev;   // (Rf, 5)
+    int n_fg;                   // Rf (training: rows the mask head ran on; inference: detections)
+    mrcnn_tensor fg_rois_dev;   // (Rf, 5); padding rows image -1
+    mrcnn_tensor fg_labels_dev; // (Rf) int32, -1 padding
+    mrcnn_tensor fg_gt_dev;     // (Rf) int32 matched gt as image * G + j, -1 padding (training)
+    float *fg_rois;             // (Rf, 5) host (inference; training: mrcnn_model_read_step)
+    int32_t *fg_labels;         // (Rf) host (same)
+    int32_t *fg_gt;             // (Rf) host, matched gt index within its image (mrcnn_model_read_step)
     mrcnn_tensor mask_x;        // (Rf, 14, 14, F)
     mrcnn_mask_head_out mask;
     /* gradients of the head outputs (training with backward) */
     mrcnn_tensor dlogits_rpn[MRCNN_FPN_LEVELS], ddeltas_rpn[MRCNN_FPN_LEVELS];
     mrcnn_tensor dcls, ddeltas, dmask_logits;
-    mrcnn_losses losses;
+    /* the five terms on the device, in mrcnn_loss_names' order; the loss outputs are
+     * views of its elements. Read with mrcnn_model_read_losses (one read). */
+    mrcnn_tensor loss_dev;      // (5) fp32
+    mrcnn_losses losses;        // host copy: filled by mrcnn_model_read_losses / read_step when asked
 } mrcnn_step;
 
 /* Forward, the five losses and (when backward) the gradients, which are ADDED into
@@ -323,7 +364,14 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
                             mrcnn_step *st);
 /* The stages of the training step, for tests that compare them one by one. */
 void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st);
-void mrcnn_model_proposals(mrcnn_model *m, const mrcnn_batch *b, bool training, mrcnn_step *st);
+void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool training, mrcnn_step *st);
+/* The five terms of a training step: one read of st->loss_dev (total = their sum). out
+ * may be &st->losses. */
+void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_step *st, mrcnn_losses *out);
+/* Test and tool view of a training step: fills st->losses, rpn_sampled and the host
+ * copies (proposals, rois, roi_labels, roi_image_start, fg_rois, fg_labels, fg_gt) of
+ * the valid rows. Several reads: never on the training path. */
+void mrcnn_model_read_step(const mrcnn_model *m, mrcnn_step *st);
 
 typedef struct mrcnn_detections {
     int n_images, cap, mask_size;  // N, D, M (28)

@@ -21,8 +21,6 @@ int mrcnn_precision_valid(const char *name);
 /* Applies name to be and returns the mode chosen ("fp32", "tf32", "fp16" or "bf16";
  * auto resolved). Fails naming the value when it is not a mode. */
 const char *mrcnn_precision_apply(mrcnn_backend *be, const char *name);
-/* Compute capability of the current CUDA device as major * 10 + minor; 0 without one. */
-int mrcnn_precision_device_cc(void);
 
 #ifdef __cplusplus
 }

@@ -60,12 +60,15 @@ typedef struct mrcnn_trainable {
      * still skips Inf/NaN steps). */
     int scales_loss;
     /* One micro-batch of this rank: loads it (the loader's next batch), runs forward
-     * and backward, and ADDS the gradients of loss_mult x (sum of the loss terms)
-     * into grads. losses (n_losses) get the unscaled terms. When bk is not NULL
-     * (the last micro-batch) it calls mrcnn_buckets_mark_ready for each parameter
-     * whose gradient is final. Returns the seconds it waited for data. */
-    double (*forward_backward)(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
-                               mrcnn_buckets *bk);
+     * and backward, and ADDS the gradients of loss_mult x loss_scale x (sum of the loss
+     * terms) into grads; loss_scale is (1) fp32 on the device (the fp16 loss scale the
+     * device decides), or NULL for 1. It ADDS acc_mult x the unscaled terms into loss_acc, (n_losses) fp32
+     * on the backend's device, on the device (be->step.axpy): the step never reads
+     * them back. When bk is not NULL (the last micro-batch) it calls
+     * mrcnn_buckets_mark_ready for each parameter whose gradient is final. Returns the
+     * seconds it waited for data. */
+    double (*forward_backward)(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                               float acc_mult, mrcnn_buckets *bk);
     /* The loader position of the next micro-batch, for checkpoints, and a way to set
      * it at resume (both may be NULL when the model has no loader). */
     void (*get_cursor)(void *ctx, int64_t *epoch, int64_t *loader_step);
@@ -131,19 +134,24 @@ void mrcnn_output_dir_release(void);
  * LR from the schedule; gradients zeroed; ACCUM_STEPS micro-batches through the
  * model's forward_backward (batch in, forward, backward, the model's batch-wide loss
  * normalizers; the last micro-batch starts the gradient buckets' all-reduce as
- * parameters become ready); the bucket wait (gradients averaged over ranks); one
- * all-reduce of the loss terms, the Inf/NaN flag, the preemption flag and the data
- * wait; the non-finite check and the loss scaler's decision; gradient clipping
- * (SOLVER.CLIP_GRADIENTS); the fused SGD update; st.step + 1. A non-finite step is
- * skipped, counted (st.nonfinite, or the fp16 scale halves) and named in a log line.
+ * parameters become ready); the bucket wait (gradients averaged over ranks); a device
+ * all-reduce of the loss terms and the Inf/NaN flag; the non-finite check, gradient
+ * clipping (SOLVER.CLIP_GRADIENTS) and the loss scaler's decision, on the device
+ * (step_ctl.h); the fused SGD update, which a skipped step leaves out on the device;
+ * one host all-reduce of the preemption flag and the data wait; st.step + 1.
  * It does not: log the window, write metrics, checkpoint, evaluate, act on a
- * preemption signal or stop at SOLVER.MAX_NONFINITE (it reports what the caller needs
- * for those), broadcast or load weights, or synchronize the device at its end.
+ * preemption signal or stop at SOLVER.MAX_NONFINITE (mrcnn_trainer_take_losses reports
+ * what the caller needs for those), broadcast or load weights, or synchronize the
+ * device at its end.
  *
- * The loss values go into the trainer's window, not into the per-step result, so that
- * the step never has to bring them to the host: the caller reads them with
- * mrcnn_trainer_take_losses when it logs (LOG_PERIOD), or every step when it wants
- * them (a benchmark reporting its last loss). */
+ * Issue 12: a step performs no host read. The loss terms, the skipped steps, the
+ * non-finite count and the fp16 scaler's state stay in the trainer's device control
+ * vector; mrcnn_trainer_take_losses reads it once (LOG_PERIOD, or every step for a
+ * caller that wants each step's loss), names the skipped steps in log lines and
+ * brings st up to date; mrcnn_trainer_sync_state reads it for a checkpoint. The one
+ * exception: fp16 with a model that scales its loss reads the loss scale (4 bytes)
+ * before each step, because the model takes its gradient multiplier as a host float
+ * (mrcnn_loss_norm.grad_mult). */
 typedef struct mrcnn_trainer {
     const mrcnn_config *cfg; // resolved (SOLVER.* drive the step); SOLVER.PRECISION a mode, not auto
     mrcnn_dist *dist;
@@ -155,23 +163,24 @@ typedef struct mrcnn_trainer {
     mrcnn_buckets bk;
     /* private to trainer_step.c */
     mrcnn_tensor gflat;
-    double *red;   // (n_losses + 3) one step's loss terms and flags, all-reduced together
-    double *micro; // (n_losses) one micro-batch's loss terms
-    double win_sum[MRCNN_MAX_LOSS_TERMS], win_last[MRCNN_MAX_LOSS_TERMS], win_data;
-    int64_t win_steps, win_finite;
+    mrcnn_tensor ctl;   // (MRCNN_CTL_SIZE(n_losses)) fp32 on the device: step_ctl.h
+    void *ctl_mem;
+    float *ctl_host;    // its copy at the last read
+    int ctl_uploaded;   // st's scaler and non-finite count went to the device (first step)
+    double win_data;    // data wait (mean over ranks), summed over the window's steps
+    int64_t win_steps;
 } mrcnn_trainer;
 
 /* What the caller of one step needs every step; all of it agreed over the ranks. */
 typedef struct mrcnn_step_result {
     int64_t step;     // the step's index (st.step before it; st.step is one more now)
     float lr;         // the learning rate it used
-    float loss_scale; // the loss scale its gradients carried (1 unless fp16 scales)
-    int nonfinite;    // a loss term or gradient held Inf/NaN on some rank: not applied
-    int counted;      // nonfinite and counted in st.nonfinite (not an fp16 scale adaptation)
-    int applied;      // the optimizer update ran
+    float loss_scale; // the loss scale its gradients carried as the host knows it (1 unless
+                      // fp16 scales; fp16 reads it each step, trainer_step above)
     int stop_signal;  // SIGTERM/SIGUSR1 arrived on some rank (mrcnn_signals_pending)
     double data_s;    // seconds forward_backward waited for data, mean over ranks
-    char what[256];   // when nonfinite: which loss term or gradient, for messages
+    /* Whether the step was applied or skipped is decided on the device: it is known
+     * at the next mrcnn_trainer_take_losses (mrcnn_loss_window). */
 } mrcnn_step_result;
 
 /* The loss terms of the steps since the last mrcnn_trainer_take_losses (or init). */
@@ -183,7 +192,12 @@ typedef struct mrcnn_loss_window {
     double mean_total;                 // sum of the means
     double last[MRCNN_MAX_LOSS_TERMS]; // the newest step's terms, finite or not (NAN: none)
     double last_total;                 // sum of those (NAN: no step in the window)
-    double data_s;                     // data wait summed over the steps
+    double data_s;                     // data wait summed over the steps (mean over ranks)
+    /* Skipped steps (Inf/NaN in a loss term or gradient on some rank): */
+    int64_t counted;      // counted toward SOLVER.MAX_NONFINITE (now st.nonfinite in total)
+    int64_t adapted;      // the fp16 loss scale halving (scale > 1 then)
+    int64_t last_skipped; // the newest skipped step's index (-1: none)
+    char what[256];       // what held Inf/NaN there, for messages ("" when none)
 } mrcnn_loss_window;
 
 /* Loss scaler (SOLVER.PRECISION fp16), LR schedule, SGD state, gradient buckets of
@@ -194,9 +208,16 @@ void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *d
 void mrcnn_trainer_free(mrcnn_trainer *t);
 /* One optimizer step (above). Collective: every rank calls it for every step. */
 void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r);
-/* Fills w with the window and starts a new one. Every rank calls it at the same
- * steps: a version that keeps the terms on the device all-reduces them here. */
+/* Fills w with the window and starts a new one: the one read of the device control
+ * vector per log period (the terms were averaged over the ranks on the device, step by
+ * step). Logs the window's skipped steps
+ * (a line naming the term or gradient and the step when there is one; a count and the
+ * newest otherwise) and updates st (non-finite count, loss scaler). Every rank calls
+ * it at the same steps. */
 void mrcnn_trainer_take_losses(mrcnn_trainer *t, mrcnn_loss_window *w);
+/* Reads the device control vector into st (non-finite count, loss scaler) without
+ * touching the window: before a checkpoint. One read. */
+void mrcnn_trainer_sync_state(mrcnn_trainer *t);
 
 typedef struct mrcnn_trainer_opts {
     int resume;          // --resume: continue from the newest checkpoint in OUTPUT_DIR

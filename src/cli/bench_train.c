@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "bench_train.h"
 #include "mrcnn/backend.h"
@@ -28,9 +27,6 @@
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/trainer.h"
-#ifdef MRCNN_HAVE_CUDA_HEADERS
-#include "mrcnn/cuda_ops.h"
-#endif
 
 #define BT_BATCHES 3 // distinct batches, cycled (as torchvision_bench.py)
 
@@ -105,7 +101,7 @@ static void batch_make(bt_batch *b, const mrcnn_config *cfg, int n, int h, int w
 }
 
 static void batch_free(bt_batch *b, const mrcnn_backend *be) {
-    if (b->dev_images.data) be->free(be, b->dev_images.data);
+    if (b->dev_images.data) be->mem.free(be, b->dev_images.data);
     free(b->images);
     free(b->boxes);
     free(b->labels);
@@ -120,20 +116,19 @@ typedef struct {
     mrcnn_buckets *bk;
     const mrcnn_backend *be;
     double *ready_t; // (n params) or NULL
-    int device;
     double mem_mb;   // device memory in use at the first report (activations all held)
     int reported;
 } bt_ready;
 
 static void on_ready(int i, void *ctx) {
     bt_ready *r = ctx;
-    if (!r->reported++ && r->device >= 0) {
-        double mb = mrcnn_cuda_memory_used_mb(r->device);
+    if (!r->reported++ && r->be->device == MRCNN_DEVICE_GPU) {
+        double mb = r->be->info.memory_used_mb(r->be);
         if (mb > r->mem_mb) r->mem_mb = mb;
     }
     mrcnn_buckets_mark_ready(r->bk, i);
     if (r->ready_t) {
-        r->be->sync(r->be);
+        r->be->mem.sync(r->be);
         r->ready_t[i] = mrcnn_time_now();
     }
 }
@@ -153,11 +148,12 @@ typedef struct {
 
 /* The trainable's forward_backward: the step's one micro-batch is batch s->batch
  * (cycled); no data wait. */
-static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
-                                  mrcnn_buckets *bk) {
+static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                                  float acc_mult, mrcnn_buckets *bk) {
     bt_state *s = ctx;
     const bt_batch *b = &s->batches[s->batch % BT_BATCHES];
     s->m.loss_mult = loss_mult;
+    s->m.loss_scale = loss_scale;
     s->m.grad_ready = bk ? on_ready : NULL;
     s->ready.bk = bk;
     s->ready.reported = 0;
@@ -165,7 +161,7 @@ static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss
     mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
     mrcnn_step st;
     mrcnn_model_train_step(&s->m, &s->ws, &batch, true, &st);
-    mrcnn_losses_to_array(&st.losses, losses);
+    s->m.be->step.axpy(s->m.be, acc_mult, &st.loss_dev, loss_acc); // the terms stay on the device
     mrcnn_step_free(&st);
     return 0;
 }
@@ -177,11 +173,11 @@ static double train_step(bt_state *s, int i) {
     s->batch = i;
     mrcnn_step_result r;
     mrcnn_trainer_step(&s->tr, &r);
-    s->skipped += !r.applied;
     /* read every step: the bench reports the first step's loss and the last one's */
     mrcnn_loss_window w;
     mrcnn_trainer_take_losses(&s->tr, &w);
-    s->m.be->sync(s->m.be);
+    s->skipped += (int)(w.steps - w.finite_steps);
+    s->m.be->mem.sync(s->m.be);
     return w.last_total;
 }
 
@@ -194,13 +190,7 @@ static void forward_only(bt_state *s, const bt_batch *b) {
     mrcnn_step st;
     mrcnn_model_train_step(&s->m, &s->ws, &batch, false, &st);
     mrcnn_step_free(&st);
-    s->m.be->sync(s->m.be);
-}
-
-static double max_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss / 1024.0; // kB on Linux
+    s->m.be->mem.sync(s->m.be);
 }
 
 static int parse_size(const char *s, int *h, int *w) {
@@ -321,16 +311,13 @@ int bench_train_main(int argc, char **argv) {
         }
     snprintf(cfg.model_device, sizeof cfg.model_device, "%s", device);
 
-    mrcnn_backend *be = NULL;
-    if (cuda) {
-        const char *why = NULL;
-        be = mrcnn_backend_cuda_create(gpu, &why);
-        if (!be) {
-            fprintf(stderr, "mrcnn bench train: --device cuda but %s\n", why ? why : "no GPU");
-            return 1;
-        }
-    } else {
-        be = mrcnn_backend_cpu_create();
+    const char *why = NULL;
+    /* no fallback: a missing GPU is an error, not a CPU measurement */
+    const mrcnn_backend_open_opts bo = {.device = mrcnn_backend_device_parse(device), .gpu = gpu};
+    mrcnn_backend *be = mrcnn_backend_open(&bo, &why);
+    if (!be) {
+        fprintf(stderr, "mrcnn bench train: --device cuda but %s\n", why);
+        return 1;
     }
     const char *mode = mrcnn_precision_apply(be, precision);
 
@@ -347,12 +334,13 @@ int bench_train_main(int argc, char **argv) {
     s->step_cfg.solver_weight_decay = 1e-4f;
     s->step_cfg.solver_ims_per_batch = N;
     snprintf(s->step_cfg.solver_precision, sizeof s->step_cfg.solver_precision, "%s", mode);
-    s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1, .device = cuda ? gpu : -1};
+    s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1,
+                          .device = be->device == MRCNN_DEVICE_GPU ? gpu : -1};
     s->tm = (mrcnn_trainable){.ctx = s, .params = &s->m.params.values, .grads = &s->m.params.grads,
                               .trainable = s->m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
                               .scales_loss = 1, .forward_backward = bt_forward_backward};
     mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->tm, MRCNN_BUCKET_BYTES_DEFAULT);
-    s->ready = (bt_ready){.be = be, .device = cuda ? gpu : -1};
+    s->ready = (bt_ready){.be = be};
     s->m.grad_ready_ctx = &s->ready;
 
     double t_data = mrcnn_time_now();
@@ -361,10 +349,10 @@ int bench_train_main(int argc, char **argv) {
     for (int k = 0; k < BT_BATCHES; k++) {
         batch_make(&batches[k], &cfg, N, H, W, K, s->m.num_classes, (uint64_t)seed, k);
         batches[k].dev_images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 4, (int64_t[]){N, H, W, 3});
-        batches[k].dev_images.data = be->alloc(be, mrcnn_tensor_nbytes(&batches[k].dev_images), "bench images");
-        be->write(be, &batches[k].dev_images, batches[k].images);
+        batches[k].dev_images.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&batches[k].dev_images), "bench images");
+        be->mem.write(be, &batches[k].dev_images, batches[k].images);
     }
-    be->sync(be);
+    be->mem.sync(be);
     fprintf(stderr, "bench train: %s %s, %d x %dx%d, %d objects, %lld parameters (%lld trainable), data %.1f s\n",
             be->name, mode, N, H, W, K, (long long)mrcnn_params_numel(&s->m.params, false),
             (long long)mrcnn_params_numel(&s->m.params, true), mrcnn_time_now() - t_data);
@@ -427,14 +415,13 @@ int bench_train_main(int argc, char **argv) {
     // state: what torchvision's max_memory_allocated counts) when the backend pools;
     // else device memory in use at the start of backward (with the CUDA context and
     // cuDNN workspace); on the CPU the process's max RSS
-    double peak_mb = cuda ? dev_mb : max_rss_mb();
-    const char *peak_what = cuda ? "device memory in use" : "max RSS";
-#ifdef MRCNN_HAVE_CUDA_HEADERS
-    if (cuda && mrcnn_backend_cuda_pool_peak_mb(be, 0) > 0) {
-        peak_mb = mrcnn_backend_cuda_pool_peak_mb(be, 0);
-        peak_what = "allocator high-water";
+    const int on_gpu = be->device == MRCNN_DEVICE_GPU;
+    double peak_mb = be->info.peak_mb(be, 0);
+    const char *peak_what = on_gpu ? "allocator high-water" : "max RSS";
+    if (peak_mb <= 0) {
+        peak_mb = dev_mb;
+        peak_what = "device memory in use";
     }
-#endif
     if (!isfinite(loss_last) || !isfinite(loss_first)) finite = 0;
     printf("mrcnn train %-5s bs=%d %dx%d: %.1f ms/iter, %.1f img/s, peak %.2f GiB (%s), activations %.2f GiB, "
            "weights+grads+momentum %.2f GiB, loss first %.3f last %.3f\n",

@@ -17,7 +17,7 @@
 #include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"
 #include "eval_shards.h"
-#include "train_feed.h"
+#include "mrcnn/train_feed.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -69,7 +69,7 @@ typedef struct {
     mrcnn_backend *be;
     mrcnn_model model;
     mrcnn_ws ws;
-    train_feed *feed;
+    mrcnn_train_feed *feed;
     int per_rank;
     int64_t epoch0, step0; // loader cursor to start from
     mrcnn_image_gt *gt;
@@ -81,29 +81,30 @@ typedef struct {
     mrcnn_coco_gt eval_gt;         // rank 0
 } binding;
 
-/* Batch-wide loss normalizers: the sum over ranks divided by the rank count, so
- * each rank's loss is (its share) / (global count / ranks) and the average of the
- * ranks' gradients is the gradient of the whole batch's loss. */
-static void norm_sum(double *v, int n, void *ctx) {
+/* Batch-wide loss normalizers: the model's counts (a small device tensor), the sum over
+ * ranks divided by the rank count, so each rank's loss is (its share) / (global count /
+ * ranks) and the average of the ranks' gradients (the buckets average) is the gradient
+ * of the whole batch's loss. In place on the device (MPI on the CPU backend's memory,
+ * NCCL's average on the GPU): no count travels through the host (issue 12). */
+static void count_sum(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx) {
     binding *b = ctx;
-    if (b->dist->world_size == 1) return;
-    mrcnn_dist_allreduce_sum_f64(b->dist, v, n, "loss normalizer all-reduce");
-    for (int i = 0; i < n; i++) v[i] /= b->dist->world_size;
+    mrcnn_dist_allreduce_tensor(b->dist, be, counts, 1, "loss normalizer all-reduce");
 }
 
 /* The model reports each parameter's gradient final during backward: its bucket
  * can start its all-reduce while backward goes on. */
 static void on_grad_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
 
-static double forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
-                               mrcnn_buckets *bk) {
+static double forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                               float acc_mult, mrcnn_buckets *bk) {
     binding *b = ctx;
     b->model.loss_mult = loss_mult;
+    b->model.loss_scale = loss_scale;
     b->model.grad_ready = bk ? on_grad_ready : NULL;
     b->model.grad_ready_ctx = bk;
-    if (!b->feed) b->feed = train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
+    if (!b->feed) b->feed = mrcnn_train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
     double wait_s = 0;
-    const train_feed_batch *fb = train_feed_next(b->feed, &wait_s);
+    const mrcnn_train_feed_batch *fb = mrcnn_train_feed_next(b->feed, &wait_s);
     if (fb->n > b->gt_cap) {
         b->gt_cap = fb->n;
         b->gt = MRCNN_REALLOC(b->gt, sizeof *b->gt * fb->n, "ground truth per image");
@@ -115,10 +116,10 @@ static double forward_backward(void *ctx, int64_t step, int micro, float loss_mu
     mrcnn_batch batch = {.image_hw = fb->image_hw, .gt = b->gt, .image_index = fb->image_index,
                          .epoch = (uint32_t)fb->epoch};
     batch.images = mrcnn_ws_tensor(&b->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){fb->n, fb->height, fb->width, 3});
-    b->be->write(b->be, &batch.images, fb->images);
+    b->be->mem.write(b->be, &batch.images, fb->images);
     mrcnn_step st;
     mrcnn_model_train_step(&b->model, &b->ws, &batch, true, &st);
-    mrcnn_losses_to_array(&st.losses, losses);
+    b->be->step.axpy(b->be, acc_mult, &st.loss_dev, loss_acc); // the terms stay on the device
     mrcnn_step_free(&st);
     return wait_s;
 }
@@ -175,7 +176,7 @@ static void eval_free(binding *b) {
 
 static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
     binding *b = ctx;
-    if (b->feed) train_feed_cursor(b->feed, epoch, step);
+    if (b->feed) mrcnn_train_feed_cursor(b->feed, epoch, step);
     else {
         *epoch = b->epoch0;
         *step = b->step0;
@@ -254,12 +255,10 @@ int mrcnn_cmd_train(int argc, char **argv) {
                         "to evaluate on (or TEST.EVAL_PERIOD=0)\n", cfg.test_eval_period);
         return 2;
     }
-    int want_gpu = !strcmp(cfg.model_device, "cuda");
-    MRCNN_CHECK(want_gpu || !strcmp(cfg.model_device, "cpu"), "MODEL.DEVICE '%s' is unknown (cpu or cuda)",
-                cfg.model_device);
+    const mrcnn_device want = mrcnn_backend_device_parse(cfg.model_device);
     mrcnn_dist dist;
-    mrcnn_dist_init(&dist, &argc, &argv, MRCNN_DATA_MPI_THREAD_LEVEL, want_gpu ? mrcnn_cuda_device_count() : 0,
-                    comm_timeout);
+    mrcnn_dist_init(&dist, &argc, &argv, MRCNN_DATA_MPI_THREAD_LEVEL,
+                    want == MRCNN_DEVICE_GPU ? mrcnn_backend_cuda_device_count() : 0, comm_timeout);
     double f = mrcnn_config_scale_workers(&cfg, dist.world_size);
     if (f != 1.0)
         mrcnn_info("SOLVER.REFERENCE_WORLD_SIZE: scaled by %g for %d ranks: IMS_PER_BATCH %d, BASE_LR %g, MAX_ITER %d",
@@ -269,22 +268,15 @@ int mrcnn_cmd_train(int argc, char **argv) {
      * model is built, so a bad one fails in seconds, not at the first checkpoint. */
     if (dist.rank == 0) mrcnn_output_dir_claim(cfg.output_dir);
 
-    mrcnn_backend *be = NULL;
-    if (want_gpu) {
-        const char *why = "no GPU visible";
-        if (dist.device >= 0) be = mrcnn_backend_cuda_create(dist.device, &why);
-        if (be) {
-            char uuid[160];
-            fprintf(stderr, "[rank %d] GPU %d: %s\n", dist.rank, dist.device,
-                    mrcnn_cuda_device_uuid(dist.device, uuid, sizeof uuid));
-            const char *nccl_why = NULL;
-            if (dist.world_size > 1 && !mrcnn_dist_nccl_init(&dist, &nccl_why))
-                mrcnn_warn("NCCL unavailable (%s): gradients go through MPI via host memory", nccl_why);
-        } else {
-            mrcnn_warn("MODEL.DEVICE=cuda but %s: training on the CPU", why);
-        }
+    const mrcnn_backend_open_opts bo = {.device = want, .gpu = dist.device, .fallback = "training on the CPU"};
+    mrcnn_backend *be = mrcnn_backend_open(&bo, NULL);
+    if (be->device == MRCNN_DEVICE_GPU) {
+        char name[160];
+        fprintf(stderr, "[rank %d] GPU %d: %s\n", dist.rank, dist.device, be->info.device_name(be, name, sizeof name));
+        const char *nccl_why = NULL;
+        if (dist.world_size > 1 && !mrcnn_dist_nccl_init(&dist, &nccl_why))
+            mrcnn_warn("NCCL unavailable (%s): gradients go through MPI via host memory", nccl_why);
     }
-    if (!be) be = mrcnn_backend_cpu_create();
     /* auto resolves here (bf16 on a recent GPU, else fp32); the trainer sees the mode. */
     char mode[sizeof cfg.solver_precision];
     snprintf(mode, sizeof mode, "%s", mrcnn_precision_apply(be, cfg.solver_precision));
@@ -296,14 +288,16 @@ int mrcnn_cmd_train(int argc, char **argv) {
     g_fail_per_rank = b.per_rank;
     mrcnn_set_fail_hint(train_fail_hint);
     mrcnn_model_init(&b.model, &cfg, be);
+    /* MODEL.WEIGHTS may hold part of the model (an ImageNet backbone imported with
+     * data_prep/weights.py): the rest keeps its initialization (SEED). The load logs
+     * which tensors were loaded, which initialized and which in the file went unused. */
+    mrcnn_model_init_random(&b.model, (uint64_t)cfg.seed);
     if (cfg.model_weights[0]) {
-        mrcnn_checkpoint_load_model(&b.model, cfg.model_weights);
+        mrcnn_checkpoint_load_model_partial(&b.model, cfg.model_weights);
         mrcnn_info("initial weights: %s", cfg.model_weights);
-    } else {
-        mrcnn_model_init_random(&b.model, (uint64_t)cfg.seed);
     }
-    b.model.norm_sum = norm_sum;
-    b.model.norm_ctx = &b;
+    b.model.count_sum = count_sum;
+    b.model.count_ctx = &b;
     mrcnn_ws_init(&b.ws, be);
     mrcnn_checkpoint_set_lock(mrcnn_hdf5_lock, mrcnn_hdf5_unlock);
 
@@ -321,7 +315,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
                    cfg.output_dir, cfg.output_dir, rc == 0 ? ", loss.png" : "");
-    train_feed_destroy(b.feed);
+    mrcnn_train_feed_destroy(b.feed);
     eval_free(&b);
     free(b.gt);
     mrcnn_ws_free(&b.ws);

@@ -183,7 +183,7 @@ int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
 
     int want_gpu = !strcmp(cfg.model_device, "cuda");
     mrcnn_dist dist;
-    mrcnn_dist_init(&dist, &argc, &argv, mrcnn_infer_thread_level(), want_gpu ? mrcnn_cuda_device_count() : 0, 0);
+    mrcnn_dist_init(&dist, &argc, &argv, mrcnn_infer_thread_level(), want_gpu ? mrcnn_backend_cuda_device_count() : 0, 0);
     double t0 = mrcnn_time_now();
     if (dist.rank == 0)
         MRCNN_CHECK(mrcnn_mkdir_p(out_dir), "cannot create the output folder '%s': %s", out_dir, strerror(errno));

@@ -4,9 +4,13 @@
  * behaviour can be studied without a GPU; parameters, optimizer state and loss
  * scalars stay fp32 as on the GPU path. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "mrcnn/step_ctl.h"
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
@@ -320,21 +324,44 @@ static const float *same_numel(const mrcnn_tensor *t, const char *what, const mr
     return p;
 }
 
+/* The normalizer's count is in host memory here: reading it is no round trip. */
+static float cpu_norm(const mrcnn_loss_norm *n, const char *op) {
+    MRCNN_CHECK(n != NULL && n->scale > 0, "%s: the loss normalizer needs a positive scale", op);
+    const float *c = NULL;
+    if (n->count) {
+        c = f32(n->count, op);
+        MRCNN_CHECK(mrcnn_tensor_numel(n->count) == 1, "%s: the normalizer count must hold 1 element, has %lld", op,
+                    (long long)mrcnn_tensor_numel(n->count));
+    }
+    return mrcnn_loss_norm_host(n, c);
+}
+
+/* grad_mult times the device-held gradient scale (host memory here). */
+static float cpu_grad_mult(const mrcnn_loss_norm *n, const char *op) {
+    if (!n->grad_scale) return n->grad_mult;
+    const float *g = f32(n->grad_scale, op);
+    MRCNN_CHECK(mrcnn_tensor_numel(n->grad_scale) == 1, "%s: the gradient scale must hold 1 element, has %lld", op,
+                (long long)mrcnn_tensor_numel(n->grad_scale));
+    return n->grad_mult * g[0];
+}
+
 static void cpu_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t, const mrcnn_tensor *weight,
-                           float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+                           const mrcnn_loss_norm *ln, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    float norm = cpu_norm(ln, "bce_logits");
     const float *px = f32(x, "bce_logits x");
     int64_t n = mrcnn_tensor_numel(x);
     const float *pt = same_numel(t, "bce_logits targets", x), *pw = same_numel(weight, "bce_logits weight", x);
     MRCNN_CHECK(pt != NULL, "bce_logits: NULL targets");
     if (loss) write_loss(loss, mrcnn_bce_logits_forward(n, px, pt, pw, norm), "bce_logits loss");
     if (dx) {
-        mrcnn_bce_logits_backward(n, px, pt, pw, norm, 1.0f, f32_like(dx, "bce_logits dx", x));
+        mrcnn_bce_logits_backward(n, px, pt, pw, norm, cpu_grad_mult(ln, "bce_logits"), f32_like(dx, "bce_logits dx", x));
         round_out(be, dx);
     }
 }
 
-static void cpu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels, float norm,
-                           mrcnn_tensor *loss, mrcnn_tensor *dx) {
+static void cpu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                           const mrcnn_loss_norm *ln, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    float norm = cpu_norm(ln, "softmax_ce");
     int64_t xs[2] = {-1, -1};
     const float *px = f32_shape(x, "softmax_ce x", 2, xs);
     MRCNN_CHECK(labels != NULL && labels->device == MRCNN_DEVICE_CPU, "softmax_ce: labels must be a host tensor");
@@ -344,20 +371,21 @@ static void cpu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const
     int n = to_int(x->shape[0], "softmax_ce rows"), c = to_int(x->shape[1], "softmax_ce classes");
     if (loss) write_loss(loss, mrcnn_softmax_ce_forward(n, c, px, labels->data, norm), "softmax_ce loss");
     if (dx) {
-        mrcnn_softmax_ce_backward(n, c, px, labels->data, norm, 1.0f, f32_like(dx, "softmax_ce dx", x));
+        mrcnn_softmax_ce_backward(n, c, px, labels->data, norm, cpu_grad_mult(ln, "softmax_ce"), f32_like(dx, "softmax_ce dx", x));
         round_out(be, dx);
     }
 }
 
 static void cpu_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t, const mrcnn_tensor *weight,
-                          float beta, float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+                          float beta, const mrcnn_loss_norm *ln, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    float norm = cpu_norm(ln, "smooth_l1");
     const float *px = f32(x, "smooth_l1 x");
     int64_t n = mrcnn_tensor_numel(x);
     const float *pt = same_numel(t, "smooth_l1 targets", x), *pw = same_numel(weight, "smooth_l1 weight", x);
     MRCNN_CHECK(pt != NULL, "smooth_l1: NULL targets");
     if (loss) write_loss(loss, mrcnn_smooth_l1_forward(n, px, pt, pw, beta, norm), "smooth_l1 loss");
     if (dx) {
-        mrcnn_smooth_l1_backward(n, px, pt, pw, beta, norm, 1.0f, f32_like(dx, "smooth_l1 dx", x));
+        mrcnn_smooth_l1_backward(n, px, pt, pw, beta, norm, cpu_grad_mult(ln, "smooth_l1"), f32_like(dx, "smooth_l1 dx", x));
         round_out(be, dx);
     }
 }
@@ -393,38 +421,87 @@ static int cpu_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     return bad;
 }
 
+/* Streams and graphs (backend.h): every CPU op has finished when it returns, so an
+ * event orders nothing and there is no graph to record; the region runs directly. */
+static char cpu_event_dummy;
+static void *cpu_event_create(const mrcnn_backend *be) { return &cpu_event_dummy; }
+static void cpu_event_nop(const mrcnn_backend *be, void *ev) {}
+static int cpu_graph_begin(const mrcnn_backend *be) { return 0; }
+static void *cpu_graph_end(const mrcnn_backend *be) { return NULL; }
+static void cpu_graph_nop(const mrcnn_backend *be, void *graph) {}
+
+/* ---- device options and statistics: the host's memory is the process's ---- */
+
+static void cpu_set_tf32(mrcnn_backend *be, int on) {} // no tensor cores: tf32 runs as fp32
+
+static int cpu_compute_capability(const mrcnn_backend *be) { return 0; }
+
+static const char *cpu_device_name(const mrcnn_backend *be, char *buf, size_t len) {
+    snprintf(buf, len, "cpu");
+    return buf;
+}
+
+/* Resident set now (/proc/self/statm's second field, in pages); 0 when unreadable. */
+static double cpu_memory_used_mb(const mrcnn_backend *be) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    int ok = f && fscanf(f, "%ld %ld", &pages, &resident) == 2;
+    if (f) fclose(f);
+    return ok ? (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0) : 0;
+}
+
+static double cpu_peak_mb(const mrcnn_backend *be, int reset) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0; // kB on Linux
+}
+
 mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     mrcnn_backend *be = MRCNN_CALLOC(1, sizeof *be, "cpu backend");
     be->name = "cpu";
     be->device = MRCNN_DEVICE_CPU;
     be->storage = MRCNN_DTYPE_F32;
-    be->alloc = cpu_alloc;
-    be->free = cpu_free;
-    be->zero = cpu_zero;
-    be->write = cpu_write;
-    be->read = cpu_read;
-    be->sync = cpu_sync;
+    be->mem.alloc = cpu_alloc;
+    be->mem.free = cpu_free;
+    be->mem.zero = cpu_zero;
+    be->mem.write = cpu_write;
+    be->mem.read = cpu_read;
+    be->mem.sync = cpu_sync;
     be->set_precision = cpu_set_precision;
-    be->cast = cpu_cast;
+    be->nn.cast = cpu_cast;
     be->destroy = cpu_destroy;
-    be->conv2d_forward = cpu_conv2d_forward;
-    be->conv2d_backward = cpu_conv2d_backward;
-    be->deconv2x2_forward = cpu_deconv2x2_forward;
-    be->deconv2x2_backward = cpu_deconv2x2_backward;
-    be->relu_forward = cpu_relu_forward;
-    be->relu_backward = cpu_relu_backward;
-    be->add_forward = cpu_add_forward;
-    be->add_backward = cpu_add_backward;
-    be->maxpool2d_forward = cpu_maxpool2d_forward;
-    be->maxpool2d_backward = cpu_maxpool2d_backward;
-    be->upsample_add_forward = cpu_upsample_add_forward;
-    be->upsample_add_backward = cpu_upsample_add_backward;
-    be->linear_forward = cpu_linear_forward;
-    be->linear_backward = cpu_linear_backward;
-    be->bce_logits = cpu_bce_logits;
-    be->softmax_ce = cpu_softmax_ce;
-    be->smooth_l1 = cpu_smooth_l1;
-    be->sgd_update = cpu_sgd_update;
-    be->nonfinite = cpu_nonfinite;
+    be->nn.conv2d_forward = cpu_conv2d_forward;
+    be->nn.conv2d_backward = cpu_conv2d_backward;
+    be->nn.deconv2x2_forward = cpu_deconv2x2_forward;
+    be->nn.deconv2x2_backward = cpu_deconv2x2_backward;
+    be->nn.relu_forward = cpu_relu_forward;
+    be->nn.relu_backward = cpu_relu_backward;
+    be->nn.add_forward = cpu_add_forward;
+    be->nn.add_backward = cpu_add_backward;
+    be->nn.maxpool2d_forward = cpu_maxpool2d_forward;
+    be->nn.maxpool2d_backward = cpu_maxpool2d_backward;
+    be->nn.upsample_add_forward = cpu_upsample_add_forward;
+    be->nn.upsample_add_backward = cpu_upsample_add_backward;
+    be->nn.linear_forward = cpu_linear_forward;
+    be->nn.linear_backward = cpu_linear_backward;
+    be->loss.bce_logits = cpu_bce_logits;
+    be->loss.softmax_ce = cpu_softmax_ce;
+    be->loss.smooth_l1 = cpu_smooth_l1;
+    be->opt.sgd_update = cpu_sgd_update;
+    be->opt.nonfinite = cpu_nonfinite;
+    be->stream.event_create = cpu_event_create;
+    be->stream.event_destroy = cpu_event_nop;
+    be->stream.event_record = cpu_event_nop;
+    be->stream.event_wait = cpu_event_nop;
+    be->stream.graph_begin = cpu_graph_begin;
+    be->stream.graph_end = cpu_graph_end;
+    be->stream.graph_launch = cpu_graph_nop;
+    be->stream.graph_destroy = cpu_graph_nop;
+    be->info.set_tf32 = cpu_set_tf32;
+    be->info.compute_capability = cpu_compute_capability;
+    be->info.device_name = cpu_device_name;
+    be->info.memory_used_mb = cpu_memory_used_mb;
+    be->info.peak_mb = cpu_peak_mb;
+    mrcnn_backend_cpu_fill_step(be); // the training step's bookkeeping (backend_cpu_step.c)
     return be;
 }

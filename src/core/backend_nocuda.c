@@ -1,4 +1,5 @@
-/* Linked only into GPU=0 builds, in place of src/cuda/: the CUDA backend is absent. */
+/* Linked only into GPU=0 builds, in place of src/cuda/: the CUDA backend is absent
+ * (src/cuda/backend_cuda_open.c in GPU=1 builds). */
 #include "mrcnn/backend.h"
 
 #include <stddef.h>
@@ -8,19 +9,29 @@ mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why) {
     return NULL;
 }
 
-/* NCCL and device queries (src/cuda/nccl_comm.c in GPU=1 builds). */
+int mrcnn_backend_cuda_device_count(void) { return 0; }
+
+/* NCCL (src/cuda/nccl_comm.c in GPU=1 builds). */
 #include "mrcnn/check.h"
 #include "mrcnn/dist.h"
-
-#include <stdio.h>
 
 mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why) {
     if (why) *why = "built without NCCL (GPU=0)";
     return NULL;
 }
 
-void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *compute_stream) {
+void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *ready_event, int bucket) {
     MRCNN_CHECK(0, "NCCL all-reduce requested, but this build has no NCCL (built with GPU=0)");
+}
+
+void mrcnn_nccl_allreduce(mrcnn_nccl *n, float *dev_buf, size_t count, int mean, void *ready_event,
+                          const char *what) {
+    MRCNN_CHECK(0, "NCCL all-reduce (%s) requested, but this build has no NCCL (built with GPU=0)", what);
+}
+
+void *mrcnn_nccl_done_event(mrcnn_nccl *n) {
+    MRCNN_CHECK(0, "NCCL event requested, but this build has no NCCL (built with GPU=0)");
+    return NULL;
 }
 
 void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s) {
@@ -29,11 +40,3 @@ void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s) {
 
 void mrcnn_nccl_destroy(mrcnn_nccl *n) {}
 
-int mrcnn_cuda_device_count(void) { return 0; }
-
-double mrcnn_cuda_memory_used_mb(int device) { return 0; }
-
-const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len) {
-    snprintf(buf, len, "none (built without CUDA)");
-    return buf;
-}

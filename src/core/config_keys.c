@@ -78,6 +78,7 @@ const mrcnn_config_key mrcnn_config_keys[] = {
     {"SOLVER.CLIP_GRADIENTS.CLIP_VALUE", CFG_FLOAT, F(solver_clip_value), 0, "1.0"},
     {"SOLVER.PRECISION", CFG_STR, F(solver_precision), S(solver_precision), "auto"},
     {"SOLVER.MAX_NONFINITE", CFG_INT, F(solver_max_nonfinite), 0, "10"},
+    {"SOLVER.CUDA_GRAPH", CFG_STR, F(solver_cuda_graph), S(solver_cuda_graph), "auto"},
     {"SOLVER.LOSS_SCALE.INIT", CFG_FLOAT, F(solver_loss_scale_init), 0, "65536.0"},
     {"SOLVER.LOSS_SCALE.GROWTH_INTERVAL", CFG_INT, F(solver_loss_scale_growth_interval), 0, "2000"},
     {"TEST.EVAL_PERIOD", CFG_INT, F(test_eval_period), 0, "0"},

@@ -5,10 +5,6 @@
 
 #include "mrcnn/check.h"
 
-#ifdef MRCNN_HAVE_CUDA_HEADERS
-#include <cuda_runtime_api.h>
-#endif
-
 int mrcnn_precision_valid(const char *name) {
     static const char *const modes[] = {"", "auto", "fp32", "tf32", "fp16", "bf16"};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
@@ -16,32 +12,15 @@ int mrcnn_precision_valid(const char *name) {
     return 0;
 }
 
-int mrcnn_precision_device_cc(void) {
-#ifdef MRCNN_HAVE_CUDA_HEADERS
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return major * 10 + minor;
-#else
-    return 0;
-#endif
-}
-
 const char *mrcnn_precision_apply(mrcnn_backend *be, const char *name) {
     MRCNN_CHECK(mrcnn_precision_valid(name), "SOLVER.PRECISION '%s' is unknown (fp32, tf32, fp16, bf16 or auto)",
                 name ? name : "(null)");
-    const int gpu = be->device == MRCNN_DEVICE_GPU;
     const char *mode = name;
-    if (!strcmp(name, "") || !strcmp(name, "auto")) mode = gpu && mrcnn_precision_device_cc() >= 80 ? "bf16" : "fp32";
+    /* The CPU reports compute capability 0, so auto is fp32 there. */
+    if (!strcmp(name, "") || !strcmp(name, "auto")) mode = be->info.compute_capability(be) >= 80 ? "bf16" : "fp32";
     mrcnn_dtype storage = !strcmp(mode, "fp16") ? MRCNN_DTYPE_F16 : !strcmp(mode, "bf16") ? MRCNN_DTYPE_BF16
                                                                                            : MRCNN_DTYPE_F32;
     be->set_precision(be, storage);
-#ifdef MRCNN_HAVE_CUDA_HEADERS
-    if (gpu) mrcnn_backend_cuda_set_tf32(be, !strcmp(mode, "tf32"));
-#endif
+    be->info.set_tf32(be, !strcmp(mode, "tf32"));
     return mode;
 }

@@ -5,8 +5,17 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "detect_internal.h"
 
-#define CU_DEFAULT_WORKSPACE_MB 256
+/* cuDNN workspace cap: on an H200 the fastest algorithms of R50-FPN's large convs
+ * (8 x 800x1216) want hundreds of MB to a few GB, and 256 MB excluded them. The one
+ * workspace buffer grows only to what the chosen algorithms use, so the cap bounds the
+ * choice, not memory held: 1/32 of the device memory, clamped to [256 MB, 4 GB];
+ * MRCNN_CUDNN_WORKSPACE_MB overrides it. */
+#define CU_MIN_WORKSPACE_MB 256
+#define CU_MAX_WORKSPACE_MB 4096
+/* Largest pinned staging ring for be->mem.write; MRCNN_CUDA_PINNED_MB overrides (0: off). */
+#define CU_DEFAULT_PINNED_MB 512
 
 size_t cu_dtype_size(mrcnn_dtype dt) {
     switch (dt) {
@@ -55,6 +64,8 @@ void cu_check_numel(const mrcnn_tensor *t, int64_t n, const char *what) {
 
 static void *cu_grow(cu_state *s, void **buf, size_t *size, size_t bytes, const char *what) {
     if (bytes <= *size) return *buf;
+    MRCNN_CHECK(!s->capturing, "CUDA graph capture: %s must grow to %zu bytes inside a captured region; run the "
+                "region once uncaptured first so every buffer reaches its size", what, bytes);
     /* Grow by half again, so a slowly rising need reallocates a few times only. */
     size_t want = bytes + bytes / 2;
     if (*buf) {
@@ -100,8 +111,12 @@ extern "C" int mrcnn_cuda_sync_check(void) {
     return on;
 }
 
+/* Captures open on this thread (stream.graph_begin): a device synchronisation would
+ * invalidate them, so MRCNN_CUDA_SYNC_CHECK's per-launch check waits until the replay. */
+static thread_local int cu_captures_open = 0;
+
 extern "C" void mrcnn_cuda_check_launch(const char *what, const char *file, int line) {
-    const int sync = mrcnn_cuda_sync_check();
+    const int sync = mrcnn_cuda_sync_check() && cu_captures_open == 0;
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         mrcnn_failf("CUDA", "kernel launch", file, line, "CUDA kernel %s: launch failed: %s: %s%s", what ? what : "?",
@@ -119,7 +134,7 @@ extern "C" void mrcnn_cuda_check_launch(const char *what, const char *file, int 
 }
 
 extern "C" void mrcnn_cuda_debug_sync(const char *what, const char *file, int line) {
-    if (!mrcnn_cuda_sync_check()) return;
+    if (!mrcnn_cuda_sync_check() || cu_captures_open > 0) return;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess)
         mrcnn_failf("CUDA", "cudaDeviceSynchronize", file, line,
@@ -130,7 +145,7 @@ extern "C" void mrcnn_cuda_debug_sync(const char *what, const char *file, int li
 
 /* ---- memory --------------------------------------------------------------------- */
 
-/* be->alloc / be->free: stream-ordered from the device's default pool, which keeps
+/* be->mem.alloc / be->mem.free: stream-ordered from the device's default pool, which keeps
  * what it was given (release threshold: never), so after the first step the
  * activations reuse the memory that step reserved, like one arena sized by it, and a
  * free is no device-wide synchronization (cudaFree is). Everything the backend runs
@@ -157,8 +172,9 @@ static void cu_free(const mrcnn_backend *be, void *p) {
     else MRCNN_CHECK_CUDA(cudaFree(p));
 }
 
-extern "C" double mrcnn_backend_cuda_pool_peak_mb(const mrcnn_backend *be, int reset) {
-    MRCNN_CHECK(be && be->name && strcmp(be->name, "cuda") == 0, "pool_peak: not a CUDA backend");
+/* ---- device options and statistics (be->info) ------------------------------------ */
+
+static double cu_peak_mb(const mrcnn_backend *be, int reset) {
     cu_state *s = cu_st(be);
     if (!s->use_pool) return -1;
     uint64_t high = 0;
@@ -170,24 +186,153 @@ extern "C" double mrcnn_backend_cuda_pool_peak_mb(const mrcnn_backend *be, int r
     return (double)high / (1024.0 * 1024.0);
 }
 
+static void cu_set_tf32(mrcnn_backend *be, int on) { cu_st(be)->tf32 = on ? 1 : 0; }
+
+static int cu_compute_capability(const mrcnn_backend *be) {
+    int major = 0, minor = 0, dev = cu_st(be)->device;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor;
+}
+
+/* "GPU-<uuid> (<name>)", as nvidia-smi -L names it, so a log line finds the board. */
+static const char *cu_device_name(const mrcnn_backend *be, char *buf, size_t len) {
+    const int dev = cu_st(be)->device;
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(buf, len, "unknown (cudaGetDeviceProperties failed for device %d)", dev);
+        return buf;
+    }
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x (%s)", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15], p.name);
+    return buf;
+}
+
+/* cudaMemGetInfo answers for the current device: switch to ours and back. */
+static double cu_memory_used_mb(const mrcnn_backend *be) {
+    const int dev = cu_st(be)->device;
+    int prev = 0;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess || (prev != dev && cudaSetDevice(dev) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (prev != dev) cudaSetDevice(prev);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess ? (double)(total_b - free_b) / (1024.0 * 1024.0) : 0;
+}
+
 static void cu_zero(const mrcnn_backend *be, mrcnn_tensor *t) {
     cu_check_gpu(t, "zero");
     size_t bytes = (size_t)cu_numel(t) * cu_dtype_size(t->dtype);
     if (bytes) MRCNN_CHECK_CUDA(cudaMemsetAsync(t->data, 0, bytes, cu_st(be)->stream));
 }
 
-/* Asynchronous: from pinned memory the copy may still run after return, so the
- * caller keeps host_src unchanged until the next sync or read. */
+/* ---- pinned staging ring for be->mem.write ---------------------------------------------- */
+
+/* Retires the oldest upload still reading the ring; with wait, waits for it (a sync,
+ * counted), else returns 0 while it runs. */
+static int pinned_retire(cu_state *s, int wait) {
+    cudaEvent_t ev = s->pinned_pend[s->pinned_first].ev;
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady) {
+        if (!wait) return 0;
+        MRCNN_CHECK_CUDA(cudaEventSynchronize(ev));
+        mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0);
+    } else if (e != cudaSuccess) {
+        MRCNN_CHECK_CUDA(e);
+    }
+    s->pinned_first = (s->pinned_first + 1) % CU_PINNED_SLOTS;
+    s->pinned_count--;
+    return 1;
+}
+
+static void pinned_free(cu_state *s) {
+    while (s->pinned_count > 0) pinned_retire(s, 1);
+    if (s->pinned) cudaFreeHost(s->pinned);
+    s->pinned = NULL;
+    s->pinned_size = s->pinned_head = 0;
+}
+
+/* Copies host_src into the ring and queues the DMA from there: 1, or 0 when the write
+ * should go directly (too large, pinned memory unavailable). A region is reused only
+ * after the copies reading it finished; in steady state they did long ago (a step
+ * apart), so no wait happens. */
+static int pinned_write(cu_state *s, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || bytes > s->pinned_max / 2) return 0;
+    if (bytes > s->pinned_size) {
+        pinned_free(s);
+        size_t want = 2 * bytes > ((size_t)64 << 20) ? 2 * bytes : ((size_t)64 << 20);
+        if (want > s->pinned_max) want = s->pinned_max;
+        if (cudaMallocHost((void **)&s->pinned, want) != cudaSuccess) {
+            (void)cudaGetLastError();
+            s->pinned = NULL;
+            s->pinned_max = 0; // pinned memory refused (locked-memory limit): direct copies from now on
+            return 0;
+        }
+        s->pinned_size = want;
+        if (!s->pinned_pend[0].ev)
+            for (int i = 0; i < CU_PINNED_SLOTS; i++)
+                MRCNN_CHECK_CUDA(cudaEventCreateWithFlags(&s->pinned_pend[i].ev, cudaEventDisableTiming));
+    }
+    size_t lo = s->pinned_head + bytes <= s->pinned_size ? s->pinned_head : 0, hi = lo + bytes;
+    /* Wait through the newest pending copy that overlaps [lo, hi) (they retire in order),
+     * or for the oldest when every slot is taken; then drop the finished ones. */
+    int last = -1;
+    for (int k = 0; k < s->pinned_count; k++) {
+        const int i = (s->pinned_first + k) % CU_PINNED_SLOTS;
+        if (s->pinned_pend[i].lo < hi && lo < s->pinned_pend[i].hi) last = k;
+    }
+    if (last < 0 && s->pinned_count == CU_PINNED_SLOTS) last = 0;
+    for (int k = 0; k <= last; k++) pinned_retire(s, 1);
+    while (s->pinned_count > 0 && pinned_retire(s, 0)) {
+    }
+    memcpy(s->pinned + lo, src, bytes);
+    MRCNN_CHECK_CUDA(cudaMemcpyAsync(dst, s->pinned + lo, bytes, cudaMemcpyHostToDevice, s->stream));
+    const int slot = (s->pinned_first + s->pinned_count) % CU_PINNED_SLOTS;
+    s->pinned_pend[slot].lo = lo;
+    s->pinned_pend[slot].hi = hi;
+    MRCNN_CHECK_CUDA(cudaEventRecord(s->pinned_pend[slot].ev, s->stream));
+    s->pinned_count++;
+    s->pinned_head = hi;
+    return 1;
+}
+
+/* Pinned (page-locked or registered) host memory needs no staging: the DMA reads it
+ * directly. */
+static int host_is_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+/* Through the pinned ring (host_src is free again on return, and the host does not
+ * wait for the DMA, where a pageable copy waits for the stream's earlier work); from
+ * memory already pinned, or larger than half the ring's cap, directly, and then
+ * host_src must stay unchanged until the next sync or read. */
 static void cu_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src) {
+    cu_state *s = cu_st(be);
     cu_check_gpu(dst, "write");
+    MRCNN_CHECK(!s->capturing, "CUDA graph capture: be->mem.write inside a captured region (a replay would copy stale "
+                "host data); upload before graph_begin");
     size_t bytes = (size_t)cu_numel(dst) * cu_dtype_size(dst->dtype);
-    if (bytes)
-        MRCNN_CHECK_CUDA(cudaMemcpyAsync(dst->data, host_src, bytes, cudaMemcpyHostToDevice, cu_st(be)->stream));
+    if (bytes && !host_is_pinned(host_src) && !pinned_write(s, dst->data, host_src, bytes))
+        MRCNN_CHECK_CUDA(cudaMemcpyAsync(dst->data, host_src, bytes, cudaMemcpyHostToDevice, s->stream));
     mrcnn_backend_count(be, 0, 0, 0, 1, bytes);
 }
 
 static void cu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
     cu_check_gpu(src, "read");
+    MRCNN_CHECK(!cu_st(be)->capturing, "CUDA graph capture: be->mem.read inside a captured region (a host read)");
     size_t bytes = (size_t)cu_numel(src) * cu_dtype_size(src->dtype);
     if (bytes)
         MRCNN_CHECK_CUDA(cudaMemcpyAsync(host_dst, src->data, bytes, cudaMemcpyDeviceToHost, cu_st(be)->stream));
@@ -196,6 +341,7 @@ static void cu_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host
 }
 
 static void cu_sync(const mrcnn_backend *be) {
+    MRCNN_CHECK(!cu_st(be)->capturing, "CUDA graph capture: be->mem.sync inside a captured region");
     MRCNN_CHECK_CUDA(cudaStreamSynchronize(cu_st(be)->stream));
     mrcnn_backend_count(be, 0, 0, 1, 0, 0);
 }
@@ -213,12 +359,74 @@ static void cu_cast_op(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_ten
     cu_cast(cu_st(be), x->data, x->dtype, y->data, y->dtype, cu_numel(x));
 }
 
+/* ---- streams, events, graphs (backend.h be->stream) ----------------------------------- */
+
+static void *cu_event_create(const mrcnn_backend *be) {
+    cudaEvent_t ev;
+    MRCNN_CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return (void *)ev;
+}
+
+static void cu_event_destroy(const mrcnn_backend *be, void *ev) {
+    if (ev) MRCNN_CHECK_CUDA(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static void cu_event_record(const mrcnn_backend *be, void *ev) {
+    MRCNN_CHECK_CUDA(cudaEventRecord((cudaEvent_t)ev, cu_st(be)->stream));
+}
+
+static void cu_event_wait(const mrcnn_backend *be, void *ev) {
+    MRCNN_CHECK_CUDA(cudaStreamWaitEvent(cu_st(be)->stream, (cudaEvent_t)ev, 0));
+}
+
+/* Thread-local capture: the loader's threads may call CUDA (pinned buffers) meanwhile. */
+static int cu_graph_begin(const mrcnn_backend *be) {
+    cu_state *s = cu_st(be);
+    MRCNN_CHECK(!s->capturing, "graph_begin: a capture is already open");
+    MRCNN_CHECK_CUDA(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    s->capturing = 1;
+    cu_captures_open++;
+    return 1;
+}
+
+/* Allocations made inside the region (stream-ordered be->mem.alloc) become graph memory
+ * nodes; AutoFreeOnLaunch releases one left unfreed before the next replay. */
+static void *cu_graph_end(const mrcnn_backend *be) {
+    cu_state *s = cu_st(be);
+    MRCNN_CHECK(s->capturing, "graph_end without graph_begin");
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(s->stream, &g);
+    s->capturing = 0;
+    cu_captures_open--;
+    if (e != cudaSuccess)
+        mrcnn_failf("CUDA", "cudaStreamEndCapture", __FILE__, __LINE__,
+                    "CUDA graph capture failed: %s: %s (an op in the region synchronised, read to the host, or "
+                    "used another stream without an event)", cudaGetErrorName(e), cudaGetErrorString(e));
+    cudaGraphExec_t x = NULL;
+    MRCNN_CHECK_CUDA(cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+    MRCNN_CHECK_CUDA(cudaGraphDestroy(g));
+    return (void *)x;
+}
+
+static void cu_graph_launch(const mrcnn_backend *be, void *graph) {
+    MRCNN_CHECK(graph != NULL, "graph_launch: NULL graph");
+    MRCNN_CHECK_CUDA(cudaGraphLaunch((cudaGraphExec_t)graph, cu_st(be)->stream));
+    MRCNN_CUDA_DEBUG_SYNC("cudaGraphLaunch");
+}
+
+static void cu_graph_destroy(const mrcnn_backend *be, void *graph) {
+    if (graph) MRCNN_CHECK_CUDA(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 static void cu_destroy(mrcnn_backend *be) {
     if (!be) return;
     cu_state *s = cu_st(be);
     if (s) {
         cudaStreamSynchronize(s->stream);
         cu_conv_cache_free(s);
+        pinned_free(s);
+        for (int i = 0; i < CU_PINNED_SLOTS; i++)
+            if (s->pinned_pend[i].ev) cudaEventDestroy(s->pinned_pend[i].ev);
         for (int i = 0; i < CU_SCRATCH_COUNT; i++)
             if (s->scratch[i]) cudaFree(s->scratch[i]);
         if (s->workspace) cudaFree(s->workspace);
@@ -237,7 +445,9 @@ static int env_int(const char *name, int dflt) {
     return (v && *v) ? atoi(v) : dflt;
 }
 
-extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why) {
+/* The backend as built here; mrcnn_backend_cuda_create (backend_cuda_open.c, in the
+ * static library) adds the shared argument checks, which live in libmrcnn.a. */
+extern "C" mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why) {
     static char reason[256];
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -270,7 +480,12 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     s->tf32 = env_int("MRCNN_TF32", 0);
     s->fused_mode = env_int("MRCNN_CONV_FUSED", -1);
     s->algo_find = env_int("MRCNN_CUDNN_FIND", 1);
-    s->workspace_limit = (size_t)env_int("MRCNN_CUDNN_WORKSPACE_MB", CU_DEFAULT_WORKSPACE_MB) << 20;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) total_b = 0;
+    size_t ws_mb = (total_b >> 20) / 32;
+    ws_mb = ws_mb < CU_MIN_WORKSPACE_MB ? CU_MIN_WORKSPACE_MB : ws_mb > CU_MAX_WORKSPACE_MB ? CU_MAX_WORKSPACE_MB : ws_mb;
+    s->workspace_limit = (size_t)env_int("MRCNN_CUDNN_WORKSPACE_MB", (int)ws_mb) << 20;
+    s->pinned_max = (size_t)env_int("MRCNN_CUDA_PINNED_MB", CU_DEFAULT_PINNED_MB) << 20;
     int pools = 0;
     if (env_int("MRCNN_CUDA_POOL", 1) &&
         cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess && pools) {
@@ -287,15 +502,23 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     be->storage = MRCNN_DTYPE_F32;
     be->state = s;
     s->owner = be;
-    be->alloc = cu_alloc;
-    be->free = cu_free;
-    be->zero = cu_zero;
-    be->write = cu_write;
-    be->read = cu_read;
-    be->sync = cu_sync;
+    be->mem.alloc = cu_alloc;
+    be->mem.free = cu_free;
+    be->mem.zero = cu_zero;
+    be->mem.write = cu_write;
+    be->mem.read = cu_read;
+    be->mem.sync = cu_sync;
     be->set_precision = cu_set_precision;
-    be->cast = cu_cast_op;
+    be->nn.cast = cu_cast_op;
     be->destroy = cu_destroy;
+    be->stream.event_create = cu_event_create;
+    be->stream.event_destroy = cu_event_destroy;
+    be->stream.event_record = cu_event_record;
+    be->stream.event_wait = cu_event_wait;
+    be->stream.graph_begin = cu_graph_begin;
+    be->stream.graph_end = cu_graph_end;
+    be->stream.graph_launch = cu_graph_launch;
+    be->stream.graph_destroy = cu_graph_destroy;
     cu_fill_conv_ops(be);
     cu_fill_gemm_ops(be);
     cu_fill_elementwise_ops(be);
@@ -303,11 +526,12 @@ extern "C" mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why
     cu_fill_optim_ops(be);
     cu_fill_roi_ops(be);
     cu_fill_gather_ops(be);
+    cu_fill_detect_ops(be);
+    be->info.set_tf32 = cu_set_tf32;
+    be->info.compute_capability = cu_compute_capability;
+    be->info.device_name = cu_device_name;
+    be->info.memory_used_mb = cu_memory_used_mb;
+    be->info.peak_mb = cu_peak_mb;
     if (why) *why = NULL;
     return be;
-}
-
-extern "C" void mrcnn_backend_cuda_set_tf32(mrcnn_backend *be, int on) {
-    MRCNN_CHECK(be && be->name && strcmp(be->name, "cuda") == 0, "set_tf32: not a CUDA backend");
-    cu_st(be)->tf32 = on ? 1 : 0;
 }

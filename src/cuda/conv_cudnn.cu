@@ -471,6 +471,6 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
 }
 
 void cu_fill_conv_ops(mrcnn_backend *be) {
-    be->conv2d_forward = cu_conv2d_forward;
-    be->conv2d_backward = cu_conv2d_backward;
+    be->nn.conv2d_forward = cu_conv2d_forward;
+    be->nn.conv2d_backward = cu_conv2d_backward;
 }

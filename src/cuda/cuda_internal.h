@@ -24,6 +24,8 @@ enum {
 
 typedef struct cu_conv_algo cu_conv_algo; // conv_cudnn.cu
 
+#define CU_PINNED_SLOTS 64 // uploads in flight through the pinned staging ring
+
 typedef struct cu_state {
     int device;
     cudaStream_t stream;
@@ -39,11 +41,19 @@ typedef struct cu_state {
     size_t scratch_size[CU_SCRATCH_COUNT];
     int *flag_dev;     // (1) int for the Inf/NaN scan
     int *flag_host;    // pinned mirror of flag_dev
-    cudaMemPool_t pool; // the device's default pool when use_pool (stream-ordered be->alloc/free)
+    cudaMemPool_t pool; // the device's default pool when use_pool (stream-ordered be->mem.alloc/free)
     int use_pool;
     cu_conv_algo *algos; // open-addressing hash map, cap entries
     int n_algos, cap_algos;
     const mrcnn_backend *owner; // whose stats count the backend's own waits
+    /* be->mem.write's pinned staging ring (backend_cuda.cu): a host -> device copy from
+     * pinned memory is a true DMA that the host does not wait for, and the caller's
+     * buffer is free again on return. pinned_pend[] are the copies still reading it. */
+    char *pinned;
+    size_t pinned_size, pinned_head, pinned_max;
+    struct { size_t lo, hi; cudaEvent_t ev; } pinned_pend[CU_PINNED_SLOTS];
+    int pinned_first, pinned_count;
+    int capturing;     // inside stream.graph_begin / graph_end
 } cu_state;
 
 static inline cu_state *cu_st(const mrcnn_backend *be) { return (cu_state *)be->state; }
@@ -70,6 +80,10 @@ void cu_accumulate(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dt
 /* y (M, K) = act(y + b (K)); b may be NULL. */
 void cu_bias_act(cu_state *s, void *y, mrcnn_dtype yt, int64_t m, int k, const void *b,
                  mrcnn_dtype bt, int relu);
+/* y = a + b, then ReLU when relu (the residual join of a bottleneck in one pass; y may
+ * alias a or b). */
+void cu_add_act(cu_state *s, const void *a, mrcnn_dtype at, const void *b, mrcnn_dtype bt, void *y, mrcnn_dtype yt,
+                int64_t n, int relu);
 /* db (K) += column sums of dy (M, K), summed in a fixed order (deterministic). */
 void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k, void *db,
                   mrcnn_dtype dbt);

@@ -1,19 +1,20 @@
-/* Detection ops on device arrays (cuda_ops.h), with the float arithmetic of their host
+/* Detection ops on device arrays (detect_internal.h), with the float arithmetic of their host
  * references (src/model/box_iou.c, box_coder.c, matcher.c, nms.c, mask_targets.c).
  * IoU, the box coder, clipping and the mask targets' sampling are box_math.h's, the
  * very code the host runs; where the host has a * b + c, that header and the sums
  * here use __fmul_rn/__fadd_rn so that nvcc cannot contract it into an FMA: IoU values
  * and hence matches and NMS decisions then agree bit for bit. */
 #include <math.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 #include "mrcnn/box_math.h"
-#include "mrcnn/cuda_ops.h"
+#include "detect_internal.h"
 
 #define CU_THREADS 256
 
 static cu_state *cuda_state_of(const mrcnn_backend *be, const char *op) {
-    MRCNN_CHECK(be && be->name && be->name[0] == 'c' && be->name[1] == 'u' && be->state,
+    MRCNN_CHECK(be && be->device == MRCNN_DEVICE_GPU && be->state,
                 "%s: needs the CUDA backend", op);
     return cu_st(be);
 }
@@ -144,17 +145,29 @@ extern "C" void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *i
 
 /* ---- NMS ------------------------------------------------------------------------------------------ */
 
-#define NMS_SORT_THREADS 1024
+/* Batched over images, one launch of each kernel for the whole batch (the proposals run
+ * every image's NMS at once): image i's candidates are rows [i * cap, (i + 1) * cap). */
 
-/* One block: a bitonic sort of (score descending, index ascending), which is the host's
- * stable descending order, padded to a power of two with entries that sort last. */
-__global__ void k_nms_sort(const float *scores, int n, int padded, int *order) {
+#define NMS_SORT_THREADS 1024
+#define NMS_MAX_WORDS (MRCNN_CUDA_NMS_MAX / 64)
+
+static __device__ __forceinline__ int nms_valid_of(const int32_t *n_valid, int img, int cap) {
+    if (!n_valid) return cap;
+    const int v = n_valid[img];
+    return v < 0 ? 0 : (v > cap ? cap : v);
+}
+
+/* One block per image: a bitonic sort of (score descending, index ascending), which is
+ * the host's stable descending order, padded to a power of two with entries that sort
+ * last. order gets row numbers within the image. */
+__global__ void k_nms_sort(const float *scores, int cap, int padded, int *order) {
     extern __shared__ float nms_smem[]; // key[padded], then idx[padded]
     float *key = nms_smem;
     int *idx = (int *)(nms_smem + padded);
+    const float *sc = scores + (int64_t)blockIdx.x * cap;
     for (int i = threadIdx.x; i < padded; i += NMS_SORT_THREADS) {
-        key[i] = i < n ? scores[i] : -INFINITY;
-        idx[i] = i < n ? i : 0x7fffffff;
+        key[i] = i < cap ? sc[i] : -INFINITY;
+        idx[i] = i < cap ? i : 0x7fffffff;
     }
     __syncthreads();
     for (int size = 2; size <= padded; size <<= 1) {
@@ -178,58 +191,147 @@ __global__ void k_nms_sort(const float *scores, int n, int padded, int *order) {
             __syncthreads();
         }
     }
-    for (int i = threadIdx.x; i < n; i += NMS_SORT_THREADS) order[i] = idx[i];
+    int *ord = order + (int64_t)blockIdx.x * cap;
+    for (int i = threadIdx.x; i < cap; i += NMS_SORT_THREADS) ord[i] = idx[i];
 }
 
-/* Block (row block rb, column block cb), 64 threads: bit c of mask[(rb*64 + t) * blocks + cb]
- * is set when sorted box cb*64 + c comes after sorted box rb*64 + t, has its class, and
- * overlaps it by IoU > thresh (the host's nms_sorted arithmetic). */
-__global__ void k_nms_mask(const float *boxes, const int32_t *idxs, const int *order, int n, float thresh,
-                           unsigned long long *mask) {
+/* Block (column block cb, row block rb, image z), 64 threads: bit c of
+ * mask[(z * cap + rb*64 + t) * blocks + cb] is set when sorted box cb*64 + c comes after
+ * sorted box rb*64 + t, has its class, and overlaps it by IoU > thresh (the host's
+ * nms_sorted arithmetic). Blocks left of the diagonal or past the valid count write
+ * nothing: the greedy pass never reads them. */
+__global__ void k_nms_mask(const float *boxes, const int32_t *idxs, const int *order, int cap, const int32_t *n_valid,
+                           float thresh, unsigned long long *mask) {
     __shared__ float cb_box[64][4];
     __shared__ int cb_cls[64];
-    const int rb = blockIdx.y, cb = blockIdx.x, blocks = gridDim.x;
+    const int img = blockIdx.z, rb = blockIdx.y, cb = blockIdx.x, blocks = gridDim.x;
+    const int nv = nms_valid_of(n_valid, img, cap);
     const int c0 = cb * 64, r = rb * 64 + threadIdx.x;
-    if (c0 + (int)threadIdx.x < n) {
-        int o = order[c0 + threadIdx.x];
-        for (int k = 0; k < 4; k++) cb_box[threadIdx.x][k] = boxes[4 * o + k];
-        cb_cls[threadIdx.x] = idxs ? idxs[o] : 0;
+    if (cb < rb || c0 >= nv) return; // uniform over the block, before any barrier
+    const float *bx = boxes + (int64_t)img * cap * 4;
+    const int32_t *cl = idxs ? idxs + (int64_t)img * cap : NULL;
+    const int *ord = order + (int64_t)img * cap;
+    if (c0 + (int)threadIdx.x < nv) {
+        int o = ord[c0 + threadIdx.x];
+        for (int k = 0; k < 4; k++) cb_box[threadIdx.x][k] = bx[4 * o + k];
+        cb_cls[threadIdx.x] = cl ? cl[o] : 0;
     }
     __syncthreads();
-    if (r >= n) return;
-    const int o = order[r];
-    const float *bi = boxes + 4 * o;
-    const int cls = idxs ? idxs[o] : 0;
+    if (r >= nv) return;
+    const int o = ord[r];
+    const float *bi = bx + 4 * o;
+    const int cls = cl ? cl[o] : 0;
     const float iarea = mrcnn_box_area(bi);
     unsigned long long bits = 0;
-    const int cn = n - c0 < 64 ? n - c0 : 64;
+    const int cn = nv - c0 < 64 ? nv - c0 : 64;
     for (int c = 0; c < cn; c++) {
         if (c0 + c <= r || cb_cls[c] != cls) continue;
         const float *bj = cb_box[c];
         if (mrcnn_box_iou_areas(bi, iarea, bj, mrcnn_box_area(bj)) > thresh) bits |= 1ULL << c;
     }
-    mask[(int64_t)r * blocks + cb] = bits;
+    mask[((int64_t)img * cap + r) * blocks + cb] = bits;
 }
 
-/* One block: the greedy pass in sorted order; a kept box removes what its mask row marks. */
-__global__ void k_nms_reduce(const int *order, int n, int blocks, const unsigned long long *mask, int64_t *keep,
-                             int64_t *count) {
-    __shared__ unsigned long long removed[MRCNN_CUDA_NMS_MAX / 64];
-    __shared__ int kept;
+#define NMS_REDUCE_THREADS 256
+
+/* One block per image: the greedy pass in sorted order, 64 boxes at a time. Thread 0
+ * settles a column block's boxes among themselves from its diagonal mask words (a few
+ * shared-memory reads per box), then all threads OR the kept boxes' mask rows into the
+ * later words: two barriers per 64 boxes instead of two per box. Stops at max_keep
+ * kept boxes (> 0), the caller's top-n: later boxes could only be kept after them. */
+__global__ void k_nms_reduce(const int *order, int cap, const int32_t *n_valid, const unsigned long long *mask,
+                             int max_keep, int32_t *keep, int32_t *count) {
+    __shared__ unsigned long long removed[NMS_MAX_WORDS];
+    __shared__ unsigned long long diag[64];
+    __shared__ int kept_c[64];
+    __shared__ int nk, kept, stop;
+    const int img = blockIdx.x;
+    const int nv = nms_valid_of(n_valid, img, cap);
+    const int blocks = (cap + 63) / 64, nvb = (nv + 63) / 64;
+    const int *ord = order + (int64_t)img * cap;
+    const unsigned long long *mk = mask + (int64_t)img * cap * blocks;
+    int32_t *kp = keep + (int64_t)img * cap;
     for (int w = threadIdx.x; w < blocks; w += blockDim.x) removed[w] = 0;
-    if (threadIdx.x == 0) kept = 0;
+    if (threadIdx.x == 0) kept = stop = 0;
     __syncthreads();
-    for (int i = 0; i < n; i++) {
-        const int is_removed = (removed[i >> 6] >> (i & 63)) & 1ULL;
-        __syncthreads(); // everyone has read bit i before anyone ORs row i in
-        if (!is_removed) {
-            for (int w = threadIdx.x; w < blocks; w += blockDim.x) removed[w] |= mask[(int64_t)i * blocks + w];
-            if (threadIdx.x == 0) keep[kept++] = order[i];
+    for (int cb = 0; cb < nvb; cb++) {
+        if (threadIdx.x < 64) {
+            const int r = cb * 64 + threadIdx.x;
+            diag[threadIdx.x] = r < nv ? mk[(int64_t)r * blocks + cb] : 0ULL;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long word = removed[cb];
+            const int lim = nv - cb * 64 < 64 ? nv - cb * 64 : 64;
+            int n = 0, k = kept;
+            for (int c = 0; c < lim; c++) {
+                if ((word >> c) & 1ULL) continue;
+                kp[k++] = ord[cb * 64 + c];
+                kept_c[n++] = c;
+                word |= diag[c];
+                if (max_keep > 0 && k >= max_keep) {
+                    stop = 1;
+                    break;
+                }
+            }
+            kept = k;
+            nk = n;
+        }
+        __syncthreads();
+        if (stop) break; // read after the barrier: the same value in every thread
+        for (int w = cb + 1 + threadIdx.x; w < nvb; w += blockDim.x) {
+            unsigned long long acc = 0;
+            for (int q = 0; q < nk; q++) acc |= mk[(int64_t)(cb * 64 + kept_c[q]) * blocks + w];
+            removed[w] |= acc;
         }
         __syncthreads();
     }
-    for (int i = kept + threadIdx.x; i < n; i += blockDim.x) keep[i] = -1;
-    if (threadIdx.x == 0) *count = kept;
+    for (int i = kept + threadIdx.x; i < cap; i += blockDim.x) kp[i] = -1;
+    if (threadIdx.x == 0) count[img] = kept;
+}
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+extern "C" size_t cu_nms_work_bytes(int n_images, int cap) {
+    const size_t blocks = (size_t)(cap + 63) / 64;
+    return align256((size_t)n_images * cap * sizeof(int)) + align256((size_t)n_images * cap * blocks * 8);
+}
+
+extern "C" void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, const float *boxes, const float *scores,
+                               const int32_t *idxs, const int32_t *n_valid, float thresh, int max_keep, void *work,
+                               int32_t *keep, int32_t *count) {
+    cu_state *s = cuda_state_of(be, "cuda_nms");
+    MRCNN_CHECK(n_images >= 0 && cap >= 0 && cap <= MRCNN_CUDA_NMS_MAX, "cuda_nms: %d images of %d boxes, at most %d",
+                n_images, cap, MRCNN_CUDA_NMS_MAX);
+    if (n_images == 0) return;
+    if (cap == 0) {
+        MRCNN_CHECK_CUDA(cudaMemsetAsync(count, 0, (size_t)n_images * sizeof(int32_t), s->stream));
+        return;
+    }
+    int padded = 1;
+    while (padded < cap) padded <<= 1;
+    const int blocks = (cap + 63) / 64;
+    int *order = (int *)work;
+    unsigned long long *mask = (unsigned long long *)((char *)work + align256((size_t)n_images * cap * sizeof(int)));
+    /* Up to 128 KB of dynamic shared memory (sm_80 and sm_90 allow it on request). */
+    const int smem = padded * (int)(sizeof(float) + sizeof(int));
+    MRCNN_CHECK_CUDA(cudaFuncSetAttribute(k_nms_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k_nms_sort<<<(unsigned)n_images, NMS_SORT_THREADS, (size_t)smem, s->stream>>>(scores, cap, padded, order);
+    MRCNN_CHECK_LAUNCH("nms sort");
+    k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks, (unsigned)n_images), 64, 0, s->stream>>>(
+        boxes, idxs, order, cap, n_valid, thresh, mask);
+    MRCNN_CHECK_LAUNCH("nms mask");
+    k_nms_reduce<<<(unsigned)n_images, NMS_REDUCE_THREADS, 0, s->stream>>>(order, cap, n_valid, mask, max_keep, keep,
+                                                                          count);
+    MRCNN_CHECK_LAUNCH("nms reduce");
+}
+
+/* The one-image API's int64 outputs from the batched kernels' int32 ones. */
+__global__ void k_nms_widen(const int32_t *keep32, const int32_t *count32, int64_t n, int64_t *keep, int64_t *count) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        keep[i] = keep32[i];
+        if (i == 0) *count = *count32;
+    }
 }
 
 extern "C" void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs,
@@ -241,23 +343,12 @@ extern "C" void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, cons
         MRCNN_CHECK_CUDA(cudaMemsetAsync(count, 0, sizeof(int64_t), s->stream));
         return;
     }
-    int padded = 1;
-    while (padded < n) padded <<= 1;
-    const int blocks = (int)((n + 63) / 64);
-    /* Scratch: the sorted order (n ints), then the masks (n x blocks words). */
-    size_t order_bytes = ((size_t)n * sizeof(int) + 255) / 256 * 256;
-    char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, order_bytes + (size_t)n * blocks * 8);
-    int *order = (int *)scratch;
-    unsigned long long *mask = (unsigned long long *)(scratch + order_bytes);
-    /* Up to 128 KB of dynamic shared memory (sm_80 and sm_90 allow it on request). */
-    const int smem = padded * (int)(sizeof(float) + sizeof(int));
-    MRCNN_CHECK_CUDA(cudaFuncSetAttribute(k_nms_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k_nms_sort<<<1, NMS_SORT_THREADS, (size_t)smem, s->stream>>>(scores, (int)n, padded, order);
-    MRCNN_CHECK_LAUNCH("nms sort");
-    k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks), 64, 0, s->stream>>>(boxes, idxs, order, (int)n, thresh, mask);
-    MRCNN_CHECK_LAUNCH("nms mask");
-    k_nms_reduce<<<1, 256, 0, s->stream>>>(order, (int)n, blocks, mask, keep, count);
-    MRCNN_CHECK_LAUNCH("nms reduce");
+    const size_t wb = cu_nms_work_bytes(1, (int)n), kb = align256((size_t)n * sizeof(int32_t));
+    char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, wb + kb + 256);
+    int32_t *keep32 = (int32_t *)(scratch + wb), *count32 = (int32_t *)(scratch + wb + kb);
+    cu_nms_batched(be, 1, (int)n, boxes, scores, idxs, NULL, thresh, 0, scratch, keep32, count32);
+    k_nms_widen<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(keep32, count32, n, keep, count);
+    MRCNN_CHECK_LAUNCH("nms widen");
 }
 
 /* ---- mask targets ------------------------------------------------------------------------------------ */
@@ -293,14 +384,20 @@ extern "C" void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *
 /* ---- balanced sampling ---------------------------------------------------------------------------------- */
 
 #define SAMPLE_THREADS 1024
+#define SAMPLE_RNG_CHUNK 64 // images per launch: their streams travel as kernel parameters
+
+typedef struct {
+    mrcnn_rng r[SAMPLE_RNG_CHUNK];
+} sample_rngs;
 
 /* k of cand[0..m) by the host's partial Fisher-Yates (thread 0; k is a few hundred),
  * then written ascending to out by a parallel rank sort (the indices are distinct). */
-static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, mrcnn_rng rng, uint64_t base, int64_t *out) {
+static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, const mrcnn_rng *rng, uint64_t base,
+                                     int64_t *out) {
     if (k < m) {
         if (threadIdx.x == 0)
             for (int64_t i = 0; i < k; i++) {
-                int64_t j = i + (int64_t)mrcnn_rng_below(&rng, base + (uint64_t)i, (uint32_t)(m - i));
+                int64_t j = i + (int64_t)mrcnn_rng_below(rng, base + (uint64_t)i, (uint32_t)(m - i));
                 int32_t t = cand[i];
                 cand[i] = cand[j];
                 cand[j] = t;
@@ -317,19 +414,23 @@ static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, mrcnn_
     }
 }
 
-/* One block: stable compaction of positives (label > 0) and negatives (== 0) in index
- * order, then the draws. */
-__global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos, mrcnn_rng rng,
-                                  int32_t *pos, int32_t *neg, int64_t *pos_idx, int64_t *neg_idx, int64_t *counts) {
+/* A grid over images, one block each: stable compaction of the image's positives
+ * (label > 0) and negatives (== 0) in index order, then the draws on its own stream. */
+__global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos, sample_rngs rngs,
+                                  int img0, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
+                                  int neg_cap, int64_t *counts) {
     __shared__ int warp_pos[SAMPLE_THREADS / 32], warp_neg[SAMPLE_THREADS / 32];
     __shared__ int64_t total_pos, total_neg;
+    const int img = img0 + (int)blockIdx.x;
+    const int32_t *lab = labels + (int64_t)img * n;
+    int32_t *pos = work + (int64_t)img * 2 * n, *neg = pos + n;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) total_pos = total_neg = 0;
     __syncthreads();
     for (int64_t base = 0; base < n; base += SAMPLE_THREADS) {
         const int64_t i = base + threadIdx.x;
-        const int32_t lab = i < n ? labels[i] : -1;
-        const unsigned bp = __ballot_sync(0xffffffffu, lab > 0), bn = __ballot_sync(0xffffffffu, lab == 0);
+        const int32_t l = i < n ? lab[i] : -1;
+        const unsigned bp = __ballot_sync(0xffffffffu, l > 0), bn = __ballot_sync(0xffffffffu, l == 0);
         const unsigned below = (1u << lane) - 1u;
         if (lane == 0) {
             warp_pos[warp] = __popc(bp);
@@ -341,8 +442,8 @@ __global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_si
             op += warp_pos[w];
             on += warp_neg[w];
         }
-        if (lab > 0) pos[op + __popc(bp & below)] = (int32_t)i;
-        if (lab == 0) neg[on + __popc(bn & below)] = (int32_t)i;
+        if (l > 0) pos[op + __popc(bp & below)] = (int32_t)i;
+        if (l == 0) neg[on + __popc(bn & below)] = (int32_t)i;
         __syncthreads();
         if (threadIdx.x == 0)
             for (int w = 0; w < SAMPLE_THREADS / 32; w++) {
@@ -355,12 +456,44 @@ __global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_si
     const int64_t kp = np < want_pos ? np : want_pos;
     const int64_t want_neg = batch_size - kp;
     const int64_t kn = nn < want_neg ? nn : want_neg;
-    sample_choose(pos, np, kp, rng, 0, pos_idx);
+    const mrcnn_rng rng = rngs.r[blockIdx.x];
+    sample_choose(pos, np, kp, &rng, 0, pos_idx + (int64_t)img * pos_cap);
     __syncthreads();
-    sample_choose(neg, nn, kn, rng, (uint64_t)1 << 40, neg_idx);
+    sample_choose(neg, nn, kn, &rng, (uint64_t)1 << 40, neg_idx + (int64_t)img * neg_cap);
     if (threadIdx.x == 0) {
-        counts[0] = kp;
-        counts[1] = kn;
+        counts[2 * img] = kp;
+        counts[2 * img + 1] = kn;
+    }
+}
+
+extern "C" size_t cu_sample_work_bytes(int n_images, int64_t n) {
+    return align256((size_t)n_images * 2 * (size_t)(n ? n : 1) * sizeof(int32_t));
+}
+
+extern "C" void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images, const int32_t *labels, int64_t n,
+                                           int batch_size, float positive_fraction, const mrcnn_rng *rngs, void *work,
+                                           int64_t *pos_idx, int pos_cap, int64_t *neg_idx, int neg_cap,
+                                           int64_t *counts) {
+    cu_state *s = cuda_state_of(be, "cuda_sample_balanced");
+    MRCNN_CHECK(n_images >= 0 && n >= 0 && n < 2147483647LL && batch_size >= 0,
+                "cuda_sample_balanced: %d images, count %lld or batch size %d", n_images, (long long)n, batch_size);
+    MRCNN_CHECK(positive_fraction >= 0 && positive_fraction <= 1,
+                "cuda_sample_balanced: positive fraction %g outside [0, 1]", (double)positive_fraction);
+    MRCNN_CHECK(n_images == 0 || rngs != NULL, "cuda_sample_balanced: NULL rng");
+    /* int(batch * fraction) in Python truncates the double product, as on the host. */
+    const int64_t want_pos = (int64_t)((double)batch_size * (double)positive_fraction);
+    MRCNN_CHECK(pos_cap >= (want_pos < n ? want_pos : n) && neg_cap >= batch_size,
+                "cuda_sample_balanced: capacities %d/%d below %lld/%d", pos_cap, neg_cap,
+                (long long)(want_pos < n ? want_pos : n), batch_size);
+    for (int i0 = 0; i0 < n_images; i0 += SAMPLE_RNG_CHUNK) {
+        const int cnt = n_images - i0 < SAMPLE_RNG_CHUNK ? n_images - i0 : SAMPLE_RNG_CHUNK;
+        sample_rngs r;
+        memset(&r, 0, sizeof r);
+        for (int i = 0; i < cnt; i++) r.r[i] = rngs[i0 + i];
+        k_sample_balanced<<<(unsigned)cnt, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, r, i0,
+                                                                            (int32_t *)work, pos_idx, pos_cap,
+                                                                            neg_idx, neg_cap, counts);
+        MRCNN_CHECK_LAUNCH("sample_balanced");
     }
 }
 
@@ -368,18 +501,11 @@ extern "C" void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_
                                            float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx,
                                            int64_t *neg_idx, int64_t *counts) {
     cu_state *s = cuda_state_of(be, "cuda_sample_balanced");
-    MRCNN_CHECK(n >= 0 && n < 2147483647LL && batch_size >= 0, "cuda_sample_balanced: count %lld or batch size %d",
-                (long long)n, batch_size);
-    MRCNN_CHECK(positive_fraction >= 0 && positive_fraction <= 1,
-                "cuda_sample_balanced: positive fraction %g outside [0, 1]", (double)positive_fraction);
     MRCNN_CHECK(rng != NULL, "cuda_sample_balanced: NULL rng");
-    /* int(batch * fraction) in Python truncates the double product, as on the host. */
     const int64_t want_pos = (int64_t)((double)batch_size * (double)positive_fraction);
-    size_t half = ((size_t)(n ? n : 1) * sizeof(int32_t) + 255) / 256 * 256;
-    char *scratch = (char *)cu_scratch(s, CU_SCRATCH_GEMM, 2 * half);
-    k_sample_balanced<<<1, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, *rng, (int32_t *)scratch,
-                                                            (int32_t *)(scratch + half), pos_idx, neg_idx, counts);
-    MRCNN_CHECK_LAUNCH("sample_balanced");
+    void *work = cu_scratch(s, CU_SCRATCH_GEMM, cu_sample_work_bytes(1, n));
+    cu_sample_balanced_batched(be, 1, labels, n, batch_size, positive_fraction, rng, work, pos_idx,
+                               (int)(want_pos < n ? want_pos : n), neg_idx, batch_size, counts);
 }
 
 /* ---- RLE decode ------------------------------------------------------------------------------------------ */

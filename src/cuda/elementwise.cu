@@ -1,13 +1,132 @@
 /* Elementwise and pooling kernels: casts, accumulation, bias + ReLU, bias gradient,
  * relu, add, max-pool and the FPN upsample + add. Backward kernels gather (each
  * output element summed by one thread in a fixed order), so results are
- * deterministic and need no atomics. */
+ * deterministic and need no atomics.
+ *
+ * The streaming kernels (accumulate, bias + act, relu, add) are memory-bound: when
+ * every operand has one dtype and 16-byte aligned data they move 16 bytes per load and
+ * store (8 fp16/bf16 or 4 fp32 elements), else they run the scalar loop. Same math,
+ * same rounding: only the access width differs. */
 #include <math.h>
 
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
 
 #define CU_THREADS 256
+
+/* ---- 16-byte vectors ----------------------------------------------------------------- */
+
+#define CU_VEC_MAX 8 // elements per 16-byte vector (fp16/bf16); fp32 has 4
+
+static inline int cu_vec_elems(mrcnn_dtype dt) { return dt == MRCNN_DTYPE_F32 ? 4 : 8; }
+
+static inline int cu_aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
+
+/* Vector v (16 bytes) of p as floats; returns the element count (4 or 8). bf16 widens
+ * exactly by a shift; fp16 through __half2float. */
+static __device__ __forceinline__ int cu_vload(const void *p, int64_t v, int dt, float *f) {
+    const uint4 u = ((const uint4 *)p)[v];
+    if (dt == MRCNN_DTYPE_F32) {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+        return 4;
+    }
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const unsigned short lo = (unsigned short)(w[k] & 0xffffu), hi = (unsigned short)(w[k] >> 16);
+        if (dt == MRCNN_DTYPE_F16) {
+            f[2 * k] = __half2float(__ushort_as_half(lo));
+            f[2 * k + 1] = __half2float(__ushort_as_half(hi));
+        } else {
+            f[2 * k] = __uint_as_float((unsigned)lo << 16);
+            f[2 * k + 1] = __uint_as_float((unsigned)hi << 16);
+        }
+    }
+    return 8;
+}
+
+/* Round to nearest even, as cu_store does. */
+static __device__ __forceinline__ void cu_vstore(void *p, int64_t v, int dt, const float *f) {
+    uint4 u;
+    if (dt == MRCNN_DTYPE_F32) {
+        u.x = __float_as_uint(f[0]);
+        u.y = __float_as_uint(f[1]);
+        u.z = __float_as_uint(f[2]);
+        u.w = __float_as_uint(f[3]);
+    } else {
+        unsigned w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            unsigned short lo, hi;
+            if (dt == MRCNN_DTYPE_F16) {
+                lo = __half_as_ushort(__float2half_rn(f[2 * k]));
+                hi = __half_as_ushort(__float2half_rn(f[2 * k + 1]));
+            } else {
+                lo = __bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k]));
+                hi = __bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k + 1]));
+            }
+            w[k] = (unsigned)lo | ((unsigned)hi << 16);
+        }
+        u.x = w[0];
+        u.y = w[1];
+        u.z = w[2];
+        u.w = w[3];
+    }
+    ((uint4 *)p)[v] = u;
+}
+
+/* The elements past the last whole vector, by the first thread of the grid. */
+#define CU_VEC_TAIL(i, n, per) \
+    if (blockIdx.x == 0 && threadIdx.x == 0) \
+        for (int64_t i = ((n) / (per)) * (per); i < (n); i++)
+
+/* Elementwise ops of the vector kernels: y = f(x, z) per element. */
+enum { EW_ACC = 0, EW_RELU, EW_ADD, EW_ADD_RELU, EW_RELU_BWD };
+
+static __device__ __forceinline__ float ew_apply(int op, float y, float x, float z) {
+    switch (op) {
+    case EW_ACC: return y + x;                        // y += x
+    case EW_RELU: return x > 0.0f ? x : 0.0f;         // y = relu(x)
+    case EW_ADD: return x + z;                        // y = x + z
+    case EW_ADD_RELU: { float v = x + z; return v > 0.0f ? v : 0.0f; }
+    default: return z > 0.0f ? y + x : y;             // relu backward: dx += dy where y > 0 (z = y)
+    }
+}
+
+/* y = op(y, x, z) over n elements of one dtype dt, all three 16-byte aligned (z may
+ * be NULL for ops that do not read it; y is read only for EW_ACC and EW_RELU_BWD). */
+__global__ void k_ew_vec(int op, const void *x, const void *z, void *y, int dt, int64_t n) {
+    const int per = dt == MRCNN_DTYPE_F32 ? 4 : 8;
+    const int64_t nv = n / per;
+    const int read_y = op == EW_ACC || op == EW_RELU_BWD;
+    CU_GRID_STRIDE(v, nv) {
+        float fx[CU_VEC_MAX], fz[CU_VEC_MAX], fy[CU_VEC_MAX];
+        cu_vload(x, v, dt, fx);
+        if (z) cu_vload(z, v, dt, fz);
+        if (read_y) cu_vload(y, v, dt, fy);
+#pragma unroll
+        for (int k = 0; k < CU_VEC_MAX; k++)
+            if (k < per) fy[k] = ew_apply(op, read_y ? fy[k] : 0.0f, fx[k], z ? fz[k] : 0.0f);
+        cu_vstore(y, v, dt, fy);
+    }
+    CU_VEC_TAIL(i, n, per) {
+        float yv = read_y ? cu_load(y, i, dt) : 0.0f;
+        cu_store(y, i, dt, ew_apply(op, yv, cu_load(x, i, dt), z ? cu_load(z, i, dt) : 0.0f));
+    }
+}
+
+/* 1 and launched when the vector kernel applies (one dtype, aligned, enough work). */
+static int ew_vec(cu_state *s, int op, const void *x, mrcnn_dtype xt, const void *z, mrcnn_dtype zt, void *y,
+                  mrcnn_dtype yt, int64_t n, const char *what) {
+    if (xt != yt || (z && zt != yt) || !cu_aligned16(x) || !cu_aligned16(z) || !cu_aligned16(y) || n < 64) return 0;
+    const int per = cu_vec_elems(yt);
+    k_ew_vec<<<cu_blocks(n / per > 0 ? n / per : 1, CU_THREADS), CU_THREADS, 0, s->stream>>>(op, x, z, y, yt, n);
+    MRCNN_CHECK_LAUNCH(what);
+    return 1;
+}
 
 /* ---- casts and accumulation -------------------------------------------------------- */
 
@@ -27,6 +146,7 @@ void cu_cast(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dtype yt
 
 void cu_accumulate(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dtype yt, int64_t n) {
     if (n <= 0) return;
+    if (ew_vec(s, EW_ACC, x, xt, NULL, yt, y, yt, n, "accumulate (vector)")) return;
     k_accumulate<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(x, xt, y, yt, n);
     MRCNN_CHECK_LAUNCH("accumulate");
 }
@@ -43,9 +163,36 @@ __global__ void k_bias_act(void *y, int yt, int64_t m, int k, const void *b, int
     }
 }
 
+/* Vector form: k is a multiple of the vector width, so a vector lies in one row and
+ * its bias elements are consecutive. */
+__global__ void k_bias_act_vec(void *y, int yt, int64_t m, int k, const void *b, int bt, int relu) {
+    const int per = yt == MRCNN_DTYPE_F32 ? 4 : 8;
+    const int64_t nv = m * k / per;
+    CU_GRID_STRIDE(v, nv) {
+        float f[CU_VEC_MAX];
+        cu_vload(y, v, yt, f);
+        const int c0 = (int)((v * per) % k);
+#pragma unroll
+        for (int j = 0; j < CU_VEC_MAX; j++) {
+            if (j >= per) break;
+            float t = f[j];
+            if (b) t += cu_load(b, c0 + j, bt);
+            if (relu) t = t > 0.0f ? t : 0.0f;
+            f[j] = t;
+        }
+        cu_vstore(y, v, yt, f);
+    }
+}
+
 void cu_bias_act(cu_state *s, void *y, mrcnn_dtype yt, int64_t m, int k, const void *b, mrcnn_dtype bt,
                  int relu) {
     if (m * k <= 0 || (!b && !relu)) return;
+    if (cu_aligned16(y) && k % cu_vec_elems(yt) == 0) {
+        const int64_t nv = m * k / cu_vec_elems(yt);
+        k_bias_act_vec<<<cu_blocks(nv, CU_THREADS), CU_THREADS, 0, s->stream>>>(y, yt, m, k, b, bt, relu);
+        MRCNN_CHECK_LAUNCH("bias_act (vector)");
+        return;
+    }
     k_bias_act<<<cu_blocks(m * k, CU_THREADS), CU_THREADS, 0, s->stream>>>(y, yt, m, k, b, bt, relu);
     MRCNN_CHECK_LAUNCH("bias_act");
 }
@@ -112,8 +259,20 @@ __global__ void k_relu_bwd(const void *y, int yt, const void *dy, int dyt, void 
     }
 }
 
-__global__ void k_add_fwd(const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n) {
-    CU_GRID_STRIDE(i, n) cu_store(y, i, yt, cu_load(a, i, at) + cu_load(b, i, bt));
+__global__ void k_add_fwd(const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n, int relu) {
+    CU_GRID_STRIDE(i, n) {
+        float v = cu_load(a, i, at) + cu_load(b, i, bt);
+        cu_store(y, i, yt, relu && !(v > 0.0f) ? 0.0f : v);
+    }
+}
+
+void cu_add_act(cu_state *s, const void *a, mrcnn_dtype at, const void *b, mrcnn_dtype bt, void *y, mrcnn_dtype yt,
+                int64_t n, int relu) {
+    if (n <= 0) return;
+    if (ew_vec(s, relu ? EW_ADD_RELU : EW_ADD, a, at, b, bt, y, yt, n, relu ? "add_relu (vector)" : "add (vector)"))
+        return;
+    k_add_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(a, at, b, bt, y, yt, n, relu);
+    MRCNN_CHECK_LAUNCH(relu ? "add_relu" : "add");
 }
 
 static void cu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
@@ -122,6 +281,8 @@ static void cu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcn
     int64_t n = cu_numel(x);
     cu_check_numel(y, n, "relu_forward y");
     if (n == 0) return;
+    if (ew_vec(cu_st(be), EW_RELU, x->data, x->dtype, NULL, y->dtype, y->data, y->dtype, n, "relu_forward (vector)"))
+        return;
     k_relu_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(x->data, x->dtype, y->data, y->dtype, n);
     MRCNN_CHECK_LAUNCH("relu_forward");
 }
@@ -135,6 +296,10 @@ static void cu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, con
     cu_check_numel(dy, n, "relu_backward dy");
     cu_check_numel(dx, n, "relu_backward dx");
     if (n == 0) return;
+    if (y->dtype == dx->dtype &&
+        ew_vec(cu_st(be), EW_RELU_BWD, dy->data, dy->dtype, y->data, y->dtype, dx->data, dx->dtype, n,
+               "relu_backward (vector)"))
+        return;
     k_relu_bwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(y->data, y->dtype, dy->data, dy->dtype,
                                                                                   dx->data, dx->dtype, n);
     MRCNN_CHECK_LAUNCH("relu_backward");
@@ -147,10 +312,7 @@ static void cu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const
     int64_t n = cu_numel(a);
     cu_check_numel(b, n, "add_forward b");
     cu_check_numel(y, n, "add_forward y");
-    if (n == 0) return;
-    k_add_fwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(a->data, a->dtype, b->data, b->dtype,
-                                                                                 y->data, y->dtype, n);
-    MRCNN_CHECK_LAUNCH("add_forward");
+    cu_add_act(cu_st(be), a->data, a->dtype, b->data, b->dtype, y->data, y->dtype, n, 0);
 }
 
 static void cu_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
@@ -381,12 +543,12 @@ static void cu_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor
 }
 
 void cu_fill_elementwise_ops(mrcnn_backend *be) {
-    be->relu_forward = cu_relu_forward;
-    be->relu_backward = cu_relu_backward;
-    be->add_forward = cu_add_forward;
-    be->add_backward = cu_add_backward;
-    be->maxpool2d_forward = cu_maxpool2d_forward;
-    be->maxpool2d_backward = cu_maxpool2d_backward;
-    be->upsample_add_forward = cu_upsample_add_forward;
-    be->upsample_add_backward = cu_upsample_add_backward;
+    be->nn.relu_forward = cu_relu_forward;
+    be->nn.relu_backward = cu_relu_backward;
+    be->nn.add_forward = cu_add_forward;
+    be->nn.add_backward = cu_add_backward;
+    be->nn.maxpool2d_forward = cu_maxpool2d_forward;
+    be->nn.maxpool2d_backward = cu_maxpool2d_backward;
+    be->nn.upsample_add_forward = cu_upsample_add_forward;
+    be->nn.upsample_add_backward = cu_upsample_add_backward;
 }

@@ -268,8 +268,8 @@ static void cu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x
 }
 
 void cu_fill_gemm_ops(mrcnn_backend *be) {
-    be->linear_forward = cu_linear_forward;
-    be->linear_backward = cu_linear_backward;
-    be->deconv2x2_forward = cu_deconv2x2_forward;
-    be->deconv2x2_backward = cu_deconv2x2_backward;
+    be->nn.linear_forward = cu_linear_forward;
+    be->nn.linear_backward = cu_linear_backward;
+    be->nn.deconv2x2_forward = cu_deconv2x2_forward;
+    be->nn.deconv2x2_backward = cu_deconv2x2_backward;
 }

@@ -1,6 +1,7 @@
-/* Losses: sum_i weight_i * l_i / norm into a 1-element fp32 device tensor, and
- * dx += d loss / dx. Sums are taken in double over a fixed grid and then reduced
- * by one block in a fixed order, so results are deterministic run to run.
+/* Losses: sum_i weight_i * l_i / normalizer into a 1-element fp32 device tensor, and
+ * dx += grad_mult * d loss / dx (mrcnn_loss_norm: the count is read on the device).
+ * Sums are taken in double over a fixed grid and then reduced by one block in a fixed
+ * order, so results are deterministic run to run.
  * Labels are not range-checked on the device (that would cost a host round trip);
  * a label outside [-1, C) is treated as ignored. */
 #include <math.h>
@@ -10,6 +11,12 @@
 
 #define RT 256          // threads per reduction block (a power of two)
 #define RMAX_BLOCKS 256 // partial sums per loss
+
+/* mrcnn_loss_norm on the device: the count is read by the kernel, never by the host. */
+static __device__ __forceinline__ float norm_of(const float *count, float scale) {
+    float c = count ? count[0] : 1.0f;
+    return (c > 1.0f ? c : 1.0f) * scale;
+}
 
 static __device__ __forceinline__ void block_sum_store(double acc, double *part) {
     __shared__ double sh[RT];
@@ -22,7 +29,7 @@ static __device__ __forceinline__ void block_sum_store(double acc, double *part)
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
-__global__ void k_reduce_finish(const double *part, int nparts, float norm, float *loss) {
+__global__ void k_reduce_finish(const double *part, int nparts, const float *count, float scale, float *loss) {
     __shared__ double sh[RT];
     double a = 0;
     for (int i = threadIdx.x; i < nparts; i += RT) a += part[i];
@@ -32,7 +39,7 @@ __global__ void k_reduce_finish(const double *part, int nparts, float norm, floa
         if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) loss[0] = (float)(sh[0] / norm);
+    if (threadIdx.x == 0) loss[0] = (float)(sh[0] / norm_of(count, scale));
 }
 
 static unsigned reduce_blocks(int64_t n) {
@@ -42,15 +49,30 @@ static unsigned reduce_blocks(int64_t n) {
     return (unsigned)b;
 }
 
-static void finish(cu_state *s, double *part, unsigned nparts, float norm, mrcnn_tensor *loss) {
+static const float *count_ptr(const mrcnn_loss_norm *n) { return n->count ? (const float *)n->count->data : NULL; }
+static const float *gscale_ptr(const mrcnn_loss_norm *n) {
+    return n->grad_scale ? (const float *)n->grad_scale->data : NULL;
+}
+
+static void finish(cu_state *s, double *part, unsigned nparts, const mrcnn_loss_norm *n, mrcnn_tensor *loss) {
     if (!loss) return;
-    k_reduce_finish<<<1, RT, 0, s->stream>>>(part, (int)nparts, norm, (float *)loss->data);
+    k_reduce_finish<<<1, RT, 0, s->stream>>>(part, (int)nparts, count_ptr(n), n->scale, (float *)loss->data);
     MRCNN_CHECK_LAUNCH("loss reduce");
 }
 
 /* loss may be NULL (gradient only), as on the CPU backend. */
-static void check_loss_out(const mrcnn_tensor *loss, float norm, const char *op) {
-    MRCNN_CHECK(norm > 0, "%s: normalizer %g must be positive", op, (double)norm);
+static void check_loss_out(const mrcnn_tensor *loss, const mrcnn_loss_norm *n, const char *op) {
+    MRCNN_CHECK(n != NULL && n->scale > 0, "%s: the loss normalizer needs a positive scale", op);
+    if (n->count) {
+        cu_check_gpu(n->count, op);
+        MRCNN_CHECK(n->count->dtype == MRCNN_DTYPE_F32 && cu_numel(n->count) == 1,
+                    "%s: the normalizer count must be a 1-element fp32 tensor", op);
+    }
+    if (n->grad_scale) {
+        cu_check_gpu(n->grad_scale, op);
+        MRCNN_CHECK(n->grad_scale->dtype == MRCNN_DTYPE_F32 && cu_numel(n->grad_scale) == 1,
+                    "%s: the gradient scale must be a 1-element fp32 tensor", op);
+    }
     if (!loss) return;
     cu_check_gpu(loss, op);
     MRCNN_CHECK(loss->dtype == MRCNN_DTYPE_F32 && cu_numel(loss) == 1, "%s: loss must be a 1-element fp32 tensor", op);
@@ -63,8 +85,9 @@ static void check_same(const mrcnn_tensor *t, int64_t n, const char *what) {
 
 /* ---- sigmoid BCE with logits ---------------------------------------------------------------- */
 
-__global__ void k_bce(const void *x, int xt, const void *t, int tt, const void *wgt, int wt, int64_t n, float inv_norm,
-                      double *part, void *dx, int dxt) {
+__global__ void k_bce(const void *x, int xt, const void *t, int tt, const void *wgt, int wt, int64_t n, const float *count,
+                      float scale, float gmul, const float *gscale, double *part, void *dx, int dxt) {
+    const float inv_norm = gmul * (gscale ? gscale[0] : 1.0f) / norm_of(count, scale);
     double acc = 0;
     CU_GRID_STRIDE(i, n) {
         float v = cu_load(x, i, xt), y = cu_load(t, i, tt);
@@ -86,7 +109,8 @@ __global__ void k_bce(const void *x, int xt, const void *t, int tt, const void *
 }
 
 static void cu_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                          const mrcnn_tensor *weight, float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+                          const mrcnn_tensor *weight, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
+                          mrcnn_tensor *dx) {
     cu_state *s = cu_st(be);
     cu_check_float(x, "bce_logits x");
     const int64_t n = cu_numel(x);
@@ -97,7 +121,8 @@ static void cu_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const 
     unsigned g = reduce_blocks(n);
     double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, RMAX_BLOCKS * sizeof(double));
     k_bce<<<g, RT, 0, s->stream>>>(x->data, x->dtype, t->data, t->dtype, weight ? weight->data : NULL,
-                                   weight ? weight->dtype : MRCNN_DTYPE_F32, n, 1.0f / norm, part,
+                                   weight ? weight->dtype : MRCNN_DTYPE_F32, n, count_ptr(norm), norm->scale,
+                                   norm->grad_mult, gscale_ptr(norm), part,
                                    dx ? dx->data : NULL, dx ? dx->dtype : MRCNN_DTYPE_F32);
     MRCNN_CHECK_LAUNCH("bce_logits");
     finish(s, part, g, norm, loss);
@@ -105,8 +130,9 @@ static void cu_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const 
 
 /* ---- softmax cross-entropy, one warp per row ------------------------------------------------ */
 
-__global__ void k_softmax_ce(const void *x, int xt, const int32_t *labels, int rows, int c, float inv_norm,
-                             double *part, void *dx, int dxt) {
+__global__ void k_softmax_ce(const void *x, int xt, const int32_t *labels, int rows, int c, const float *count,
+                             float scale, float gmul, const float *gscale, double *part, void *dx, int dxt) {
+    const float inv_norm = gmul * (gscale ? gscale[0] : 1.0f) / norm_of(count, scale);
     const int lane = threadIdx.x & 31;
     const int warps_per_block = RT / 32;
     const int64_t warp = (int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5);
@@ -134,8 +160,8 @@ __global__ void k_softmax_ce(const void *x, int xt, const int32_t *labels, int r
     block_sum_store(acc, part);
 }
 
-static void cu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels, float norm,
-                          mrcnn_tensor *loss, mrcnn_tensor *dx) {
+static void cu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                          const mrcnn_loss_norm *norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
     cu_state *s = cu_st(be);
     cu_check_float(x, "softmax_ce x");
     MRCNN_CHECK(x->ndim == 2, "softmax_ce: x must be (N, C), has %d dims", x->ndim);
@@ -148,7 +174,8 @@ static void cu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const 
     check_loss_out(loss, norm, "softmax_ce");
     unsigned g = reduce_blocks((int64_t)rows * 32);
     double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, RMAX_BLOCKS * sizeof(double));
-    k_softmax_ce<<<g, RT, 0, s->stream>>>(x->data, x->dtype, (const int32_t *)labels->data, rows, c, 1.0f / norm, part,
+    k_softmax_ce<<<g, RT, 0, s->stream>>>(x->data, x->dtype, (const int32_t *)labels->data, rows, c, count_ptr(norm),
+                                          norm->scale, norm->grad_mult, gscale_ptr(norm), part,
                                           dx ? dx->data : NULL, dx ? dx->dtype : MRCNN_DTYPE_F32);
     MRCNN_CHECK_LAUNCH("softmax_ce");
     finish(s, part, g, norm, loss);
@@ -157,7 +184,9 @@ static void cu_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const 
 /* ---- smooth L1 ------------------------------------------------------------------------------- */
 
 __global__ void k_smooth_l1(const void *x, int xt, const void *t, int tt, const void *wgt, int wt, int64_t n,
-                            float beta, float inv_norm, double *part, void *dx, int dxt) {
+                            float beta, const float *count, float scale, float gmul, const float *gscale, double *part, void *dx,
+                            int dxt) {
+    const float inv_norm = gmul * (gscale ? gscale[0] : 1.0f) / norm_of(count, scale);
     double acc = 0;
     CU_GRID_STRIDE(i, n) {
         float xv = cu_load(x, i, xt), tv = cu_load(t, i, tt);
@@ -175,7 +204,8 @@ __global__ void k_smooth_l1(const void *x, int xt, const void *t, int tt, const 
 }
 
 static void cu_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                         const mrcnn_tensor *weight, float beta, float norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+                         const mrcnn_tensor *weight, float beta, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
+                         mrcnn_tensor *dx) {
     cu_state *s = cu_st(be);
     cu_check_float(x, "smooth_l1 x");
     const int64_t n = cu_numel(x);
@@ -187,14 +217,15 @@ static void cu_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const m
     unsigned g = reduce_blocks(n);
     double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, RMAX_BLOCKS * sizeof(double));
     k_smooth_l1<<<g, RT, 0, s->stream>>>(x->data, x->dtype, t->data, t->dtype, weight ? weight->data : NULL,
-                                         weight ? weight->dtype : MRCNN_DTYPE_F32, n, beta, 1.0f / norm, part,
+                                         weight ? weight->dtype : MRCNN_DTYPE_F32, n, beta, count_ptr(norm), norm->scale,
+                                         norm->grad_mult, gscale_ptr(norm), part,
                                          dx ? dx->data : NULL, dx ? dx->dtype : MRCNN_DTYPE_F32);
     MRCNN_CHECK_LAUNCH("smooth_l1");
     finish(s, part, g, norm, loss);
 }
 
 void cu_fill_loss_ops(mrcnn_backend *be) {
-    be->bce_logits = cu_bce_logits;
-    be->softmax_ce = cu_softmax_ce;
-    be->smooth_l1 = cu_smooth_l1;
+    be->loss.bce_logits = cu_bce_logits;
+    be->loss.softmax_ce = cu_softmax_ce;
+    be->loss.smooth_l1 = cu_smooth_l1;
 }

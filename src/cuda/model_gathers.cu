@@ -1,10 +1,10 @@
 /* Anchor grids and the per-class gathers of the box and mask losses on the device
- * (cuda_ops.h), as src/model/anchors.c and mask_targets.c compute them (the anchor
+ * (detect_internal.h), as src/model/anchors.c and mask_targets.c compute them (the anchor
  * coordinates with box_math.h's code). */
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
 #include "mrcnn/box_math.h"
-#include "mrcnn/cuda_ops.h"
+#include "detect_internal.h"
 
 #define CU_THREADS 256
 #define ANCHOR_MAX_CELL 16
@@ -14,7 +14,7 @@ typedef struct {
 } anchor_cells;
 
 static cu_state *cuda_state_of(const mrcnn_backend *be, const char *op) {
-    MRCNN_CHECK(be && be->name && be->name[0] == 'c' && be->name[1] == 'u' && be->state,
+    MRCNN_CHECK(be && be->device == MRCNN_DEVICE_GPU && be->state,
                 "%s: needs the CUDA backend", op);
     return cu_st(be);
 }
@@ -182,8 +182,8 @@ static void cu_gather_deltas_bwd_op(const mrcnn_backend *be, const mrcnn_tensor 
 }
 
 void cu_fill_gather_ops(mrcnn_backend *be) {
-    be->gather_class_masks = cu_gather_masks_op;
-    be->gather_class_masks_backward = cu_gather_masks_bwd_op;
-    be->gather_class_deltas = cu_gather_deltas_op;
-    be->gather_class_deltas_backward = cu_gather_deltas_bwd_op;
+    be->det.gather_class_masks = cu_gather_masks_op;
+    be->det.gather_class_masks_backward = cu_gather_masks_bwd_op;
+    be->det.gather_class_deltas = cu_gather_deltas_op;
+    be->det.gather_class_deltas_backward = cu_gather_deltas_bwd_op;
 }

@@ -1,8 +1,10 @@
 /* NCCL communicator for the gradient buckets (GPU=1 builds only). The unique id
- * travels by MPI_Bcast; all-reduces run on NCCL's own stream, ordered after the
- * compute stream's work by an event, so they overlap the rest of backward. Waits
- * poll ncclCommGetAsyncError instead of blocking, so a dead peer becomes an error
- * (ncclCommAbort, then MPI_Abort) within the comm timeout, never a silent hang. */
+ * travels by MPI_Bcast; all-reduces run on NCCL's own stream, each after the compute
+ * stream's event for its bucket, so they overlap the rest of backward, and the compute
+ * stream waits for the `done` event before the optimizer: no host wait is needed for
+ * ordering. The communicator is non-blocking: every call is followed by a poll of
+ * ncclCommGetAsyncError, and waits poll instead of blocking, so a dead peer becomes an
+ * error (ncclCommAbort, then MPI_Abort) within the comm timeout, never a silent hang. */
 #include "mrcnn/cuda_check.h"
 #include "mrcnn/dist.h"
 #include "mrcnn/log.h"
@@ -15,9 +17,39 @@
 struct mrcnn_nccl {
     ncclComm_t comm;
     cudaStream_t stream; // NCCL's stream, beside the compute stream
-    cudaEvent_t ready;   // recorded on the compute stream before each launch
+    cudaEvent_t done;    // recorded on NCCL's stream after the all-reduces queued so far
     int rank, device;
+    double timeout_s;    // the comm timeout last given to mrcnn_nccl_wait (0: none yet)
 };
+
+/* Fails (after ncclCommAbort, so no rank is left in a collective) when NCCL reports an
+ * asynchronous error. ncclInProgress means a call on this non-blocking communicator is
+ * still being issued: its kernel may not be on NCCL's stream yet, so an event recorded
+ * there now (mrcnn_nccl_done_event) would not cover it. Wait for the host-side issue to
+ * finish (not for the collective), within the comm timeout last given to
+ * mrcnn_nccl_wait (a peer missing at lazy connection setup would hold it forever). */
+static void nccl_check_async(mrcnn_nccl *n, const char *what) {
+    ncclResult_t st = ncclSuccess;
+    const double t0 = mrcnn_time_now();
+    for (;;) {
+        MRCNN_CHECK_NCCL(ncclCommGetAsyncError(n->comm, &st));
+        if (st != ncclInProgress) break;
+        if (n->timeout_s > 0 && mrcnn_time_now() - t0 > n->timeout_s) {
+            ncclCommAbort(n->comm);
+            mrcnn_failf("NCCL", "ncclCommGetAsyncError", __FILE__, __LINE__,
+                        "rank %d, device %d: NCCL still issuing %s after %.1f s (--comm-timeout): a peer rank is "
+                        "missing", n->rank, n->device, what, n->timeout_s);
+        }
+        usleep(20);
+    }
+    if (st == ncclSuccess) return;
+    const char *last = ncclGetLastError(n->comm);
+    ncclCommAbort(n->comm);
+    mrcnn_failf("NCCL", "ncclCommGetAsyncError", __FILE__, __LINE__,
+                "rank %d, device %d: NCCL reported '%s'%s%s%s %s: a peer rank failed or the network is down", n->rank,
+                n->device, ncclGetErrorString(st), last && *last ? " (" : "", last && *last ? last : "",
+                last && *last ? ")" : "", what);
+}
 
 mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why) {
     int n_dev = 0;
@@ -43,32 +75,58 @@ mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int devic
     }
     MRCNN_CHECK_NCCL(st);
     MRCNN_CHECK_CUDA(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
-    MRCNN_CHECK_CUDA(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
+    MRCNN_CHECK_CUDA(cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming));
     return n;
 }
 
-void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *compute_stream) {
-    MRCNN_CHECK_CUDA(cudaEventRecord(n->ready, (cudaStream_t)compute_stream));
-    MRCNN_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
+void mrcnn_nccl_allreduce_avg(mrcnn_nccl *n, float *dev_buf, size_t count, void *ready_event, int bucket) {
+    if (ready_event) MRCNN_CHECK_CUDA(cudaStreamWaitEvent(n->stream, (cudaEvent_t)ready_event, 0));
     ncclResult_t r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat32, ncclAvg, n->comm, n->stream);
-    if (r != ncclSuccess && r != ncclInProgress) MRCNN_CHECK_NCCL(r);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        const char *last = ncclGetLastError(n->comm);
+        ncclCommAbort(n->comm);
+        mrcnn_failf("NCCL", "ncclAllReduce", __FILE__, __LINE__,
+                    "rank %d, device %d: all-reduce of gradient bucket %d (%zu floats) failed: %s%s%s%s", n->rank,
+                    n->device, bucket, count, ncclGetErrorString(r), last && *last ? " (" : "", last && *last ? last : "",
+                    last && *last ? ")" : "");
+    }
+    char what[64];
+    snprintf(what, sizeof what, "after the all-reduce of gradient bucket %d", bucket);
+    nccl_check_async(n, what);
+}
+
+/* Small step values (loss terms, flags, normalizer counts; dist.c): a bucket's
+ * all-reduce, summed or averaged. */
+void mrcnn_nccl_allreduce(mrcnn_nccl *n, float *dev_buf, size_t count, int mean, void *ready_event,
+                          const char *what) {
+    if (ready_event) MRCNN_CHECK_CUDA(cudaStreamWaitEvent(n->stream, (cudaEvent_t)ready_event, 0));
+    ncclResult_t r =
+        ncclAllReduce(dev_buf, dev_buf, count, ncclFloat32, mean ? ncclAvg : ncclSum, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        const char *last = ncclGetLastError(n->comm);
+        ncclCommAbort(n->comm);
+        mrcnn_failf("NCCL", "ncclAllReduce", __FILE__, __LINE__, "rank %d, device %d: %s (%zu floats) failed: %s%s%s%s",
+                    n->rank, n->device, what, count, ncclGetErrorString(r), last && *last ? " (" : "",
+                    last && *last ? last : "", last && *last ? ")" : "");
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "after the %s", what);
+    nccl_check_async(n, msg);
+}
+
+void *mrcnn_nccl_done_event(mrcnn_nccl *n) {
+    MRCNN_CHECK_CUDA(cudaEventRecord(n->done, n->stream));
+    return (void *)n->done;
 }
 
 void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s) {
     double t0 = mrcnn_time_now();
+    n->timeout_s = timeout_s;
     for (;;) {
         cudaError_t q = cudaStreamQuery(n->stream);
         if (q == cudaSuccess) return;
         if (q != cudaErrorNotReady) MRCNN_CHECK_CUDA(q);
-        ncclResult_t st = ncclSuccess;
-        MRCNN_CHECK_NCCL(ncclCommGetAsyncError(n->comm, &st));
-        if (st != ncclSuccess && st != ncclInProgress) {
-            ncclCommAbort(n->comm);
-            mrcnn_failf("NCCL", "ncclCommGetAsyncError", __FILE__, __LINE__,
-                        "NCCL reported '%s' during the gradient all-reduce on device %d: a peer rank "
-                        "failed or the network is down",
-                        ncclGetErrorString(st), n->device);
-        }
+        nccl_check_async(n, "while waiting for the gradient all-reduces");
         if (timeout_s > 0 && mrcnn_time_now() - t0 > timeout_s) {
             fprintf(stderr,
                     "mrcnn error [rank %d] comm timeout: NCCL gradient all-reduce has not completed "
@@ -86,36 +144,7 @@ void mrcnn_nccl_wait(mrcnn_nccl *n, double timeout_s) {
 void mrcnn_nccl_destroy(mrcnn_nccl *n) {
     if (!n) return;
     ncclCommDestroy(n->comm);
-    cudaEventDestroy(n->ready);
+    cudaEventDestroy(n->done);
     cudaStreamDestroy(n->stream);
     free(n);
-}
-
-int mrcnn_cuda_device_count(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-    return n;
-}
-
-double mrcnn_cuda_memory_used_mb(int device) {
-    int prev = 0;
-    size_t free_b = 0, total_b = 0;
-    if (cudaGetDevice(&prev) != cudaSuccess) return 0;
-    if (prev != device && cudaSetDevice(device) != cudaSuccess) return 0;
-    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
-    if (prev != device) cudaSetDevice(prev);
-    return e == cudaSuccess ? (double)(total_b - free_b) / (1024.0 * 1024.0) : 0;
-}
-
-const char *mrcnn_cuda_device_uuid(int device, char *buf, size_t len) {
-    struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
-        snprintf(buf, len, "unknown (cudaGetDeviceProperties failed for device %d)", device);
-        return buf;
-    }
-    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
-    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x (%s)", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15],
-             p.name);
-    return buf;
 }

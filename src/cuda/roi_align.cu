@@ -2,10 +2,22 @@
  * launch, one thread per output element (roi, ph, pw, c), channels fastest so that
  * NHWC reads coalesce. The level, frame, sampling points and bilinear taps are
  * box_math.h's, the code src/ops/roi_align.c runs (torchvision's kernel), in float.
- * The backward scatters with atomicAdd; for fp16 or bf16 features it accumulates into
- * an fp32 scratch first, so each gradient element is rounded once, as the CPU's
- * rounded-storage mode does. */
+ * The backward scatters with atomicAdd. fp32 gradients take fp32 atomics in place. For
+ * fp16 or bf16 gradients, a level accumulates into an fp32 scratch sized to it, then
+ * is added in one rounding (as the CPU's rounded-storage mode does), while the levels'
+ * scratch fits a budget (MRCNN_ROI_BWD_SCRATCH_MB, default 256), smallest levels first;
+ * a level beyond it takes atomics on the storage dtype itself, two channels per atomic
+ * (half2 / bfloat162, native on sm_90), as torchvision's kernel does for half tensors
+ * outside autocast (under autocast it runs in fp32, like the scratch path).
+ * Why: at 8 x 800x1216 the four levels' fp32 scratch was 661 MB, memset and converted
+ * every step; the default budget keeps P3-P5 (163 MB) exact and sends P2 (498 MB) to
+ * storage atomics. Their cost is precision: every add rounds (bf16: up to 2^-9 of the
+ * running sum), so a pixel that k bin-contributions reach carries about sqrt(k) such
+ * roundings instead of one; each thread first sums its bin's taps per distinct pixel
+ * in fp32, so k counts bins, not sampling points. MRCNN_ROI_BWD_SCRATCH_MB=100000 gives
+ * the exact path back (op benchmark: both variants). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_dtype.cuh"
@@ -17,6 +29,7 @@
 typedef struct {
     const void *f[MRCNN_ROI_MAX_LEVELS]; // (N, H_l, W_l, C) each
     float *g[MRCNN_ROI_MAX_LEVELS];      // fp32 gradient targets, NULL: skipped
+    void *gh[MRCNN_ROI_MAX_LEVELS];      // fp16/bf16 targets for storage atomics (k_roi_align_bwd_half)
     int h[MRCNN_ROI_MAX_LEVELS], w[MRCNN_ROI_MAX_LEVELS];
     float scale[MRCNN_ROI_MAX_LEVELS];
     int n_levels, first_level, canonical_level, n_images, c, out_h, out_w, sampling_ratio, aligned;
@@ -104,6 +117,92 @@ __global__ void k_roi_align_bwd(ra_args a, const float *rois, int64_t r, const v
     }
 }
 
+/* Storage-dtype atomics: one thread per (roi, ph, pw, channel pair). With even C (and
+ * 4-byte aligned levels) the pair's address is 4-byte aligned, so one half2/bfloat162 atomic adds
+ * both channels; odd C falls back to one 16-bit atomic per channel. */
+static __device__ __forceinline__ void ra_atomic_half(void *g, int64_t idx, int gt, float v0, float v1, int pair) {
+    if (gt == MRCNN_DTYPE_F16) {
+        __half *p = (__half *)g + idx;
+        if (pair) atomicAdd((__half2 *)p, __floats2half2_rn(v0, v1));
+        else atomicAdd(p, __float2half_rn(v0));
+    } else {
+        __nv_bfloat16 *p = (__nv_bfloat16 *)g + idx;
+        if (pair) atomicAdd((__nv_bfloat162 *)p, __floats2bfloat162_rn(v0, v1));
+        else atomicAdd(p, __float2bfloat16_rn(v0));
+    }
+}
+
+#define RA_MERGE 16 // distinct feature pixels summed per thread before their atomics
+
+/* One atomic per merged pixel: the summed bilinear weight times the bin's gradient. */
+static __device__ __forceinline__ void ra_flush_half(void *g, int64_t base, int c, int gt, int even, int two, float gy0,
+                                                     float gy1, const int64_t *mp, const float *mw, int nm) {
+    for (int j = 0; j < nm; j++) {
+        const int64_t at = base + mp[j] * c;
+        if (even) {
+            ra_atomic_half(g, at, gt, gy0 * mw[j], gy1 * mw[j], 1);
+        } else {
+            ra_atomic_half(g, at, gt, gy0 * mw[j], 0.0f, 0);
+            if (two) ra_atomic_half(g, at + 1, gt, gy1 * mw[j], 0.0f, 0);
+        }
+    }
+}
+
+__global__ void k_roi_align_bwd_half(ra_args a, int gt, int even, const float *rois, int64_t r, const void *dy,
+                                     int dyt) {
+    const int cp = (a.c + 1) / 2;
+    const int64_t total = r * a.out_h * a.out_w * cp;
+    CU_GRID_STRIDE(i, total) {
+        const int c = 2 * (int)(i % cp);
+        int64_t t = i / cp;
+        const int pw = (int)(t % a.out_w);
+        t /= a.out_w;
+        const int ph = (int)(t % a.out_h);
+        const int64_t ri = t / a.out_h;
+        ra_roi o;
+        if (!ra_prepare(&a, rois + 5 * ri, &o)) continue;
+        void *g = a.gh[o.level];
+        if (!g) continue;
+        const int H = a.h[o.level], W = a.w[o.level];
+        const int64_t base = (int64_t)o.img * H * W * a.c + c;
+        const int two = c + 1 < a.c;
+        const float cnt = (float)o.f.count;
+        const int64_t yi = ((ri * a.out_h + ph) * a.out_w + pw) * a.c + c;
+        const float gy0 = cu_load(dy, yi, dyt) / cnt, gy1 = two ? cu_load(dy, yi + 1, dyt) / cnt : 0.0f;
+        /* A bin's sampling points share taps whenever the bin is under a few feature
+         * pixels (small boxes, the ones on P2): sum per distinct pixel in fp32 first, so
+         * each pixel takes one atomic and one rounding per bin instead of up to 16. */
+        int64_t mp[RA_MERGE];
+        float mw[RA_MERGE];
+        int nm = 0;
+        for (int iy = 0; iy < o.f.gh; iy++) {
+            const float yy = mrcnn_roi_sample_coord(o.f.y0, o.f.bh, ph, iy, o.f.gh);
+            for (int ix = 0; ix < o.f.gw; ix++) {
+                const float xx = mrcnn_roi_sample_coord(o.f.x0, o.f.bw, pw, ix, o.f.gw);
+                int64_t pos[4];
+                float wt[4];
+                if (!mrcnn_bilinear_taps(yy, xx, H, W, pos, wt)) continue;
+                for (int q = 0; q < 4; q++) {
+                    if (wt[q] == 0.0f) continue;
+                    int j = 0;
+                    while (j < nm && mp[j] != pos[q]) j++;
+                    if (j == nm) {
+                        if (nm == RA_MERGE) {
+                            ra_flush_half(g, base, a.c, gt, even, two, gy0, gy1, mp, mw, nm);
+                            nm = j = 0;
+                        }
+                        mp[j] = pos[q];
+                        mw[j] = 0.0f;
+                        nm++;
+                    }
+                    mw[j] += wt[q];
+                }
+            }
+        }
+        ra_flush_half(g, base, a.c, gt, even, two, gy0, gy1, mp, mw, nm);
+    }
+}
+
 static ra_args ra_args_make(const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois, const char *op, int64_t *r) {
     MRCNN_CHECK(d != NULL, "%s: NULL descriptor", op);
     MRCNN_CHECK(d->n_levels > 0 && d->n_levels <= MRCNN_ROI_MAX_LEVELS, "%s: %d levels, must be in [1, %d]", op,
@@ -168,9 +267,13 @@ static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
     cu_check_float(dy, "roi_align_backward dy");
     const int64_t total = r * a.out_h * a.out_w * a.c;
     cu_check_numel(dy, total, "roi_align_backward dy (R, out_h, out_w, C)");
-    /* Half-precision levels accumulate in one fp32 scratch block, level after level. */
+    /* Half-precision levels: fp32 scratch (one rounding) while the budget lasts,
+     * smallest levels first; the rest storage-dtype atomics (file comment). */
+    const char *env = getenv("MRCNN_ROI_BWD_SCRATCH_MB");
+    const int64_t budget = (int64_t)((env && *env ? atof(env) : 256.0) * 1048576.0);
     int64_t off[MRCNN_ROI_MAX_LEVELS], scratch_elems = 0;
-    for (int l = 0; l < d->n_levels; l++) {
+    int half_dt = -1, n_direct = 0, odd_ptr = 0;
+    for (int l = d->n_levels - 1; l >= 0; l--) {
         off[l] = -1;
         if (!dfeats[l].data) continue;
         cu_check_float(&dfeats[l], "roi_align_backward gradient level");
@@ -178,9 +281,16 @@ static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
                        "roi_align_backward gradient level (N, H, W, C)");
         if (dfeats[l].dtype == MRCNN_DTYPE_F32) {
             a.g[l] = (float *)dfeats[l].data;
-        } else {
+        } else if ((scratch_elems + cu_numel(&dfeats[l])) * (int64_t)sizeof(float) <= budget) {
             off[l] = scratch_elems;
             scratch_elems += cu_numel(&dfeats[l]);
+        } else {
+            MRCNN_CHECK(half_dt < 0 || half_dt == (int)dfeats[l].dtype,
+                        "roi_align_backward: fp16 and bf16 gradient levels mixed in one call");
+            half_dt = (int)dfeats[l].dtype;
+            a.gh[l] = dfeats[l].data;
+            n_direct++;
+            if ((uintptr_t)dfeats[l].data % 4 != 0) odd_ptr = 1;
         }
     }
     if (total == 0) return;
@@ -191,15 +301,25 @@ static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
         for (int l = 0; l < d->n_levels; l++)
             if (off[l] >= 0) a.g[l] = scratch + off[l];
     }
-    k_roi_align_bwd<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(a, (const float *)rois->data, r,
-                                                                                  dy->data, dy->dtype);
-    MRCNN_CHECK_LAUNCH("roi_align_backward");
+    int any_fp32 = 0;
+    for (int l = 0; l < d->n_levels; l++) any_fp32 |= a.g[l] != NULL;
+    if (any_fp32) {
+        k_roi_align_bwd<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(a, (const float *)rois->data, r,
+                                                                                      dy->data, dy->dtype);
+        MRCNN_CHECK_LAUNCH("roi_align_backward");
+    }
+    if (n_direct) {
+        const int64_t pairs = r * a.out_h * a.out_w * ((a.c + 1) / 2);
+        k_roi_align_bwd_half<<<cu_blocks(pairs, CU_THREADS), CU_THREADS, 0, s->stream>>>(
+            a, half_dt, a.c % 2 == 0 && !odd_ptr, (const float *)rois->data, r, dy->data, dy->dtype);
+        MRCNN_CHECK_LAUNCH("roi_align_backward (storage atomics)");
+    }
     for (int l = 0; l < d->n_levels; l++)
         if (off[l] >= 0)
             cu_accumulate(s, scratch + off[l], MRCNN_DTYPE_F32, dfeats[l].data, dfeats[l].dtype, cu_numel(&dfeats[l]));
 }
 
 void cu_fill_roi_ops(mrcnn_backend *be) {
-    be->roi_align_forward = cu_roi_align_forward;
-    be->roi_align_backward = cu_roi_align_backward;
+    be->nn.roi_align_forward = cu_roi_align_forward;
+    be->nn.roi_align_backward = cu_roi_align_backward;
 }

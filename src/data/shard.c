@@ -78,8 +78,10 @@ static hid_t ds_open(hid_t f, const char *name, const char *path, hid_t dapl) {
     return ds;
 }
 
-/* The row count of a dataset, checked against want (-1: any); rank 1, or 2 with cols. */
-static int64_t ds_rows(hid_t ds, const char *name, const char *path, int64_t want, int64_t cols) {
+/* The row count of a dataset, checked against want (-1: any); rank 1, or 2 with cols.
+ * check_chunks: 0 when the caller only counts rows and reads the dataset later (the
+ * read checks the chunks then; one walk over the chunk index per dataset is enough). */
+static int64_t ds_rows(hid_t ds, const char *name, const char *path, int64_t want, int64_t cols, int check_chunks) {
     hid_t sp = H5Dget_space(ds);
     H5_OR_FAIL(sp, path, "dataset '%s'", name);
     hsize_t d[2] = {0, 1};
@@ -96,14 +98,15 @@ static int64_t ds_rows(hid_t ds, const char *name, const char *path, int64_t wan
      * and libhdf5 trusts each chunk's recorded size: both are checked before anything is
      * sized by the extent or read. */
     char why[256];
-    if (!mrcnn_h5_chunks_whole(ds, why, sizeof why))
+    if (check_chunks && !mrcnn_h5_chunks_whole(ds, why, sizeof why))
         bad_file(path, "dataset '%s': %s (truncated or damaged file)", name, why);
     return (int64_t)d[0];
 }
 
+/* Only the extent: every caller reads the dataset afterwards with ds_read. */
 static int64_t ds_len(hid_t f, const char *name, const char *path, int64_t want, int64_t cols) {
     hid_t ds = ds_open(f, name, path, H5P_DEFAULT);
-    int64_t n = ds_rows(ds, name, path, want, cols);
+    int64_t n = ds_rows(ds, name, path, want, cols, 0);
     H5Dclose(ds);
     return n;
 }
@@ -112,7 +115,7 @@ static int64_t ds_len(hid_t f, const char *name, const char *path, int64_t want,
 static void *ds_read_n(hid_t f, const char *name, const char *path, hid_t type, int64_t want, int64_t cols,
                        int64_t *rows) {
     hid_t ds = ds_open(f, name, path, H5P_DEFAULT);
-    int64_t n = ds_rows(ds, name, path, want, cols);
+    int64_t n = ds_rows(ds, name, path, want, cols, 1);
     size_t bytes = (size_t)n * (size_t)(cols > 1 ? cols : 1) * H5Tget_size(type);
     void *p = MRCNN_MALLOC(bytes + 1, name);
     if (n > 0) H5_OR_FAIL(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p), path, "cannot read dataset '%s'", name);
@@ -414,9 +417,9 @@ static void shard_read(mrcnn_shard *sh, const char *path, int64_t fapl) {
     H5_OR_FAIL(dapl, p, "dataset access list");
     H5_OR_FAIL(H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), p, "dataset access list");
     sh->bytes_ds = ds_open(f, "images/bytes", p, dapl);
-    sh->image_bytes = ds_rows((hid_t)sh->bytes_ds, "images/bytes", p, -1, 1);
+    sh->image_bytes = ds_rows((hid_t)sh->bytes_ds, "images/bytes", p, -1, 1, 1);
     sh->rle_ds = ds_open(f, "annotations/rle", p, dapl);
-    sh->rle_bytes = ds_rows((hid_t)sh->rle_ds, "annotations/rle", p, -1, 1);
+    sh->rle_bytes = ds_rows((hid_t)sh->rle_ds, "annotations/rle", p, -1, 1, 1);
     H5Pclose(dapl);
     mrcnn_h5_quiet_end(q);
     if (names_len != sh->name_offset[n])

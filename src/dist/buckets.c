@@ -3,7 +3,13 @@
  * the last parameters and is complete first. Every rank launches buckets strictly
  * in bucket order (nonblocking collectives must be started in the same order
  * everywhere), so a parameter that finishes early in one rank's backward never
- * reorders the reductions. */
+ * reorders the reductions.
+ *
+ * NCCL path: ordering lives on the device. A complete bucket records the backend's
+ * event on its compute stream and NCCL's stream waits on it, so the all-reduce reads
+ * final gradients while backward continues; wait() makes the compute stream wait for
+ * NCCL's stream, so the optimizer after it reads the averages. The host waits only
+ * for hang detection (host_wait) or in drain(). */
 #include "mrcnn/dist.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
@@ -48,6 +54,12 @@ void mrcnn_buckets_init(mrcnn_buckets *bk, const mrcnn_dist *d, const mrcnn_back
         hi = lo - 1;
     }
     bk->use_nccl = d->nccl != NULL && grads->device == MRCNN_DEVICE_GPU;
+    bk->host_wait = 1;
+    if (bk->use_nccl) {
+        MRCNN_CHECK(be != NULL && be->stream.event_create != NULL,
+                    "gradient buckets: NCCL needs the grads' backend and its stream events");
+        bk->ready_ev = be->stream.event_create(be);
+    }
     if (grads->device == MRCNN_DEVICE_GPU && !bk->use_nccl && d->world_size > 1) {
         MRCNN_CHECK(be != NULL, "gradient buckets: a GPU arena needs its backend");
         bk->staging = MRCNN_MALLOC(grads->size, "host staging buffer for MPI gradient all-reduce");
@@ -55,6 +67,10 @@ void mrcnn_buckets_init(mrcnn_buckets *bk, const mrcnn_dist *d, const mrcnn_back
 }
 
 void mrcnn_buckets_free(mrcnn_buckets *bk) {
+    if (bk->ready_ev) {
+        mrcnn_buckets_drain(bk); // NCCL may still read the grads, and the event
+        bk->be->stream.event_destroy(bk->be, bk->ready_ev);
+    }
     free(bk->param_bucket);
     free(bk->param_ready);
     free(bk->b);
@@ -83,12 +99,10 @@ static void launch(mrcnn_buckets *bk, mrcnn_bucket *b) {
     if (bk->dist->world_size == 1) return;
     size_t count = b->bytes / sizeof(float);
     if (bk->use_nccl) {
-        /* The backend's compute stream is private to it: wait for backward up to here
-         * on the host, so the all-reduce on NCCL's stream reads final gradients. (An
-         * event on the compute stream would keep the host free: backend.h needs a
-         * stream accessor for that.) */
-        bk->be->sync(bk->be);
-        mrcnn_nccl_allreduce_avg(bk->dist->nccl, (float *)(bk->grads->base + b->offset), count, NULL);
+        /* NCCL's stream starts this bucket after backward's work queued so far. */
+        bk->be->stream.event_record(bk->be, bk->ready_ev);
+        mrcnn_nccl_allreduce_avg(bk->dist->nccl, (float *)(bk->grads->base + b->offset), count, bk->ready_ev,
+                                 (int)(b - bk->b));
         return;
     }
     MRCNN_CHECK(count <= (size_t)0x7fffffff, "gradient bucket of %zu floats exceeds MPI's int count", count);
@@ -97,7 +111,7 @@ static void launch(mrcnn_buckets *bk, mrcnn_bucket *b) {
         /* GPU gradients without NCCL: the read waits for backward up to here. */
         mrcnn_tensor v = bucket_view(bk, b);
         buf = bk->staging + b->offset / sizeof(float);
-        bk->be->read(bk->be, &v, buf);
+        bk->be->mem.read(bk->be, &v, buf);
     }
     MRCNN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, bk->dist->comm, &b->req));
 }
@@ -137,7 +151,8 @@ void mrcnn_buckets_wait(mrcnn_buckets *bk) {
     const mrcnn_dist *d = bk->dist;
     if (d->world_size > 1) {
         if (bk->use_nccl) {
-            mrcnn_nccl_wait(d->nccl, d->comm_timeout_s);
+            bk->be->stream.event_wait(bk->be, mrcnn_nccl_done_event(d->nccl));
+            if (bk->host_wait) mrcnn_buckets_drain(bk);
         } else {
             const float inv = 1.0f / (float)d->world_size;
             mrcnn_watchdog_arm("gradient all-reduce (MPI_Iallreduce buckets)");
@@ -150,11 +165,17 @@ void mrcnn_buckets_wait(mrcnn_buckets *bk) {
                 for (size_t k = 0; k < count; k++) buf[k] *= inv;
                 if (bk->staging) {
                     mrcnn_tensor v = bucket_view(bk, b);
-                    bk->be->write(bk->be, &v, buf);
+                    bk->be->mem.write(bk->be, &v, buf);
                 }
             }
             mrcnn_watchdog_disarm();
         }
     }
     bk->wait_s = mrcnn_time_now() - t0;
+}
+
+void mrcnn_buckets_drain(mrcnn_buckets *bk) {
+    if (!bk->use_nccl || bk->dist->world_size == 1) return;
+    mrcnn_nccl_wait(bk->dist->nccl, bk->dist->comm_timeout_s);
+    mrcnn_backend_count(bk->be, 0, 0, 1, 0, 0); // a wait of the host for the device
 }

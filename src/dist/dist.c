@@ -93,10 +93,10 @@ void mrcnn_dist_broadcast_arena(const mrcnn_dist *d, const mrcnn_backend *be, mr
     int64_t n = (int64_t)(params->size / sizeof(float));
     float *host = MRCNN_MALLOC(params->size, "host staging for the weight broadcast");
     mrcnn_tensor flat = mrcnn_tensor_view(params->base, MRCNN_DTYPE_F32, params->device, 1, &n);
-    be->read(be, &flat, host);
+    be->mem.read(be, &flat, host);
     mrcnn_dist_bcast_bytes(d, host, params->size, "broadcast of rank 0's weights");
-    be->write(be, &flat, host);
-    be->sync(be);
+    be->mem.write(be, &flat, host);
+    be->mem.sync(be);
     free(host);
 }
 
@@ -119,4 +119,44 @@ void mrcnn_dist_barrier(const mrcnn_dist *d, const char *what) {
     mrcnn_watchdog_arm(what);
     MRCNN_CHECK_MPI(MPI_Barrier(d->comm));
     mrcnn_watchdog_disarm();
+}
+
+/* The device all-reduce (sum, or mean = sum / ranks) of small step values (loss terms,
+ * Inf/NaN flags, normalizer counts) without a host read: on the CPU backend the tensor is host memory and MPI
+ * sums it in place; on a GPU NCCL sums it on its stream, ordered after the compute
+ * stream's work so far (an event) and before its later work (the compute stream waits
+ * for NCCL's done event), so the host never waits. A GPU without NCCL stages through
+ * the host (a read: the fallback of builds without NCCL). */
+void mrcnn_dist_allreduce_tensor(const mrcnn_dist *d, const mrcnn_backend *be, mrcnn_tensor *t, int mean,
+                                 const char *what) {
+    if (d->world_size == 1) return;
+    MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F32, "%s: the device all-reduce takes fp32 tensors", what);
+    const int64_t n = mrcnn_tensor_numel(t);
+    if (n == 0) return;
+    if (t->device == MRCNN_DEVICE_CPU) {
+        mrcnn_watchdog_arm(what);
+        MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t->data, (int)n, MPI_FLOAT, MPI_SUM, d->comm));
+        mrcnn_watchdog_disarm();
+        if (mean)
+            for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] /= (float)d->world_size;
+        return;
+    }
+    if (d->nccl) {
+        /* One backend per process: its event is made once and kept. */
+        static void *ready_ev = NULL;
+        if (!ready_ev) ready_ev = be->stream.event_create(be);
+        be->stream.event_record(be, ready_ev);
+        mrcnn_nccl_allreduce(d->nccl, (float *)t->data, (size_t)n, mean, ready_ev, what);
+        be->stream.event_wait(be, mrcnn_nccl_done_event(d->nccl));
+        return;
+    }
+    float *host = MRCNN_MALLOC((size_t)n * sizeof(float), "device all-reduce staging");
+    be->mem.read(be, t, host);
+    mrcnn_watchdog_arm(what);
+    MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, host, (int)n, MPI_FLOAT, MPI_SUM, d->comm));
+    mrcnn_watchdog_disarm();
+    if (mean)
+        for (int64_t i = 0; i < n; i++) host[i] /= (float)d->world_size;
+    be->mem.write(be, t, host);
+    free(host);
 }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
-#include "mrcnn/log.h"
 #include "mrcnn/model.h"
 #include "mrcnn/postprocess.h"
 
@@ -19,14 +18,9 @@ struct mrcnn_infer {
 
 static mrcnn_infer *infer_alloc(const mrcnn_config *cfg, int device) {
     mrcnn_infer *inf = MRCNN_CALLOC(1, sizeof *inf, "inference state");
-    if (!strcmp(cfg->model_device, "cuda")) {
-        const char *why = "no GPU visible";
-        if (device >= 0) inf->be = mrcnn_backend_cuda_create(device, &why);
-        if (!inf->be) mrcnn_warn("MODEL.DEVICE=cuda but %s: running on the CPU", why);
-    } else {
-        MRCNN_CHECK(!strcmp(cfg->model_device, "cpu"), "MODEL.DEVICE '%s' is unknown (cpu or cuda)", cfg->model_device);
-    }
-    if (!inf->be) inf->be = mrcnn_backend_cpu_create();
+    const mrcnn_backend_open_opts bo = {.device = mrcnn_backend_device_parse(cfg->model_device), .gpu = device,
+                                        .fallback = "running on the CPU"};
+    inf->be = mrcnn_backend_open(&bo, NULL);
     mrcnn_model_init(&inf->model, cfg, inf->be);
     mrcnn_ws_init(&inf->ws, inf->be);
     return inf;
@@ -62,8 +56,8 @@ void mrcnn_infer_set_weights(mrcnn_infer *inf, const mrcnn_backend *src_be, cons
                     "inference weights: parameter %d is '%s' (%zu bytes), the model wants fp32 '%s' (%zu bytes)", i,
                     s->name, mrcnn_tensor_nbytes(&s->tensor), dst->entries[i].name, bytes);
         if (bytes > cap) h = MRCNN_REALLOC(h, cap = bytes, "weights copy buffer");
-        src_be->read(src_be, &s->tensor, h);
-        inf->be->write(inf->be, t, h);
+        src_be->mem.read(src_be, &s->tensor, h);
+        inf->be->mem.write(inf->be, t, h);
     }
     free(h);
 }
@@ -96,7 +90,7 @@ void mrcnn_infer_run(mrcnn_infer *inf, const mrcnn_infer_input *in, mrcnn_instan
     mrcnn_batch b;
     memset(&b, 0, sizeof b);
     b.images = mrcnn_ws_tensor(&inf->ws, MRCNN_DTYPE_F32, 4, shape);
-    inf->be->write(inf->be, &b.images, in->canvas);
+    inf->be->mem.write(inf->be, &b.images, in->canvas);
     int hw[2] = {in->h, in->w};
     int64_t index = in->image_index;
     b.image_hw = hw;

@@ -36,7 +36,7 @@ static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor 
     mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
     mrcnn_tensor y = mrcnn_ws_act(ws, 2, (int64_t[]){x->shape[0], W->shape[0]});
     if (x->shape[0] > 0)
-        m->be->linear_forward(m->be, x, W, mrcnn_arena_get(&m->params.values, b), act, &y);
+        m->be->nn.linear_forward(m->be, x, W, mrcnn_arena_get(&m->params.values, b), act, &y);
     return y;
 }
 
@@ -47,10 +47,10 @@ static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, cons
     mrcnn_tensor dpre;
     if (act == MRCNN_ACT_RELU) {
         dpre = mrcnn_ws_like(ws, dy);
-        m->be->relu_backward(m->be, y, dy, &dpre);
+        m->be->nn.relu_backward(m->be, y, dy, &dpre);
         g = &dpre;
     }
-    m->be->linear_backward(m->be, x, mrcnn_arena_get(&m->params.values, w), g, dx,
+    m->be->nn.linear_backward(m->be, x, mrcnn_arena_get(&m->params.values, w), g, dx,
                            mrcnn_arena_get(&m->params.grads, w), mrcnn_arena_get(&m->params.grads, b));
     if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
     mrcnn_model_grad_ready(m, w);

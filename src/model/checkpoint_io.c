@@ -13,6 +13,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
+#include "mrcnn/log.h"
 #include "mrcnn/model.h"
 
 #include <errno.h>
@@ -72,7 +73,7 @@ static void write_model_group(const mrcnn_model *m, hid_t f, const char *path) {
         const mrcnn_tensor *t = &a->entries[i].tensor;
         int64_t n = mrcnn_tensor_numel(t);
         float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
-        m->be->read(m->be, t, h);
+        m->be->mem.read(m->be, t, h);
         write_dataset(g, a->entries[i].name, t, h, path);
         free(h);
     }
@@ -184,13 +185,91 @@ static void read_dataset(hid_t g, const char *path, const char *name, float *hos
                 path, name, (long long)bad, (long long)n);
 }
 
+/* The names in a group (its datasets, recursively: "a/b" for a nested one), for the
+ * partial load's report of what went unused. */
+typedef struct {
+    char **names;
+    int n, cap;
+} name_list;
+
+static herr_t collect_name(hid_t loc, const char *name, const H5O_info_t *info, void *op) {
+    (void)loc;
+    name_list *l = op;
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->names = MRCNN_REALLOC(l->names, (size_t)l->cap * sizeof *l->names, "checkpoint names");
+    }
+    l->names[l->n++] = strdup(name);
+    return 0;
+}
+
+static void list_datasets(hid_t f, const char *group, name_list *l) {
+    if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return;
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    if (g < 0) return;
+#if H5_VERSION_GE(1, 12, 0)
+    H5Ovisit3(g, H5_INDEX_NAME, H5_ITER_INC, collect_name, l, H5O_INFO_BASIC);
+#else
+    H5Ovisit(g, H5_INDEX_NAME, H5_ITER_INC, collect_name, l);
+#endif
+    H5Gclose(g);
+}
+
+/* One line per kind, the names in full: "weights F: N tensors loaded: a, b, ...". */
+static void report_names(const char *path, const char *what, int count, char **names, int n) {
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(names[i]) + 2;
+    char *s = MRCNN_MALLOC(len, "checkpoint report");
+    s[0] = 0;
+    for (int i = 0, o = 0; i < n; i++) o += sprintf(s + o, "%s%s", i ? ", " : "", names[i]);
+    mrcnn_info("weights %s: %d %s%s%s", path, count, what, n ? ": " : "", s);
+    free(s);
+}
+
 /* Loads every parameter of the model from /model (all must be there unless
- * allow_missing); returns how many were loaded. */
+ * allow_missing); returns how many were loaded. A partial load logs which parameters
+ * were loaded (folded BN included), which were left to their initialization, and
+ * which datasets of the file were not used (in /model and /extra). */
 static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_missing) {
     MRCNN_CHECK(H5Lexists(f, "model", H5P_DEFAULT) > 0, "checkpoint %s: no /model group", path);
     hid_t g = MRCNN_CHECK_HDF5(H5Gopen2(f, "model", H5P_DEFAULT), path);
     mrcnn_arena *a = &m->params.values;
     int loaded = 0;
+    name_list file = {0};
+    char **got = NULL, **init = NULL;
+    int n_got = 0, n_init = 0;
+    bool *used = NULL;
+    if (allow_missing) {
+        list_datasets(f, "model", &file);
+        used = MRCNN_CALLOC((size_t)(file.n ? file.n : 1), sizeof *used, "checkpoint names used");
+        got = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *got, "checkpoint report");
+        init = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *init, "checkpoint report");
+        for (int i = 0; i < a->n_entries; i++) {
+            const char *name = a->entries[i].name;
+            char key[2 * MRCNN_ARENA_NAME_LEN];
+            const char *bn = m->params.bn[i];
+            bool folded = bn[0] && (snprintf(key, sizeof key, "%s.weight", bn), has_dataset(g, key));
+            bool here = has_dataset(g, name);
+            /* a folded conv's bias comes from its BN even when the file has no bias */
+            bool bias_of_folded = i > 0 && m->params.bn[i - 1][0] && has_dataset(g, a->entries[i - 1].name) &&
+                                  (snprintf(key, sizeof key, "%s.weight", m->params.bn[i - 1]), has_dataset(g, key)) &&
+                                  !bn[0];
+            if (here || bias_of_folded) got[n_got++] = (char *)name;
+            else init[n_init++] = (char *)name;
+            for (int k = 0; k < file.n; k++) {
+                if (!strcmp(file.names[k], name)) used[k] = true;
+                if (folded) {
+                    size_t bl = strlen(bn);
+                    if (!strncmp(file.names[k], bn, bl) && file.names[k][bl] == '.' &&
+                        (!strcmp(file.names[k] + bl + 1, "weight") || !strcmp(file.names[k] + bl + 1, "bias") ||
+                         !strcmp(file.names[k] + bl + 1, "running_mean") ||
+                         !strcmp(file.names[k] + bl + 1, "running_var")))
+                        used[k] = true;
+                }
+            }
+        }
+    }
     for (int i = 0; i < a->n_entries; i++) {
         const char *name = a->entries[i].name;
         if (allow_missing && !has_dataset(g, name)) continue;
@@ -229,8 +308,8 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
             if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);
             mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
                                  MRCNN_FROZEN_BN_EPS);
-            m->be->write(m->be, t, h);
-            m->be->write(m->be, tb, bias);
+            m->be->mem.write(m->be, t, h);
+            m->be->mem.write(m->be, tb, bias);
             for (int j = 0; j < 4; j++) free(bnp[j]);
             free(bias);
             free(h);
@@ -240,10 +319,37 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
         }
         float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
         read_dataset(g, path, name, h, n);
-        m->be->write(m->be, t, h);
+        m->be->mem.write(m->be, t, h);
         free(h);
     }
     H5Gclose(g);
+    if (allow_missing) {
+        char **unused = MRCNN_MALLOC((size_t)(file.n ? file.n : 1) * sizeof *unused, "checkpoint report");
+        int n_unused = 0;
+        for (int k = 0; k < file.n; k++)
+            if (!used[k]) unused[n_unused++] = file.names[k];
+        name_list extra = {0};
+        list_datasets(f, "extra", &extra);
+        for (int k = 0; k < extra.n; k++) {
+            char *e = MRCNN_MALLOC(strlen(extra.names[k]) + 8, "checkpoint report");
+            sprintf(e, "extra/%s", extra.names[k]);
+            free(extra.names[k]);
+            extra.names[k] = e;
+        }
+        report_names(path, "tensors loaded", n_got, got, n_got);
+        report_names(path, "tensors initialized (not in the file)", n_init, init, n_init);
+        unused = MRCNN_REALLOC(unused, (size_t)(n_unused + extra.n + 1) * sizeof *unused, "checkpoint report");
+        for (int k = 0; k < extra.n; k++) unused[n_unused + k] = extra.names[k];
+        report_names(path, "datasets unused", n_unused + extra.n, unused, n_unused + extra.n);
+        for (int k = 0; k < file.n; k++) free(file.names[k]);
+        for (int k = 0; k < extra.n; k++) free(extra.names[k]);
+        free(file.names);
+        free(extra.names);
+        free(unused);
+        free(used);
+        free(got);
+        free(init);
+    }
     return loaded;
 }
 

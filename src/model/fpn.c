@@ -35,14 +35,14 @@ void mrcnn_fpn_forward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o) {
     for (int i = 2; i >= 0; i--) {
         mrcnn_tensor lat = mrcnn_conv_layer_forward(m, ws, &f->inner[i], &o->c[i], MRCNN_ACT_NONE);
         // the sum overwrites the lateral: its backward needs neither
-        be->upsample_add_forward(be, &o->inner[i + 1], &lat, &lat);
+        be->nn.upsample_add_forward(be, &o->inner[i + 1], &lat, &lat);
         o->inner[i] = lat;
         o->p[i] = mrcnn_conv_layer_forward(m, ws, &f->layer[i], &o->inner[i], MRCNN_ACT_NONE);
     }
     mrcnn_pool2d_desc pd = p6_desc(&o->p[3]);
     o->p[4] = mrcnn_ws_act(ws, 4,
                               (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
-    be->maxpool2d_forward(be, &pd, &o->p[3], &o->p[4]);
+    be->nn.maxpool2d_forward(be, &pd, &o->p[3], &o->p[4]);
 }
 
 void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrcnn_tensor *dp,
@@ -50,10 +50,10 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
     const mrcnn_backend *be = m->be;
     mrcnn_fpn *f = &m->fpn;
     mrcnn_tensor dp5 = mrcnn_ws_like(ws, &o->p[3]);
-    if (dp[3].data) be->add_forward(be, &dp5, &dp[3], &dp5);
+    if (dp[3].data) be->nn.add_forward(be, &dp5, &dp[3], &dp5);
     if (dp[4].data) {
         mrcnn_pool2d_desc pd = p6_desc(&o->p[3]);
-        be->maxpool2d_backward(be, &pd, &o->p[3], &dp[4], &dp5);
+        be->nn.maxpool2d_backward(be, &pd, &o->p[3], &dp[4], &dp5);
     }
     mrcnn_tensor dinner[4];
     for (int i = 0; i < 4; i++) {
@@ -67,7 +67,7 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
     for (int i = 0; i < 4; i++) {
         // the sum's gradient reaches both the lateral (dinner[i] itself) and the level above
         if (i < 3)
-            be->upsample_add_backward(be, &dinner[i], &dinner[i + 1], NULL);
+            be->nn.upsample_add_backward(be, &dinner[i], &dinner[i + 1], NULL);
         bool want = mrcnn_resnet_needs_input_grad(m, i + 2);
         if (want && !dc[i].data) dc[i] = mrcnn_ws_like(ws, &o->c[i]);
         mrcnn_conv_layer_backward(m, ws, &f->inner[i], &o->c[i], NULL, MRCNN_ACT_NONE, &dinner[i],

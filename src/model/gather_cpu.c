@@ -59,8 +59,8 @@ static void cpu_gather_deltas_backward(const mrcnn_backend *be, const mrcnn_tens
 }
 
 void mrcnn_cpu_fill_gather_ops(mrcnn_backend *be) {
-    be->gather_class_masks = cpu_gather_masks;
-    be->gather_class_masks_backward = cpu_gather_masks_backward;
-    be->gather_class_deltas = cpu_gather_deltas;
-    be->gather_class_deltas_backward = cpu_gather_deltas_backward;
+    be->det.gather_class_masks = cpu_gather_masks;
+    be->det.gather_class_masks_backward = cpu_gather_masks_backward;
+    be->det.gather_class_deltas = cpu_gather_deltas;
+    be->det.gather_class_deltas_backward = cpu_gather_deltas_backward;
 }

@@ -21,12 +21,12 @@ mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const in
         ws->ptrs = MRCNN_REALLOC(ws->ptrs, (size_t)ws->cap * sizeof *ws->ptrs, "workspace list");
         ws->sizes = MRCNN_REALLOC(ws->sizes, (size_t)ws->cap * sizeof *ws->sizes, "workspace list");
     }
-    t.data = ws->be->alloc(ws->be, bytes ? bytes : 16, "activation");
+    t.data = ws->be->mem.alloc(ws->be, bytes ? bytes : 16, "activation");
     ws->sizes[ws->n] = bytes;
     ws->ptrs[ws->n++] = t.data;
     ws->bytes += bytes;
     if (ws->bytes > ws->peak_bytes) ws->peak_bytes = ws->bytes;
-    if (bytes) ws->be->zero(ws->be, &t);
+    if (bytes) ws->be->mem.zero(ws->be, &t);
     return t;
 }
 
@@ -45,13 +45,13 @@ void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host)
     int64_t n = mrcnn_tensor_numel(t);
     if (!n) return;
     if (t->dtype == MRCNN_DTYPE_F32) {
-        be->read(be, t, host);
+        be->mem.read(be, t, host);
         return;
     }
     MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F16 || t->dtype == MRCNN_DTYPE_BF16,
                 "read_f32: dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(t->dtype));
     uint16_t *h = MRCNN_MALLOC((size_t)n * sizeof(uint16_t), "16-bit host copy");
-    be->read(be, t, h);
+    be->mem.read(be, t, h);
     for (int64_t i = 0; i < n; i++)
         host[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(h[i]) : mrcnn_bf16_to_f32(h[i]);
     free(h);
@@ -65,7 +65,7 @@ void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t) {
     if (!t->data) return;
     for (int i = ws->n - 1; i >= 0; i--) {
         if (ws->ptrs[i] != t->data) continue;
-        ws->be->free(ws->be, ws->ptrs[i]);
+        ws->be->mem.free(ws->be, ws->ptrs[i]);
         ws->bytes -= ws->sizes[i];
         ws->ptrs[i] = ws->ptrs[ws->n - 1];
         ws->sizes[i] = ws->sizes[ws->n - 1];
@@ -77,7 +77,7 @@ void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t) {
 }
 
 void mrcnn_ws_reset(mrcnn_ws *ws) {
-    for (int i = 0; i < ws->n; i++) ws->be->free(ws->be, ws->ptrs[i]);
+    for (int i = 0; i < ws->n; i++) ws->be->mem.free(ws->be, ws->ptrs[i]);
     ws->n = 0;
     ws->bytes = 0;
 }
@@ -126,7 +126,7 @@ mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_
     mrcnn_tensor y = mrcnn_ws_act(ws, 4,
                                      (int64_t[]){d.n, mrcnn_conv2d_out_h(&d),
                                                  mrcnn_conv2d_out_w(&d), l->cout});
-    m->be->conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),
+    m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),
                           mrcnn_arena_get(&m->params.values, l->b), act, &y);
     return y;
 }
@@ -140,11 +140,11 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
     mrcnn_tensor dpre;
     if (act == MRCNN_ACT_RELU) {
         dpre = mrcnn_ws_like(ws, dy);
-        m->be->relu_backward(m->be, y, dy, &dpre);
+        m->be->nn.relu_backward(m->be, y, dy, &dpre);
         g = &dpre;
     }
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
-    m->be->conv2d_backward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w), g, dx, dw, db);
+    m->be->nn.conv2d_backward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w), g, dx, dw, db);
     if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
 }

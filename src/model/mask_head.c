@@ -41,7 +41,7 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
     }
     out->up = mrcnn_ws_act(ws, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
     if (R > 0) {
-        m->be->deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
+        m->be->nn.deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
                                  mrcnn_arena_get(&m->params.values, h->deconv_b), MRCNN_ACT_RELU,
                                  &out->up);
         out->logits = mrcnn_conv_layer_forward(m, ws, &h->logits, &out->up, MRCNN_ACT_NONE);
@@ -60,10 +60,10 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
     mrcnn_conv_layer_grad_ready(m, &h->logits);
     mrcnn_tensor dpre = mrcnn_ws_like(ws, &out->up);
-    be->relu_backward(be, &out->up, &dup, &dpre);
+    be->nn.relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
     mrcnn_tensor dcur = mrcnn_ws_like(ws, last);
-    be->deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
+    be->nn.deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
                            mrcnn_arena_get(&m->params.grads, h->deconv_w),
                            mrcnn_arena_get(&m->params.grads, h->deconv_b));
     mrcnn_model_grad_ready(m, h->deconv_w);

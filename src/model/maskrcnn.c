@@ -1,8 +1,10 @@
 /* Mask R-CNN assembly: builds the network, runs the training step (forward, the
- * five torchvision losses, backward) and inference. Device work goes through the
- * backend; the data-dependent box logic (anchor targets, proposals, ROI sampling,
- * mask targets, per-class gathers) runs on the host over arrays read back once per
- * stage, as the detection helpers define it. */
+ * five torchvision losses, backward) and inference. Everything goes through the
+ * backend: the detection stages (anchor targets, proposals, ROI sampling, mask
+ * targets, per-class gathers) are its ops (detect_ops.h), so a training step is a
+ * sequence of device work with uploads only (the batch's ground truth, anchors) and no
+ * read; the loss normalizers are device counts. Inference reads the proposals and the
+ * head outputs back for the host's postprocessing. */
 #include "mrcnn/anchors.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
@@ -43,7 +45,7 @@ void mrcnn_model_free(mrcnn_model *m) {
 void mrcnn_model_zero_grads(mrcnn_model *m) {
     mrcnn_tensor all = mrcnn_tensor_view(m->params.grads.base, MRCNN_DTYPE_U8, m->be->device, 1,
                                          (int64_t[]){(int64_t)m->params.grads.size});
-    m->be->zero(m->be, &all);
+    m->be->mem.zero(m->be, &all);
 }
 
 static bool name_has(const char *name, const char *part) { return strstr(name, part) != NULL; }
@@ -77,7 +79,7 @@ void mrcnn_model_init_random(mrcnn_model *m, uint64_t seed) {
                     h[j] = bound * (2.0f * mrcnn_rng_uniform(&rng, (uint64_t)j) - 1.0f);
             }
         }
-        m->be->write(m->be, t, h);
+        m->be->mem.write(m->be, t, h);
         free(h);
     }
 }
@@ -94,22 +96,30 @@ static float *read_host(const mrcnn_backend *be, const mrcnn_tensor *t) {
 static mrcnn_tensor upload(mrcnn_ws *ws, mrcnn_dtype dt, int ndim, const int64_t *shape,
                            const void *host) {
     mrcnn_tensor t = mrcnn_ws_tensor(ws, dt, ndim, shape);
-    if (mrcnn_tensor_numel(&t)) ws->be->write(ws->be, &t, host);
+    if (mrcnn_tensor_numel(&t)) ws->be->mem.write(ws->be, &t, host);
     return t;
 }
 
-static double read_scalar(const mrcnn_backend *be, const mrcnn_tensor *t) {
-    float v = 0;
-    be->read(be, t, &v);
-    return v;
+/* The first `rows` rows of t (valid rows come first in the detection ops' outputs). */
+static mrcnn_tensor rows_view(const mrcnn_tensor *t, int64_t rows) {
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[0] = rows;
+    return mrcnn_tensor_view(t->data, t->dtype, t->device, t->ndim, shape);
 }
 
-/* The loss multiplier (fp16 loss scaling): the ops divide by norm / mult, so the
- * gradients come out scaled by mult and the loss values are divided back. */
+/* Element k of a 1-D fp32 vector as a (1) tensor: the loss outputs and count inputs. */
+static mrcnn_tensor elem_view(const mrcnn_tensor *v, int k) {
+    return mrcnn_tensor_view((float *)v->data + k, MRCNN_DTYPE_F32, v->device, 1, (int64_t[]){1});
+}
+
+/* The gradient multiplier (fp16 loss scaling, 1/accumulation): the loss ops scale
+ * the gradients by it and leave the loss values as they are. */
 static float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? m->loss_mult : 1.0f; }
 
-static void sum_norms(mrcnn_model *m, double *v, int n) {
-    if (m->norm_sum) m->norm_sum(v, n, m->norm_ctx);
+/* A count the host may know without waiting (the CPU), or -1. */
+static int64_t count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
+    return be->det.count_hint ? be->det.count_hint(be, count) : -1;
 }
 
 static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, int sampling,
@@ -124,6 +134,13 @@ static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, in
 
 static int64_t image_index(const mrcnn_batch *b, int i) { return b->image_index ? b->image_index[i] : i; }
 
+/* (N) per-image streams of one purpose, keyed as the host helpers key them. */
+static mrcnn_rng *make_rngs(const mrcnn_model *m, const mrcnn_batch *b, int n, mrcnn_rng_purpose purpose) {
+    mrcnn_rng *r = MRCNN_MALLOC((size_t)n * sizeof *r, "rng streams");
+    for (int i = 0; i < n; i++) r[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, image_index(b, i), purpose);
+    return r;
+}
+
 /* ---- stages ------------------------------------------------------------------- */
 
 void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
@@ -135,7 +152,7 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     st->images = b->images;
     if (b->images.dtype != mrcnn_ws_act_dtype(ws)) {
         st->images = mrcnn_ws_act(ws, 4, b->images.shape);
-        m->be->cast(m->be, &b->images, &st->images);
+        m->be->nn.cast(m->be, &b->images, &st->images);
     }
     mrcnn_backbone_forward(m, ws, &st->images, &st->bb);
     mrcnn_rpn_head_forward(m, ws, &st->bb, &st->rpn);
@@ -151,266 +168,276 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     st->anchors = MRCNN_MALLOC((size_t)st->n_anchors * 4 * sizeof(float), "anchors");
     mrcnn_anchors_generate(MRCNN_FPN_LEVELS, c->anchor_sizes.v, c->anchor_ratios.v, c->anchor_ratios.n,
                            gh, gw, st->img_h, st->img_w, st->anchors, st->level_counts);
+    st->anchors_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){st->n_anchors, 4}, st->anchors);
+    int32_t *hw = MRCNN_MALLOC((size_t)st->n_images * 2 * sizeof(int32_t), "image sizes");
+    for (int i = 0; i < 2 * st->n_images; i++) hw[i] = b->image_hw[i];
+    st->image_hw_dev = upload(ws, MRCNN_DTYPE_I32, 2, (int64_t[]){st->n_images, 2}, hw);
+    free(hw);
 }
 
-void mrcnn_model_proposals(mrcnn_model *m, const mrcnn_batch *b, bool training, mrcnn_step *st) {
+/* The batch's ground truth in the padded (N, G, ...) layout of mrcnn_gt_batch: one
+ * upload per tensor, the only host -> device traffic of the targets. */
+static void upload_gt(mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
+    int N = st->n_images, G = 1, H = st->img_h, W = st->img_w;
+    for (int i = 0; i < N; i++) G = b->gt[i].n > G ? b->gt[i].n : G;
+    float *boxes = MRCNN_CALLOC((size_t)N * G * 4, sizeof(float), "gt boxes");
+    int32_t *labels = MRCNN_MALLOC((size_t)N * G * sizeof(int32_t), "gt labels");
+    int32_t *counts = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "gt counts");
+    uint8_t *masks = MRCNN_CALLOC((size_t)N * G * H * W, 1, "gt masks");
+    for (int i = 0; i < N * G; i++) labels[i] = -1;
+    for (int i = 0; i < N; i++) {
+        const mrcnn_image_gt *g = &b->gt[i];
+        int h = b->image_hw[2 * i], w = b->image_hw[2 * i + 1];
+        MRCNN_CHECK(g->n >= 0 && (g->n == 0 || (g->boxes && g->labels)), "train step: image %d has %d instances "
+                    "but no boxes or labels", i, g->n);
+        MRCNN_CHECK(g->n == 0 || g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
+        MRCNN_CHECK(h > 0 && w > 0 && h <= H && w <= W, "train step: image %d is %dx%d in a %dx%d batch", i, h, w,
+                    H, W);
+        counts[i] = g->n;
+        if (g->n) {
+            memcpy(boxes + (size_t)i * G * 4, g->boxes, (size_t)g->n * 4 * sizeof(float));
+            memcpy(labels + (size_t)i * G, g->labels, (size_t)g->n * sizeof(int32_t));
+        }
+        for (int j = 0; j < g->n; j++)
+            for (int y = 0; y < h; y++)
+                memcpy(masks + (((size_t)i * G + j) * H + y) * W, g->masks + ((size_t)j * h + y) * w, (size_t)w);
+    }
+    mrcnn_gt_batch *gt = &st->gt;
+    gt->n_images = N;
+    gt->max_gt = G;
+    gt->mask_h = H;
+    gt->mask_w = W;
+    gt->boxes = upload(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, G, 4}, boxes);
+    gt->labels = upload(ws, MRCNN_DTYPE_I32, 2, (int64_t[]){N, G}, labels);
+    gt->counts = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N}, counts);
+    gt->masks = upload(ws, MRCNN_DTYPE_U8, 4, (int64_t[]){N, G, H, W}, masks);
+    gt->image_hw = st->image_hw_dev;
+    free(boxes);
+    free(labels);
+    free(counts);
+    free(masks);
+}
+
+void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool training, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
-    mrcnn_proposal_params pp = {
+    int N = st->n_images;
+    if (training && m->pinned_proposals) {
+        int P = m->pinned_cap;
+        int32_t *cnt = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "proposal counts");
+        for (int i = 0; i < N; i++) cnt[i] = (int32_t)m->pinned_counts[i];
+        st->prop_cap = P;
+        st->proposals_dev = upload(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4}, m->pinned_proposals);
+        st->proposal_scores_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, P});
+        st->proposal_counts_dev = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N}, cnt);
+        free(cnt);
+        return;
+    }
+    mrcnn_proposals_desc d = {
+        .n_images = N,
+        .n_levels = MRCNN_FPN_LEVELS,
         .pre_nms_top_n = training ? c->rpn_pre_nms_topk_train : c->rpn_pre_nms_topk_test,
         .post_nms_top_n = training ? c->rpn_post_nms_topk_train : c->rpn_post_nms_topk_test,
         .nms_thresh = c->rpn_nms_thresh,
         .min_size = c->rpn_min_size,
         .score_thresh = 0.0f,
     };
-    int N = st->n_images;
-    if (training && m->pinned_proposals) {
-        st->prop_cap = m->pinned_cap;
-        st->proposals = MRCNN_MALLOC((size_t)N * m->pinned_cap * 4 * sizeof(float), "proposals");
-        st->proposal_scores = MRCNN_CALLOC((size_t)N * m->pinned_cap, sizeof(float), "proposal scores");
-        st->proposal_counts = MRCNN_MALLOC((size_t)N * sizeof(int64_t), "proposal counts");
-        memcpy(st->proposals, m->pinned_proposals, (size_t)N * m->pinned_cap * 4 * sizeof(float));
-        memcpy(st->proposal_counts, m->pinned_counts, (size_t)N * sizeof(int64_t));
-        return;
-    }
-    st->prop_cap = pp.post_nms_top_n;
-    st->proposals = MRCNN_CALLOC((size_t)N * pp.post_nms_top_n * 4, sizeof(float), "proposals");
-    st->proposal_scores = MRCNN_CALLOC((size_t)N * pp.post_nms_top_n, sizeof(float), "proposal scores");
-    st->proposal_counts = MRCNN_CALLOC((size_t)N, sizeof(int64_t), "proposal counts");
-    float *obj[MRCNN_FPN_LEVELS], *del[MRCNN_FPN_LEVELS];
-    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        obj[l] = read_host(m->be, &st->rpn.logits[l]);
-        del[l] = read_host(m->be, &st->rpn.deltas[l]);
-    }
-    mrcnn_rpn_proposals(&pp, N, MRCNN_FPN_LEVELS, st->level_counts, (const float *const *)obj,
-                        (const float *const *)del, st->anchors, b->image_hw, st->proposals,
-                        st->proposal_scores, st->proposal_counts);
-    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        free(obj[l]);
-        free(del[l]);
-    }
+    memcpy(d.level_counts, st->level_counts, sizeof d.level_counts);
+    int P = d.post_nms_top_n;
+    st->prop_cap = P;
+    st->proposals_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4});
+    st->proposal_scores_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, P});
+    st->proposal_counts_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N});
+    m->be->det.proposals(m->be, &d, st->rpn.logits, st->rpn.deltas, &st->anchors_dev, &st->image_hw_dev,
+                         &st->proposals_dev, &st->proposal_scores_dev, &st->proposal_counts_dev);
 }
 
-/* RPN losses: targets per image, sampled weights scattered into per-level NHWC
- * tensors, one BCE and one smooth-L1 per level normalized by the batch's count. */
-static void rpn_losses(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward, mrcnn_step *st) {
+/* Host copies of the proposals (inference, tests). */
+static void read_proposals(const mrcnn_model *m, mrcnn_step *st) {
+    int N = st->n_images, P = st->prop_cap;
+    free(st->proposals);
+    free(st->proposal_scores);
+    free(st->proposal_counts);
+    st->proposals = MRCNN_MALLOC((size_t)N * P * 4 * sizeof(float) + 1, "proposals");
+    st->proposal_scores = MRCNN_MALLOC((size_t)N * P * sizeof(float) + 1, "proposal scores");
+    st->proposal_counts = MRCNN_MALLOC((size_t)N * sizeof(int64_t), "proposal counts");
+    int32_t *cnt = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "proposal counts");
+    if ((int64_t)N * P > 0) {
+        m->be->mem.read(m->be, &st->proposals_dev, st->proposals);
+        m->be->mem.read(m->be, &st->proposal_scores_dev, st->proposal_scores);
+    }
+    m->be->mem.read(m->be, &st->proposal_counts_dev, cnt);
+    for (int i = 0; i < N; i++) st->proposal_counts[i] = cnt[i];
+    free(cnt);
+}
+
+/* The RPN's targets in the head's level-major NHWC layout, and the sampled count. */
+typedef struct rpn_targets {
+    mrcnn_tensor labels[MRCNN_FPN_LEVELS], obj_w[MRCNN_FPN_LEVELS]; // (N, h, w, A) fp32
+    mrcnn_tensor reg[MRCNN_FPN_LEVELS], reg_w[MRCNN_FPN_LEVELS];    // (N, h, w, 4A) fp32
+} rpn_targets;
+
+static void make_rpn_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st, rpn_targets *t) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, A = m->rpn.num_anchors;
-    int64_t nA = st->n_anchors;
-    float *lab = MRCNN_MALLOC((size_t)N * nA * sizeof(float), "rpn labels");
-    float *reg = MRCNN_MALLOC((size_t)N * nA * 4 * sizeof(float), "rpn targets");
-    float *ow = MRCNN_CALLOC((size_t)N * nA, sizeof(float), "rpn obj weights");
-    float *bw = MRCNN_CALLOC((size_t)N * nA * 4, sizeof(float), "rpn box weights");
-    double sampled = 0;
-    for (int i = 0; i < N; i++) {
-        const mrcnn_image_gt *g = &b->gt[i];
-        mrcnn_rpn_assign_targets(st->anchors, nA, g->boxes, g->n, c->rpn_iou_thresholds.v[1],
-                                 c->rpn_iou_thresholds.v[0], lab + i * nA, reg + i * nA * 4);
-        mrcnn_rng rng = mrcnn_rng_make((uint64_t)c->seed, b->epoch, image_index(b, i),
-                                       MRCNN_RNG_RPN_SAMPLE);
-        sampled += (double)mrcnn_rpn_sample(lab + i * nA, nA, c->rpn_batch_size_per_image,
-                                            c->rpn_positive_fraction, &rng, ow + i * nA, bw + i * nA * 4);
-    }
-    for (int64_t j = 0; j < (int64_t)N * nA; j++) lab[j] = lab[j] > 0 ? 1.0f : 0.0f;
-    sum_norms(m, &sampled, 1);
-    st->rpn_sampled = sampled;
-    float mult = loss_mult(m), norm = (float)(sampled > 0 ? sampled : 1) / mult;
-    // regroup image-major (N, all levels) into level-major (level: N, h, w, A)
-    int64_t off = 0;
-    double lobj = 0, lbox = 0;
+    mrcnn_rpn_targets_desc d = {
+        .n_images = N,
+        .n_levels = MRCNN_FPN_LEVELS,
+        .fg_iou = c->rpn_iou_thresholds.v[1],
+        .bg_iou = c->rpn_iou_thresholds.v[0],
+        .batch_size_per_image = c->rpn_batch_size_per_image,
+        .positive_fraction = c->rpn_positive_fraction,
+    };
+    memcpy(d.level_counts, st->level_counts, sizeof d.level_counts);
     for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        int64_t cnt = st->level_counts[l];
-        float *tl = MRCNN_MALLOC((size_t)N * cnt * sizeof(float), "level labels");
-        float *wl = MRCNN_MALLOC((size_t)N * cnt * sizeof(float), "level weights");
-        float *rl = MRCNN_MALLOC((size_t)N * cnt * 4 * sizeof(float), "level targets");
-        float *bl = MRCNN_MALLOC((size_t)N * cnt * 4 * sizeof(float), "level box weights");
-        for (int i = 0; i < N; i++) {
-            memcpy(tl + i * cnt, lab + i * nA + off, (size_t)cnt * sizeof(float));
-            memcpy(wl + i * cnt, ow + i * nA + off, (size_t)cnt * sizeof(float));
-            memcpy(rl + i * cnt * 4, reg + (i * nA + off) * 4, (size_t)cnt * 4 * sizeof(float));
-            memcpy(bl + i * cnt * 4, bw + (i * nA + off) * 4, (size_t)cnt * 4 * sizeof(float));
-        }
-        const mrcnn_tensor *x = &st->rpn.logits[l], *d = &st->rpn.deltas[l];
-        MRCNN_CHECK(mrcnn_tensor_numel(x) == N * cnt && x->shape[3] == A,
+        const mrcnn_tensor *x = &st->rpn.logits[l], *dl = &st->rpn.deltas[l];
+        MRCNN_CHECK(mrcnn_tensor_numel(x) == N * st->level_counts[l] && x->shape[3] == A,
                     "RPN level %d: %lld logits but %lld anchors per image", l,
-                    (long long)mrcnn_tensor_numel(x), (long long)cnt);
-        mrcnn_tensor t = upload(ws, MRCNN_DTYPE_F32, x->ndim, x->shape, tl);
-        mrcnn_tensor w = upload(ws, MRCNN_DTYPE_F32, x->ndim, x->shape, wl);
-        mrcnn_tensor rt = upload(ws, MRCNN_DTYPE_F32, d->ndim, d->shape, rl);
-        mrcnn_tensor rw = upload(ws, MRCNN_DTYPE_F32, d->ndim, d->shape, bl);
-        mrcnn_tensor lo = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
-        mrcnn_tensor lb = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
+                    (long long)mrcnn_tensor_numel(x), (long long)st->level_counts[l]);
+        t->labels[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
+        t->obj_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
+        t->reg[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
+        t->reg_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
+    }
+    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_RPN_SAMPLE);
+    m->be->det.rpn_targets(m->be, &d, &st->anchors_dev, &st->gt, rngs, t->labels, t->obj_w, t->reg, t->reg_w,
+                           &st->n_sampled_dev);
+    free(rngs);
+}
+
+/* RPN losses: one BCE and one smooth-L1 per level normalized by the batch's sampled
+ * count; the levels' terms are then summed into loss_dev[0] and [1]. */
+static void rpn_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st, const rpn_targets *t) {
+    const mrcnn_backend *be = m->be;
+    mrcnn_loss_norm norm = {.count = &st->n_sampled_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
+    mrcnn_tensor levels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){2, MRCNN_FPN_LEVELS});
+    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
+        const mrcnn_tensor *x = &st->rpn.logits[l], *d = &st->rpn.deltas[l];
+        mrcnn_tensor lo = elem_view(&levels, l), lb = elem_view(&levels, MRCNN_FPN_LEVELS + l);
         if (backward) {
             st->dlogits_rpn[l] = mrcnn_ws_like(ws, x);
             st->ddeltas_rpn[l] = mrcnn_ws_like(ws, d);
         }
-        m->be->bce_logits(m->be, x, &t, &w, norm, &lo, backward ? &st->dlogits_rpn[l] : NULL);
-        m->be->smooth_l1(m->be, d, &rt, &rw, c->rpn_smooth_l1_beta, norm, &lb,
-                         backward ? &st->ddeltas_rpn[l] : NULL);
-        lobj += read_scalar(m->be, &lo) / mult;
-        lbox += read_scalar(m->be, &lb) / mult;
-        free(tl);
-        free(wl);
-        free(rl);
-        free(bl);
-        off += cnt;
+        be->loss.bce_logits(be, x, &t->labels[l], &t->obj_w[l], &norm, &lo, backward ? &st->dlogits_rpn[l] : NULL);
+        be->loss.smooth_l1(be, d, &t->reg[l], &t->reg_w[l], m->cfg.rpn_smooth_l1_beta, &norm, &lb,
+                      backward ? &st->ddeltas_rpn[l] : NULL);
     }
-    st->losses.rpn_objectness = lobj;
-    st->losses.rpn_box_reg = lbox;
-    free(lab);
-    free(reg);
-    free(ow);
-    free(bw);
+    /* The sum of the levels as a loss op: smooth-L1 with beta 0 against zeros is sum |x|,
+     * which over these nonnegative terms is their sum, accumulated in double and written
+     * in fp32 unrounded (add_forward would round to the storage dtype in the CPU's
+     * rounded-storage mode). */
+    mrcnn_tensor zeros = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){MRCNN_FPN_LEVELS});
+    mrcnn_loss_norm one = {.count = NULL, .scale = 1.0f, .grad_mult = 1.0f};
+    for (int k = 0; k < 2; k++) {
+        mrcnn_tensor row = mrcnn_tensor_view((float *)levels.data + k * MRCNN_FPN_LEVELS, MRCNN_DTYPE_F32,
+                                             levels.device, 1, (int64_t[]){MRCNN_FPN_LEVELS});
+        mrcnn_tensor out = elem_view(&st->loss_dev, k);
+        be->loss.smooth_l1(be, &row, &zeros, NULL, 0.0f, &one, &out, NULL);
+    }
 }
 
-/* Samples ROIs per image and compacts them over the batch. */
-static void sample_rois(mrcnn_model *m, const mrcnn_batch *b, mrcnn_step *st) {
+/* Samples ROIs per image into the capacity N*S (N*F fg rows), compacted over the
+ * batch, and chooses the rows the heads run on: the valid ones when the backend
+ * knows their count without waiting, the whole capacity otherwise. */
+static void sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
-    mrcnn_roi_sample_params sp = {
+    mrcnn_roi_sample_desc d = {
+        .n_images = N,
+        .prop_cap = st->prop_cap,
         .batch_size_per_image = S,
+        .max_fg = F,
         .positive_fraction = c->roi_positive_fraction,
         .iou_thresh = c->roi_iou_threshold,
-        .max_fg = F,
-        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1],
-                                      c->box_reg_weights.v[2], c->box_reg_weights.v[3]),
+        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1], c->box_reg_weights.v[2],
+                                      c->box_reg_weights.v[3]),
     };
-    float *rois = MRCNN_MALLOC((size_t)S * 4 * sizeof(float), "sampled rois");
-    int32_t *labels = MRCNN_MALLOC((size_t)S * sizeof(int32_t), "roi labels");
-    int32_t *matched = MRCNN_MALLOC((size_t)S * sizeof(int32_t), "roi matches");
-    float *regt = MRCNN_MALLOC((size_t)S * 4 * sizeof(float), "roi targets");
-    int32_t *fg = MRCNN_MALLOC((size_t)(F ? F : 1) * sizeof(int32_t), "fg index");
-    st->rois = MRCNN_MALLOC((size_t)N * S * 5 * sizeof(float), "rois");
-    st->roi_labels = MRCNN_MALLOC((size_t)N * S * sizeof(int32_t), "roi labels");
-    st->roi_reg_targets = MRCNN_MALLOC((size_t)N * S * 4 * sizeof(float), "roi targets");
-    st->roi_image_start = MRCNN_CALLOC((size_t)N + 1, sizeof(int), "roi image starts");
-    st->fg_rois = MRCNN_MALLOC((size_t)N * (F ? F : 1) * 5 * sizeof(float), "fg rois");
-    st->fg_labels = MRCNN_MALLOC((size_t)N * (F ? F : 1) * sizeof(int32_t), "fg labels");
-    st->fg_gt = MRCNN_MALLOC((size_t)N * (F ? F : 1) * sizeof(int32_t), "fg gt");
-    int R = 0, Rf = 0;
-    for (int i = 0; i < N; i++) {
-        const mrcnn_image_gt *g = &b->gt[i];
-        mrcnn_rng rng = mrcnn_rng_make((uint64_t)c->seed, b->epoch, image_index(b, i),
-                                       MRCNN_RNG_ROI_SAMPLE);
-        int n_fg = 0;
-        int cnt = mrcnn_roi_sample(&sp, st->proposals + (size_t)i * st->prop_cap * 4,
-                                   (int)st->proposal_counts[i], g->boxes, g->labels, g->n, &rng, rois,
-                                   labels, matched, regt, fg, &n_fg);
-        st->roi_image_start[i] = R;
-        for (int j = 0; j < cnt; j++, R++) {
-            st->rois[R * 5] = (float)i;
-            memcpy(st->rois + R * 5 + 1, rois + j * 4, 4 * sizeof(float));
-            st->roi_labels[R] = labels[j];
-            memcpy(st->roi_reg_targets + R * 4, regt + j * 4, 4 * sizeof(float));
-        }
-        for (int j = 0; j < n_fg; j++, Rf++) {
-            int r = fg[j];
-            st->fg_rois[Rf * 5] = (float)i;
-            memcpy(st->fg_rois + Rf * 5 + 1, rois + r * 4, 4 * sizeof(float));
-            st->fg_labels[Rf] = labels[r];
-            st->fg_gt[Rf] = matched[r];
-        }
-    }
-    st->roi_image_start[N] = R;
-    st->n_rois = R;
-    st->n_fg = Rf;
-    free(rois);
-    free(labels);
-    free(matched);
-    free(regt);
-    free(fg);
+    int64_t NS = (int64_t)N * S, NF = (int64_t)N * F;
+    mrcnn_tensor rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5});
+    mrcnn_tensor labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor box_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor reg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor reg_w = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor fg_rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
+    mrcnn_tensor fg_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    mrcnn_tensor fg_gt = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_ROI_SAMPLE);
+    m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, rngs, &rois, &labels,
+                          &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev, &st->n_fg_dev);
+    free(rngs);
+    // this rank's counts: taken before m->count_sum turns them into the batch's
+    int64_t R = count_hint(m->be, &st->n_rois_dev), Rf = count_hint(m->be, &st->n_fg_dev);
+    R = R >= 0 ? R : NS;
+    Rf = Rf >= 0 ? Rf : NF;
+    st->n_rois = (int)R;
+    st->n_fg = (int)Rf;
+    st->rois_dev = rows_view(&rois, R);
+    st->roi_labels_dev = rows_view(&labels, R);
+    st->roi_box_labels_dev = rows_view(&box_labels, R);
+    st->roi_reg_targets_dev = rows_view(&reg, R);
+    st->roi_reg_weights_dev = rows_view(&reg_w, R);
+    st->fg_rois_dev = rows_view(&fg_rois, Rf);
+    st->fg_labels_dev = rows_view(&fg_labels, Rf);
+    st->fg_gt_dev = rows_view(&fg_gt, Rf);
 }
 
 static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
     const mrcnn_backend *be = m->be;
     int R = st->n_rois;
-    double norm_d = R;
-    sum_norms(m, &norm_d, 1);
-    float mult = loss_mult(m), norm = (float)(norm_d > 0 ? norm_d : 1) / mult;
-    mrcnn_tensor lab = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){R}, st->roi_labels);
-    mrcnn_tensor lc = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
+    mrcnn_loss_norm norm = {.count = &st->n_rois_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
+    mrcnn_tensor lc = elem_view(&st->loss_dev, 2), lb = elem_view(&st->loss_dev, 3);
     if (backward) {
         st->dcls = mrcnn_ws_like(ws, &st->box.logits);
         st->ddeltas = mrcnn_ws_like(ws, &st->box.deltas);
     }
-    if (R > 0) be->softmax_ce(be, &st->box.logits, &lab, norm, &lc, backward ? &st->dcls : NULL);
-    st->losses.classifier = R > 0 ? read_scalar(be, &lc) / mult : 0;
+    if (R == 0) return; // both terms stay zero
+    be->loss.softmax_ce(be, &st->box.logits, &st->roi_labels_dev, &norm, &lc, backward ? &st->dcls : NULL);
     // box regression on the gt class of the foreground only, gathered on the device
-    int32_t *fgl = MRCNN_MALLOC((size_t)(R ? R : 1) * sizeof(int32_t), "fg labels");
-    float *wt = MRCNN_CALLOC((size_t)(R ? R : 1) * 4, sizeof(float), "box weights");
-    for (int r = 0; r < R; r++) {
-        fgl[r] = st->roi_labels[r] > 0 ? st->roi_labels[r] : -1;
-        if (fgl[r] > 0) wt[r * 4] = wt[r * 4 + 1] = wt[r * 4 + 2] = wt[r * 4 + 3] = 1.0f;
-    }
     int64_t s4[2] = {R, 4};
-    mrcnn_tensor fl = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){R}, fgl);
     mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
-    if (R > 0) be->gather_class_deltas(be, &st->box.deltas, &fl, &gd);
-    mrcnn_tensor tg = upload(ws, MRCNN_DTYPE_F32, 2, s4, st->roi_reg_targets);
-    mrcnn_tensor wd = upload(ws, MRCNN_DTYPE_F32, 2, s4, wt);
+    be->det.gather_class_deltas(be, &st->box.deltas, &st->roi_box_labels_dev, &gd);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
-    mrcnn_tensor lb = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
-    if (R > 0) be->smooth_l1(be, &gd, &tg, &wd, m->cfg.box_smooth_l1_beta, norm, &lb, backward ? &dg : NULL);
-    st->losses.box_reg = R > 0 ? read_scalar(be, &lb) / mult : 0;
-    if (backward && R > 0) be->gather_class_deltas_backward(be, &dg, &fl, &st->ddeltas);
-    free(fgl);
-    free(wt);
+    be->loss.smooth_l1(be, &gd, &st->roi_reg_targets_dev, &st->roi_reg_weights_dev, m->cfg.box_smooth_l1_beta, &norm,
+                  &lb, backward ? &dg : NULL);
+    if (backward) be->det.gather_class_deltas_backward(be, &dg, &st->roi_box_labels_dev, &st->ddeltas);
 }
 
-static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward, mrcnn_step *st) {
+static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st) {
     const mrcnn_backend *be = m->be;
     int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
-    double norm_d = (double)Rf * M * M;
-    sum_norms(m, &norm_d, 1);
     if (backward) st->dmask_logits = mrcnn_ws_like(ws, &st->mask.logits);
-    if (Rf == 0) {
-        // torchvision: mask_logits.sum() * 0, a zero loss with zero gradients
-        st->losses.mask = 0;
-        return;
-    }
-    float *tgt = MRCNN_MALLOC((size_t)Rf * M * M * sizeof(float), "mask targets");
-    float *box = MRCNN_MALLOC((size_t)Rf * 4 * sizeof(float), "mask boxes");
-    for (int r = 0; r < Rf; r++) memcpy(box + r * 4, st->fg_rois + r * 5 + 1, 4 * sizeof(float));
-    for (int r0 = 0; r0 < Rf;) {
-        int i = (int)st->fg_rois[r0 * 5], r1 = r0;
-        while (r1 < Rf && (int)st->fg_rois[r1 * 5] == i) r1++;
-        const mrcnn_image_gt *g = &b->gt[i];
-        MRCNN_CHECK(g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
-        mrcnn_mask_targets(g->masks, g->n, b->image_hw[2 * i], b->image_hw[2 * i + 1], box + r0 * 4,
-                           st->fg_gt + r0, r1 - r0, M, tgt + (size_t)r0 * M * M);
-        r0 = r1;
-    }
+    // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients
+    if (Rf == 0) return;
     int64_t sh[3] = {Rf, M, M};
-    mrcnn_tensor fl = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){Rf}, st->fg_labels);
+    mrcnn_tensor td = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    // on the valid rows alone every weight is 1: no weights, the unweighted sum as before
+    mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    be->det.mask_targets(be, &st->gt, &st->fg_rois_dev, &st->fg_gt_dev, M, &td, trimmed ? NULL : &wd);
     mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    be->gather_class_masks(be, &st->mask.logits, &fl, &gd);
-    mrcnn_tensor td = upload(ws, MRCNN_DTYPE_F32, 3, sh, tgt);
+    be->det.gather_class_masks(be, &st->mask.logits, &st->fg_labels_dev, &gd);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    mrcnn_tensor lm = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
-    float mult = loss_mult(m);
-    be->bce_logits(be, &gd, &td, NULL, (float)(norm_d / mult), &lm, backward ? &dg : NULL);
-    st->losses.mask = read_scalar(be, &lm) / mult;
-    if (backward) be->gather_class_masks_backward(be, &dg, &fl, &st->dmask_logits);
-    free(tgt);
-    free(box);
+    mrcnn_tensor lm = elem_view(&st->loss_dev, 4);
+    mrcnn_loss_norm norm = {.count = &st->n_fg_dev, .scale = (float)(M * M), .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
+    be->loss.bce_logits(be, &gd, &td, trimmed ? NULL : &wd, &norm, &lm, backward ? &dg : NULL);
+    if (backward) be->det.gather_class_masks_backward(be, &dg, &st->fg_labels_dev, &st->dmask_logits);
 }
 
+/* The box head on st->rois_dev (R = st->n_rois rows). */
 static void run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->box_head_pooler_resolution, R = st->n_rois;
-    st->rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){R, 5}, st->rois);
     st->box_x = mrcnn_ws_act(ws, 4, (int64_t[]){R, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->box_head_sampling_ratio, c->box_head_aligned);
-    if (R > 0) m->be->roi_align_forward(m->be, &d, st->bb.p, &st->rois_dev, &st->box_x);
+    if (R > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->rois_dev, &st->box_x);
     mrcnn_box_head_forward(m, ws, &st->box_x, &st->box);
 }
 
+/* The mask head on st->fg_rois_dev (Rf = st->n_fg rows). */
 static void run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->mask_head_pooler_resolution, Rf = st->n_fg;
-    st->fg_rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){Rf, 5}, st->fg_rois);
     st->mask_x = mrcnn_ws_act(ws, 4, (int64_t[]){Rf, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->mask_head_sampling_ratio, c->box_head_aligned);
-    if (Rf > 0) m->be->roi_align_forward(m->be, &d, st->bb.p, &st->fg_rois_dev, &st->mask_x);
+    if (Rf > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->fg_rois_dev, &st->mask_x);
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);
 }
 
@@ -418,15 +445,24 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
                             mrcnn_step *st) {
     MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
     mrcnn_model_forward_features(m, ws, b, st);
-    rpn_losses(m, ws, b, backward, st);
-    mrcnn_model_proposals(m, b, true, st);
-    sample_rois(m, b, st);
+    upload_gt(ws, b, st);
+    st->loss_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){MRCNN_N_LOSSES});
+    st->counts_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){3});
+    st->n_sampled_dev = elem_view(&st->counts_dev, 0);
+    st->n_rois_dev = elem_view(&st->counts_dev, 1);
+    st->n_fg_dev = elem_view(&st->counts_dev, 2);
+    rpn_targets rt;
+    make_rpn_targets(m, ws, b, st, &rt);
+    mrcnn_model_proposals(m, ws, b, true, st);
+    sample_rois(m, ws, b, st);
+    bool trimmed = count_hint(m->be, &st->n_fg_dev) >= 0;
+    // the normalizers of all three losses over every rank, in one device all-reduce
+    if (m->count_sum) m->count_sum(m->be, &st->counts_dev, m->count_ctx);
+    rpn_losses(m, ws, backward, st, &rt);
     run_box_head(m, ws, st);
     box_losses(m, ws, backward, st);
     run_mask_head(m, ws, st);
-    mask_loss(m, ws, b, backward, st);
-    mrcnn_losses *l = &st->losses;
-    l->total = l->rpn_objectness + l->rpn_box_reg + l->classifier + l->box_reg + l->mask;
+    mask_loss(m, ws, backward, trimmed, st);
     if (!backward) return;
 
     const mrcnn_config *c = &m->cfg;
@@ -439,19 +475,73 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
         mrcnn_mask_head_backward(m, ws, &st->mask, &st->dmask_logits, &dx);
         mrcnn_roi_align_desc d = pooler_desc(st, F, c->mask_head_pooler_resolution,
                                              c->mask_head_sampling_ratio, c->box_head_aligned);
-        m->be->roi_align_backward(m->be, &d, &st->fg_rois_dev, &dx, dp);
+        m->be->nn.roi_align_backward(m->be, &d, &st->fg_rois_dev, &dx, dp);
     }
     if (st->n_rois > 0) {
         mrcnn_tensor dx = mrcnn_ws_like(ws, &st->box_x);
         mrcnn_box_head_backward(m, ws, &st->box, &st->dcls, &st->ddeltas, &dx);
         mrcnn_roi_align_desc d = pooler_desc(st, F, c->box_head_pooler_resolution,
                                              c->box_head_sampling_ratio, c->box_head_aligned);
-        m->be->roi_align_backward(m->be, &d, &st->rois_dev, &dx, dp);
+        m->be->nn.roi_align_backward(m->be, &d, &st->rois_dev, &dx, dp);
     }
     mrcnn_rpn_head_backward(m, ws, &st->bb, &st->rpn, st->dlogits_rpn, st->ddeltas_rpn, dp);
     mrcnn_backbone_backward(m, ws, &st->images, &st->bb, dp);
     // heads that saw no rows this step: their (zero) gradients are final too
     for (int i = 0; i < mrcnn_params_count(&m->params); i++) mrcnn_model_grad_ready(m, i);
+}
+
+void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_step *st, mrcnn_losses *out) {
+    float v[MRCNN_N_LOSSES];
+    m->be->mem.read(m->be, &st->loss_dev, v);
+    out->rpn_objectness = v[0];
+    out->rpn_box_reg = v[1];
+    out->classifier = v[2];
+    out->box_reg = v[3];
+    out->mask = v[4];
+    out->total = out->rpn_objectness + out->rpn_box_reg + out->classifier + out->box_reg + out->mask;
+}
+
+/* Rows of a compacted (rows, 5) ROI tensor up to the first padding row, as host arrays. */
+static int read_valid_rois(const mrcnn_backend *be, const mrcnn_tensor *rois, const mrcnn_tensor *labels,
+                           float **h_rois, int32_t **h_labels) {
+    int64_t rows = rois->shape[0];
+    float *r = MRCNN_MALLOC((size_t)(rows ? rows : 1) * 5 * sizeof(float), "rois");
+    int32_t *l = MRCNN_MALLOC((size_t)(rows ? rows : 1) * sizeof(int32_t), "roi labels");
+    if (rows) {
+        be->mem.read(be, rois, r);
+        be->mem.read(be, labels, l);
+    }
+    int n = 0;
+    while (n < rows && r[n * 5] >= 0) n++;
+    *h_rois = r;
+    *h_labels = l;
+    return n;
+}
+
+void mrcnn_model_read_step(const mrcnn_model *m, mrcnn_step *st) {
+    const mrcnn_backend *be = m->be;
+    int N = st->n_images;
+    mrcnn_model_read_losses(m, st, &st->losses);
+    float counts[3];
+    be->mem.read(be, &st->counts_dev, counts);
+    st->rpn_sampled = counts[0];
+    read_proposals(m, st);
+    free(st->rois);
+    free(st->roi_labels);
+    free(st->roi_image_start);
+    free(st->fg_rois);
+    free(st->fg_labels);
+    free(st->fg_gt);
+    int R = read_valid_rois(be, &st->rois_dev, &st->roi_labels_dev, &st->rois, &st->roi_labels);
+    st->roi_image_start = MRCNN_CALLOC((size_t)N + 1, sizeof(int), "roi image starts");
+    for (int i = 0, r = 0; i <= N; i++) {
+        while (r < R && (int)st->rois[r * 5] < i) r++;
+        st->roi_image_start[i] = r;
+    }
+    int Rf = read_valid_rois(be, &st->fg_rois_dev, &st->fg_labels_dev, &st->fg_rois, &st->fg_labels);
+    st->fg_gt = MRCNN_MALLOC((size_t)(st->n_fg ? st->n_fg : 1) * sizeof(int32_t), "fg gt");
+    if (st->n_fg) be->mem.read(be, &st->fg_gt_dev, st->fg_gt);
+    for (int r = 0; r < Rf; r++) st->fg_gt[r] -= (int)st->fg_rois[r * 5] * st->gt.max_gt;
 }
 
 /* ---- inference ------------------------------------------------------------------ */
@@ -460,7 +550,8 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
                         mrcnn_detections *det) {
     const mrcnn_config *c = &m->cfg;
     mrcnn_model_forward_features(m, ws, b, st);
-    mrcnn_model_proposals(m, b, false, st);
+    mrcnn_model_proposals(m, ws, b, false, st);
+    read_proposals(m, st);
     int N = st->n_images, K = m->num_classes, D = c->roi_detections_per_image;
     int M = 2 * c->mask_head_pooler_resolution;
     // every proposal goes through the box head
@@ -479,6 +570,7 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
     }
     st->roi_image_start[N] = R;
     st->n_rois = R;
+    st->rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){R, 5}, st->rois);
     run_box_head(m, ws, st);
     float *logits = read_host(m->be, &st->box.logits);
     float *deltas = read_host(m->be, &st->box.deltas);
@@ -526,6 +618,7 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
             st->fg_labels[Rf] = det->labels[(size_t)i * D + j];
         }
     st->n_fg = Rf;
+    st->fg_rois_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){Rf, 5}, st->fg_rois);
     run_mask_head(m, ws, st);
     if (Rf > 0) {
         float *ml = read_host(m->be, &st->mask.logits);
@@ -569,7 +662,6 @@ void mrcnn_step_free(mrcnn_step *st) {
     free(st->proposal_counts);
     free(st->rois);
     free(st->roi_labels);
-    free(st->roi_reg_targets);
     free(st->roi_image_start);
     free(st->fg_rois);
     free(st->fg_labels);

@@ -29,7 +29,7 @@ int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t 
 
 static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     a->device = be->device;
-    a->base = be->alloc(be, a->size ? a->size : 1, a->name);
+    a->base = be->mem.alloc(be, a->size ? a->size : 1, a->name);
     a->free_fn = NULL; // freed through the backend in mrcnn_params_free
     for (int i = 0; i < a->n_entries; i++) {
         a->entries[i].tensor.data = a->base + a->entries[i].offset;
@@ -37,7 +37,7 @@ static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     }
     mrcnn_tensor all = mrcnn_tensor_view(a->base, MRCNN_DTYPE_U8, be->device, 1,
                                          (int64_t[]){(int64_t)a->size});
-    be->zero(be, &all);
+    be->mem.zero(be, &all);
 }
 
 void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be) {
@@ -58,8 +58,8 @@ int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only) {
 
 void mrcnn_params_free(mrcnn_params *p) {
     if (p->be) {
-        if (p->values.base) p->be->free(p->be, p->values.base);
-        if (p->grads.base) p->be->free(p->be, p->grads.base);
+        if (p->values.base) p->be->mem.free(p->be, p->values.base);
+        if (p->grads.base) p->be->mem.free(p->be, p->grads.base);
     }
     mrcnn_arena_free(&p->values);
     mrcnn_arena_free(&p->grads);

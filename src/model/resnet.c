@@ -98,7 +98,7 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
                             (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
     o->stem = mrcnn_ws_act(ws, 4,
                               (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
-    be->maxpool2d_forward(be, &pd, &o->stem_conv, &o->stem);
+    be->nn.maxpool2d_forward(be, &pd, &o->stem_conv, &o->stem);
     const mrcnn_tensor *x = &o->stem;
     for (int s = 0; s < 4; s++) {
         int nb = r->n_blocks[s];
@@ -117,11 +117,11 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
                                                       MRCNN_ACT_NONE);
             if (k->has_down) {
                 o->block_sc[s][b] = mrcnn_conv_layer_forward(m, ws, &k->down, x, MRCNN_ACT_NONE);
-                be->add_forward(be, &y, &o->block_sc[s][b], &y);
+                be->nn.add_forward(be, &y, &o->block_sc[s][b], &y);
             } else {
-                be->add_forward(be, &y, x, &y);
+                be->nn.add_forward(be, &y, x, &y);
             }
-            be->relu_forward(be, &y, &y);
+            be->nn.relu_forward(be, &y, &y);
             o->block_out[s][b] = y;
             x = &o->block_out[s][b];
         }
@@ -146,7 +146,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             if (b == r->n_blocks[s] - 1) {
                 // the stage output gathers the FPN's gradient and the next stage's
                 if (dnext.data && dc[s].data) {
-                    be->add_forward(be, &dnext, &dc[s], &dnext);
+                    be->nn.add_forward(be, &dnext, &dc[s], &dnext);
                     dy = dnext;
                 } else if (dnext.data) {
                     dy = dnext;
@@ -161,7 +161,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             // earlier blocks of this stage train; before it, only if an earlier unit does
             bool want_dx = b > 0 || mrcnn_resnet_needs_input_grad(m, s + 1);
             mrcnn_tensor dsum = mrcnn_ws_like(ws, &dy);
-            be->relu_backward(be, &o->block_out[s][b], &dy, &dsum);
+            be->nn.relu_backward(be, &o->block_out[s][b], &dy, &dsum);
             mrcnn_tensor da2 = mrcnn_ws_like(ws, &o->block_a2[s][b]);
             mrcnn_conv_layer_backward(m, ws, &k->conv3, &o->block_a2[s][b], NULL, MRCNN_ACT_NONE,
                                       &dsum, &da2);
@@ -177,7 +177,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
                 mrcnn_conv_layer_backward(m, ws, &k->down, xin, NULL, MRCNN_ACT_NONE, &dsum,
                                           want_dx ? &dx : NULL);
             else if (want_dx)
-                be->add_forward(be, &dx, &dsum, &dx);
+                be->nn.add_forward(be, &dx, &dsum, &dx);
             mrcnn_conv_layer_grad_ready(m, &k->conv3);
             mrcnn_conv_layer_grad_ready(m, &k->conv2);
             mrcnn_conv_layer_grad_ready(m, &k->conv1);
@@ -194,7 +194,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
         mrcnn_pool2d_desc pd = {(int)o->stem_conv.shape[0], (int)o->stem_conv.shape[1],
                                 (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
         mrcnn_tensor dconv = mrcnn_ws_like(ws, &o->stem_conv);
-        be->maxpool2d_backward(be, &pd, &o->stem_conv, &dnext, &dconv);
+        be->nn.maxpool2d_backward(be, &pd, &o->stem_conv, &dnext, &dconv);
         mrcnn_conv_layer_backward(m, ws, &r->stem, images, &o->stem_conv, MRCNN_ACT_RELU, &dconv,
                                   NULL);
         mrcnn_conv_layer_grad_ready(m, &r->stem);

@@ -99,7 +99,7 @@ static const float *arena_host(const mrcnn_backend *be, const mrcnn_arena *a, fl
     if (a->device == MRCNN_DEVICE_CPU) return (const float *)a->base;
     *owned = MRCNN_MALLOC(a->size, "host copy of an arena for the checkpoint");
     mrcnn_tensor t = mrcnn_arena_flat(a);
-    be->read(be, &t, *owned);
+    be->mem.read(be, &t, *owned);
     return *owned;
 }
 
@@ -431,8 +431,8 @@ static void arena_set(const mrcnn_backend *be, mrcnn_arena *a, const float *host
         memcpy(a->base, host, a->size);
     } else {
         mrcnn_tensor flat = mrcnn_arena_flat(a);
-        be->write(be, &flat, host);
-        be->sync(be);
+        be->mem.write(be, &flat, host);
+        be->mem.sync(be);
     }
 }
 

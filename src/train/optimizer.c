@@ -24,14 +24,14 @@ float mrcnn_sgd_decay_multiplier(const char *name, const mrcnn_config *cfg) {
 
 static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     a->device = be->device;
-    a->base = be->alloc(be, a->size ? a->size : 1, a->name);
+    a->base = be->mem.alloc(be, a->size ? a->size : 1, a->name);
     a->free_fn = NULL; // freed through the backend in mrcnn_sgd_free
     for (int i = 0; i < a->n_entries; i++) {
         a->entries[i].tensor.data = a->base + a->entries[i].offset;
         a->entries[i].tensor.device = be->device;
     }
     mrcnn_tensor all = mrcnn_arena_flat(a);
-    be->zero(be, &all);
+    be->mem.zero(be, &all);
 }
 
 void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *params,
@@ -56,9 +56,9 @@ void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *pa
         int64_t k = mrcnn_tensor_numel(&params->entries[i].tensor);
         for (int64_t j = 0; j < k; j++) p[j] = m;
     }
-    o->mask_mem = be->alloc(be, (size_t)(n ? n : 1) * sizeof(float), "weight decay mask");
+    o->mask_mem = be->mem.alloc(be, (size_t)(n ? n : 1) * sizeof(float), "weight decay mask");
     o->decay_mask = mrcnn_tensor_view(o->mask_mem, MRCNN_DTYPE_F32, be->device, 1, &n);
-    be->write(be, &o->decay_mask, host);
+    be->mem.write(be, &o->decay_mask, host);
     free(host);
 }
 
@@ -67,13 +67,13 @@ void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads,
                 "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", params->size,
                 grads->size, o->momentum.size);
     mrcnn_tensor p = mrcnn_arena_flat(params), g = mrcnn_arena_flat(grads), v = mrcnn_arena_flat(&o->momentum);
-    o->be->sgd_update(o->be, &p, &g, &v, &o->decay_mask, lr, o->momentum_coef, o->weight_decay, grad_scale);
+    o->be->opt.sgd_update(o->be, &p, &g, &v, &o->decay_mask, lr, o->momentum_coef, o->weight_decay, grad_scale);
 }
 
 void mrcnn_sgd_free(mrcnn_sgd *o) {
     if (o->be) {
-        if (o->momentum.base) o->be->free(o->be, o->momentum.base);
-        if (o->mask_mem) o->be->free(o->be, o->mask_mem);
+        if (o->momentum.base) o->be->mem.free(o->be, o->momentum.base);
+        if (o->mask_mem) o->be->mem.free(o->be, o->mask_mem);
     }
     mrcnn_arena_free(&o->momentum);
     memset(o, 0, sizeof *o);
@@ -85,7 +85,7 @@ static const float *host_view(const mrcnn_backend *be, const mrcnn_arena *a, flo
     if (a->device == MRCNN_DEVICE_CPU) return (const float *)a->base;
     *owned = MRCNN_MALLOC(a->size, "host copy of the gradients");
     mrcnn_tensor t = mrcnn_arena_flat(a);
-    be->read(be, &t, *owned);
+    be->mem.read(be, &t, *owned);
     return *owned;
 }
 

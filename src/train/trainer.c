@@ -13,6 +13,7 @@
 #include <string.h>
 
 static void save(mrcnn_trainer *t) {
+    mrcnn_trainer_sync_state(t); // the non-finite count and the loss scaler live on the device
     if (t->model->get_cursor) t->model->get_cursor(t->model->ctx, &t->st.epoch, &t->st.loader_step);
     if (t->dist->rank == 0) {
         char path[1024];
@@ -120,14 +121,13 @@ typedef struct {
     mrcnn_backend_stats stats0;  // the backend's round-trip counters at the window's start
 } log_clock;
 
-/* The LOG_PERIOD line, metrics.json and events: the window's means, with the
- * throughput and the ETA from the wall time since the last line. Returns the time
- * the window ended (the next one starts there). */
-static double log_window(mrcnn_trainer *t, mrcnn_metrics *metrics, log_clock *clk, int64_t steps_in,
-                         int64_t run_steps, int64_t max_steps, float lr, int quiet) {
+/* The LOG_PERIOD line, metrics.json and events: the window's means (w, just taken
+ * with mrcnn_trainer_take_losses), with the throughput and the ETA from the wall time
+ * since the last line. Returns the time the window ended (the next one starts there). */
+static double log_window(mrcnn_trainer *t, const mrcnn_loss_window *wp, mrcnn_metrics *metrics, log_clock *clk,
+                         int64_t steps_in, int64_t run_steps, int64_t max_steps, float lr, int quiet) {
     const mrcnn_config *cfg = t->cfg;
-    mrcnn_loss_window w;
-    mrcnn_trainer_take_losses(t, &w);
+    const mrcnn_loss_window w = *wp;
     /* The host's waits for the device per step, the log-period read included (rank 0's
      * backend; an evaluation inside the window counts too). */
     const mrcnn_backend_stats bs = mrcnn_backend_stats_get(t->be);
@@ -144,8 +144,7 @@ static double log_window(mrcnn_trainer *t, mrcnn_metrics *metrics, log_clock *cl
     s.data_ms = steps_in ? 1e3 * w.data_s / steps_in : 0;
     s.step_ms = steps_in ? 1e3 * dt / steps_in : 0;
     s.mem_mb = mrcnn_rss_mb();
-    if (t->be->device == MRCNN_DEVICE_GPU && t->dist->device >= 0)
-        s.gpu_mem_mb = mrcnn_cuda_memory_used_mb(t->dist->device);
+    if (t->be->device == MRCNN_DEVICE_GPU) s.gpu_mem_mb = t->be->info.memory_used_mb(t->be);
     s.eta_s = (now - clk->run_t0) / run_steps * (double)(max_steps - t->st.step);
     s.loss_scale = t->st.scaler.scale;
     s.skipped = t->st.scaler.skipped + t->st.nonfinite;
@@ -199,24 +198,31 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         mrcnn_step_result r;
         mrcnn_trainer_step(&t, &r);
         run_steps++;
-        run_applied += r.applied;
         if (run_steps == 1)
             mrcnn_info("gradient buckets: %d of %d all-reduces started during backward", t.bk.n_early,
                        t.bk.n_buckets);
-        if (r.counted && t.st.nonfinite >= cfg->solver_max_nonfinite) {
-            if (dist->rank == 0)
-                fprintf(stderr,
-                        "mrcnn error: stopping at step %lld: %s; %lld non-finite steps reached "
-                        "SOLVER.MAX_NONFINITE %d (lower SOLVER.BASE_LR, enable "
-                        "SOLVER.CLIP_GRADIENTS, or check the data)\n",
-                        (long long)r.step, r.what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite);
-            rc = MRCNN_EXIT_NONFINITE;
-            break;
-        }
+        /* Whether steps were skipped is known on the host at the log-period read only
+         * (issue 12: no read inside a step), so SOLVER.MAX_NONFINITE is checked there
+         * (with LOG_PERIOD > 1 the run stops at the first log step at or past the
+         * limit). */
         if (t.st.step % log_period == 0 || t.st.step == max_steps) {
+            mrcnn_loss_window w;
+            mrcnn_trainer_take_losses(&t, &w);
+            run_applied += w.finite_steps;
+            if (w.counted > 0 && t.st.nonfinite >= cfg->solver_max_nonfinite) {
+                if (dist->rank == 0)
+                    fprintf(stderr,
+                            "mrcnn error: stopping at step %lld: %s; %lld non-finite steps reached "
+                            "SOLVER.MAX_NONFINITE %d (lower SOLVER.BASE_LR, enable "
+                            "SOLVER.CLIP_GRADIENTS, or check the data)\n",
+                            (long long)w.last_skipped, w.what, (long long)t.st.nonfinite, cfg->solver_max_nonfinite);
+                rc = MRCNN_EXIT_NONFINITE;
+                break;
+            }
             int64_t steps_in = t.st.step % log_period == 0 ? log_period : t.st.step % log_period;
             if (steps_in > run_steps) steps_in = run_steps;
-            clk.t0 = log_window(&t, &metrics, &clk, steps_in, run_steps, max_steps, r.lr, opts->quiet);
+            if (steps_in > w.steps) steps_in = w.steps;
+            clk.t0 = log_window(&t, &w, &metrics, &clk, steps_in, run_steps, max_steps, r.lr, opts->quiet);
         }
         int period = cfg->solver_checkpoint_period;
         if ((period > 0 && t.st.step % period == 0) || r.stop_signal) {

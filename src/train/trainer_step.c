@@ -2,20 +2,34 @@
  * buckets, the loss all-reduce, the Inf/NaN check, the loss scaler, clipping and the
  * SGD update meet, so that `mrcnn train`, `mrcnn bench train` and the GPU model test
  * cannot drift apart. Every decision that must be the same on all ranks (skip the
- * update, stop) is made from all-reduced values. */
+ * update, stop) is made from all-reduced values.
+ *
+ * Issue 12: the step is device-resident. The loss terms, the Inf/NaN flag, the
+ * gradient norm, the skip decision, the clip coefficient and the fp16 loss scaler live
+ * in one small device vector (step_ctl.h) that the backend's step ops update; the host
+ * reads it once per log period (mrcnn_trainer_take_losses), so no step waits for the
+ * device. */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
+#include "mrcnn/step_ctl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static mrcnn_tensor ctl_view(const mrcnn_trainer *t, int offset, int64_t n) {
+    return mrcnn_tensor_view((float *)t->ctl.data + offset, MRCNN_DTYPE_F32, t->ctl.device, 1, &n);
+}
+
 void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *dist, mrcnn_backend *be,
                         mrcnn_trainable *m, size_t bucket_bytes) {
     MRCNN_CHECK(m->n_losses >= 1 && m->n_losses <= MRCNN_MAX_LOSS_TERMS, "trainer: %d loss terms (1..%d)",
                 m->n_losses, MRCNN_MAX_LOSS_TERMS);
+    MRCNN_CHECK(be->step.axpy && be->step.nonfinite_or && be->step.sum_squares && be->step.decide &&
+                    be->step.sgd_update,
+                "trainer: backend '%s' lacks the step ops (backend.h, be->step)", be->name);
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     t->dist = dist;
@@ -37,52 +51,47 @@ void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *d
     mrcnn_sgd_init(&t->sgd, be, m->params, m->trainable, cfg);
     mrcnn_buckets_init(&t->bk, dist, be, m->grads, bucket_bytes ? bucket_bytes : MRCNN_BUCKET_BYTES_DEFAULT);
     t->gflat = mrcnn_arena_flat(m->grads);
-    t->red = MRCNN_CALLOC((size_t)m->n_losses + 3, sizeof(double), "loss terms and flags");
-    t->micro = MRCNN_CALLOC((size_t)m->n_losses, sizeof(double), "micro-batch loss terms");
+    int64_t n = MRCNN_CTL_SIZE(m->n_losses);
+    t->ctl_mem = be->mem.alloc(be, (size_t)n * sizeof(float), "step control vector");
+    t->ctl = mrcnn_tensor_view(t->ctl_mem, MRCNN_DTYPE_F32, be->device, 1, &n);
+    t->ctl_host = MRCNN_CALLOC((size_t)n, sizeof(float), "step control vector (host copy)");
 }
 
 void mrcnn_trainer_free(mrcnn_trainer *t) {
-    free(t->red);
-    free(t->micro);
+    if (t->ctl_mem) t->be->mem.free(t->be, t->ctl_mem);
+    free(t->ctl_host);
     mrcnn_buckets_free(&t->bk);
     mrcnn_sgd_free(&t->sgd);
     memset(t, 0, sizeof *t);
 }
 
-static int any_nonfinite(const double *v, int n) {
-    for (int i = 0; i < n; i++)
-        if (!isfinite(v[i])) return 1;
-    return 0;
+/* st (a resume may have set it) to the device, once, before the first step: an upload. */
+static void upload_state(mrcnn_trainer *t) {
+    const int nl = t->model->n_losses;
+    float *c = t->ctl_host;
+    memset(c, 0, sizeof(float) * MRCNN_CTL_SIZE(nl));
+    c[MRCNN_CTL_SCALE] = t->st.scaler.scale;
+    c[MRCNN_CTL_CLEAN] = (float)t->st.scaler.clean_steps;
+    c[MRCNN_CTL_SKIPPED] = (float)t->st.scaler.skipped;
+    c[MRCNN_CTL_NONFINITE] = (float)t->st.nonfinite;
+    t->be->mem.write(t->be, &t->ctl, c);
+    t->ctl_uploaded = 1;
 }
 
-/* A skipped step: names the culprit (a host copy of the gradients only when the
- * losses are finite: rare, and worth the time), and counts it unless it was the fp16
- * scale adapting. */
-static void skipped_step(mrcnn_trainer *t, mrcnn_step_result *r, float scale) {
-    const mrcnn_trainable *m = t->model;
-    const double *losses = t->red;
-    int term = -1;
-    for (int i = 0; i < m->n_losses && term < 0; i++)
-        if (!isfinite(losses[i])) term = i;
-    if (term >= 0)
-        snprintf(r->what, sizeof r->what, "loss term '%s' is %g", m->loss_names[term], losses[term]);
-    else {
-        int p = mrcnn_first_nonfinite_param(t->be, m->grads);
-        snprintf(r->what, sizeof r->what, "the gradient of '%s' holds Inf/NaN (losses finite)",
-                 p >= 0 ? m->grads->entries[p].name : "?");
-    }
-    /* fp16: an overflow of the scaled gradients is how the loss scale adapts, not
-     * an error; once the scale is down to 1 a non-finite step counts like one in
-     * fp32 (the model itself produces Inf/NaN), so no run skips forever. */
-    if (t->st.scaler.enabled && scale > 1.0f) {
-        mrcnn_info("step %lld: %s; step skipped, loss scale -> %g", (long long)r->step, r->what, t->st.scaler.scale);
-        return;
-    }
-    t->st.nonfinite++;
-    r->counted = 1;
-    mrcnn_warn("step %lld: %s; step skipped (%lld of SOLVER.MAX_NONFINITE %d%s)", (long long)r->step, r->what,
-               (long long)t->st.nonfinite, t->cfg->solver_max_nonfinite,
-               t->st.scaler.enabled ? "; the fp16 loss scale is down to 1" : "");
+static void read_ctl(mrcnn_trainer *t) {
+    if (!t->ctl_uploaded) return; // no step yet: st is the truth
+    t->be->mem.read(t->be, &t->ctl, t->ctl_host);
+    const float *c = t->ctl_host;
+    t->st.scaler.scale = c[MRCNN_CTL_SCALE];
+    t->st.scaler.clean_steps = (int)c[MRCNN_CTL_CLEAN];
+    t->st.scaler.skipped = (int64_t)c[MRCNN_CTL_SKIPPED];
+    t->st.nonfinite = (int64_t)c[MRCNN_CTL_NONFINITE];
+}
+
+void mrcnn_trainer_sync_state(mrcnn_trainer *t) {
+    /* NCCL may still be summing into the vector (host_wait = 0): finish first. */
+    mrcnn_buckets_drain(&t->bk);
+    read_ctl(t);
 }
 
 void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
@@ -92,69 +101,134 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
     const int W = t->dist->world_size, accum = cfg->solver_accum_steps, nl = m->n_losses;
     memset(r, 0, sizeof *r);
     r->step = t->st.step;
+    if (!t->ctl_uploaded) upload_state(t);
     const float lr = mrcnn_lr_at(&t->sched, t->st.step);
-    be->zero(be, &t->gflat);
+    be->mem.zero(be, &t->gflat);
     mrcnn_buckets_reset(&t->bk);
     /* Frozen parameters never get a gradient: their buckets need not wait for them. */
     if (m->trainable)
         for (int i = 0; i < m->params->n_entries; i++)
             if (!m->trainable[i]) mrcnn_buckets_mark_ready(&t->bk, i);
-    double *red = t->red;
-    memset(red, 0, sizeof(double) * ((size_t)nl + 3));
-    double data_s = 0;
+    /* fp16 loss scaling: the scale stays on the device (the step decided it), and the
+     * model multiplies its gradients by it there; the host's copy (the log line's) is
+     * as of the last log-period read. */
     const float scale = m->scales_loss ? t->st.scaler.scale : 1.0f;
-    const float fwd_mult = m->scales_loss ? scale / (float)accum : 1.0f;
-    for (int k = 0; k < accum; k++) {
-        memset(t->micro, 0, sizeof(double) * nl);
-        data_s += m->forward_backward(m->ctx, t->st.step, k, fwd_mult, t->micro, k == accum - 1 ? &t->bk : NULL);
-        for (int i = 0; i < nl; i++) red[i] += t->micro[i] / accum;
-    }
+    const float fwd_mult = m->scales_loss ? 1.0f / (float)accum : 1.0f;
+    mrcnn_tensor scale_v = ctl_view(t, MRCNN_CTL_SCALE, 1);
+    const mrcnn_tensor *fwd_scale = t->st.scaler.enabled && m->scales_loss ? &scale_v : NULL;
+    /* This step's terms and its flag start at 0; forward_backward adds into them. */
+    mrcnn_tensor step_v = ctl_view(t, MRCNN_CTL_STEP, nl + 1), terms = ctl_view(t, MRCNN_CTL_STEP, nl),
+                 flag = ctl_view(t, MRCNN_CTL_FLAG(nl), 1);
+    be->mem.zero(be, &step_v);
+    double data_s = 0;
+    for (int k = 0; k < accum; k++)
+        data_s += m->forward_backward(m->ctx, t->st.step, k, fwd_mult, fwd_scale, &terms, 1.0f / (float)accum,
+                                      k == accum - 1 ? &t->bk : NULL);
     mrcnn_buckets_wait(&t->bk);
-    /* Averaged gradients are the same on every rank; the losses are not. */
-    red[nl] = be->nonfinite(be, &t->gflat) || any_nonfinite(red, nl);
-    red[nl + 1] = mrcnn_signals_pending() ? 1 : 0;
-    red[nl + 2] = data_s;
-    mrcnn_dist_allreduce_sum_f64(t->dist, red, nl + 3, "loss and flag all-reduce");
-    for (int i = 0; i < nl; i++) red[i] /= W;
-    r->nonfinite = red[nl] > 0;
-    r->stop_signal = red[nl + 1] > 0;
-    r->data_s = red[nl + 2] / W;
-    float grad_scale = m->scales_loss ? 1.0f / scale : 1.0f / (float)accum;
-    if (!r->nonfinite && cfg->solver_clip_enabled) {
-        double norm = mrcnn_grad_norm(be, m->grads, grad_scale);
-        if (norm > cfg->solver_clip_value) grad_scale *= (float)(cfg->solver_clip_value / (norm + 1e-6));
+    /* Averaged gradients are the same on every rank; the losses are not: the flag of
+     * each rank is summed with the terms, so every rank decides alike. */
+    be->step.nonfinite_or(be, &t->gflat, &flag);
+    be->step.nonfinite_or(be, &terms, &flag);
+    mrcnn_dist_allreduce_tensor(t->dist, be, &step_v, 0, "loss and Inf/NaN flag all-reduce");
+    if (cfg->solver_clip_enabled) {
+        mrcnn_tensor sumsq = ctl_view(t, MRCNN_CTL_SUMSQ, 1);
+        be->step.sum_squares(be, &t->gflat, &sumsq);
     }
-    r->applied = mrcnn_loss_scaler_update(&t->st.scaler, r->nonfinite);
-    if (r->applied) mrcnn_sgd_step(&t->sgd, m->params, m->grads, lr, grad_scale);
+    mrcnn_step_desc d = {.n_losses = nl,
+                         .scaler_enabled = t->st.scaler.enabled,
+                         .scales_loss = m->scales_loss,
+                         .growth_interval = t->st.scaler.growth_interval,
+                         .clip_enabled = cfg->solver_clip_enabled,
+                         .clip_value = cfg->solver_clip_value,
+                         .inv_world = 1.0f / (float)W,
+                         .inv_accum = 1.0f / (float)accum,
+                         .step = (float)t->st.step};
+    be->step.decide(be, &d, &t->ctl);
+    mrcnn_tensor p = mrcnn_arena_flat(m->params), g = t->gflat, v = mrcnn_arena_flat(&t->sgd.momentum),
+                 ctl2 = ctl_view(t, MRCNN_CTL_APPLY, 2);
+    MRCNN_CHECK(m->params->size == m->grads->size && m->params->size == t->sgd.momentum.size,
+                "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", m->params->size,
+                m->grads->size, t->sgd.momentum.size);
+    be->step.sgd_update(be, &p, &g, &v, &t->sgd.decay_mask, lr, t->sgd.momentum_coef, t->sgd.weight_decay, &ctl2);
+    /* Host values only: the preemption flag and the data wait (no device read). */
+    double red[2] = {mrcnn_signals_pending() ? 1 : 0, data_s};
+    mrcnn_dist_allreduce_sum_f64(t->dist, red, 2, "preemption flag and data wait all-reduce");
+    r->stop_signal = red[0] > 0;
+    r->data_s = red[1] / W;
     t->st.step++;
     t->st.lr = lr;
     r->lr = lr;
     r->loss_scale = scale;
-    if (r->nonfinite) skipped_step(t, r, scale);
-    else {
-        for (int i = 0; i < nl; i++) t->win_sum[i] += red[i];
-        t->win_finite++;
-    }
-    for (int i = 0; i < nl; i++) t->win_last[i] = red[i];
     t->win_data += r->data_s;
     t->win_steps++;
+}
+
+/* What held Inf/NaN at the window's newest skipped step: a loss term (the window
+ * keeps that step's terms), else the gradient, named by a host copy of the gradients
+ * (rare, and worth it) when that step is the newest one, whose gradients they still
+ * are; else only that the gradients did. */
+static void name_culprit(mrcnn_trainer *t, mrcnn_loss_window *w, const float *bad_terms, int64_t newest_step) {
+    const mrcnn_trainable *m = t->model;
+    for (int i = 0; i < m->n_losses; i++)
+        if (!isfinite(bad_terms[i])) {
+            snprintf(w->what, sizeof w->what, "loss term '%s' is %g", m->loss_names[i], (double)bad_terms[i]);
+            return;
+        }
+    if (w->last_skipped != newest_step) {
+        snprintf(w->what, sizeof w->what, "the gradients held Inf/NaN (losses finite)");
+        return;
+    }
+    int p = mrcnn_first_nonfinite_param(t->be, m->grads);
+    snprintf(w->what, sizeof w->what, "the gradient of '%s' holds Inf/NaN (losses finite)",
+             p >= 0 ? m->grads->entries[p].name : "?");
 }
 
 void mrcnn_trainer_take_losses(mrcnn_trainer *t, mrcnn_loss_window *w) {
     const int nl = t->model->n_losses;
     memset(w, 0, sizeof *w);
+    mrcnn_trainer_sync_state(t);
+    const float *c = t->ctl_host;
     w->steps = t->win_steps;
-    w->finite_steps = t->win_finite;
     w->n_losses = nl;
-    w->last_total = t->win_steps ? 0 : NAN;
+    w->last_skipped = -1;
+    w->data_s = t->win_data;
+    if (!t->ctl_uploaded || t->win_steps == 0) {
+        for (int i = 0; i < nl; i++) w->mean[i] = w->last[i] = NAN;
+        w->mean_total = w->last_total = NAN;
+        t->win_data = 0;
+        return;
+    }
+    w->finite_steps = (int64_t)c[MRCNN_CTL_WIN_FINITE(nl)];
+    w->counted = (int64_t)c[MRCNN_CTL_WIN_COUNTED(nl)];
+    w->adapted = (int64_t)c[MRCNN_CTL_WIN_ADAPT(nl)];
+    if (c[MRCNN_CTL_WIN_BAD_STEP(nl)] > 0) w->last_skipped = (int64_t)c[MRCNN_CTL_WIN_BAD_STEP(nl)] - 1;
     for (int i = 0; i < nl; i++) {
-        w->mean[i] = t->win_finite ? t->win_sum[i] / t->win_finite : NAN;
+        w->mean[i] = w->finite_steps ? (double)c[MRCNN_CTL_WIN_SUM(nl) + i] / (double)w->finite_steps : NAN;
         w->mean_total += w->mean[i];
-        w->last[i] = t->win_steps ? t->win_last[i] : NAN;
+        w->last[i] = c[MRCNN_CTL_WIN_LAST(nl) + i];
         w->last_total += w->last[i];
     }
-    w->data_s = t->win_data;
-    memset(t->win_sum, 0, sizeof t->win_sum);
+    const int64_t skipped = w->counted + w->adapted;
+    if (skipped > 0) {
+        const int64_t newest = t->st.step - 1;
+        name_culprit(t, w, c + MRCNN_CTL_WIN_BAD(nl), newest);
+        char steps[96] = "";
+        if (skipped > 1)
+            snprintf(steps, sizeof steps, "%lld of the %lld steps to %lld skipped; newest ", (long long)skipped,
+                     (long long)w->steps, (long long)newest);
+        const float bad_scale = c[MRCNN_CTL_WIN_BAD_SCALE(nl)];
+        /* fp16: the scale adapting (info); counted ones are warnings toward the limit. */
+        if (w->adapted > 0 && w->counted == 0)
+            mrcnn_info("%sstep %lld: %s; step skipped, loss scale -> %g", steps, (long long)w->last_skipped, w->what,
+                       bad_scale);
+        else
+            mrcnn_warn("%sstep %lld: %s; step skipped (%lld of SOLVER.MAX_NONFINITE %d%s)", steps,
+                       (long long)w->last_skipped, w->what, (long long)t->st.nonfinite, t->cfg->solver_max_nonfinite,
+                       t->st.scaler.enabled ? "; the fp16 loss scale is down to 1" : "");
+    }
+    /* A new window: its slots to zero, on the device. */
+    mrcnn_tensor win = ctl_view(t, MRCNN_CTL_WIN(nl), MRCNN_CTL_WIN_SIZE(nl));
+    t->be->mem.zero(t->be, &win);
     t->win_data = 0;
-    t->win_steps = t->win_finite = 0;
+    t->win_steps = 0;
 }

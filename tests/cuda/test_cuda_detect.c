@@ -1,7 +1,11 @@
-/* The CUDA detection ops (cuda_ops.h) against their host references (boxes.h,
- * roi_targets.h) on random data with ties: IoU, matches, NMS keep lists, mask
- * targets and the Philox-keyed balanced sampling must agree exactly (the kernels pin the host's float arithmetic); the box
- * coder within 1e-5 (device logf/expf differ by an ulp). Outputs are poisoned first.
+/* The CUDA detection kernels (src/cuda/detect_internal.h, private to src/cuda and
+ * included here by path) against their host references (boxes.h, roi_targets.h) on
+ * random data with ties: IoU, matches, NMS keep lists, mask targets and the
+ * Philox-keyed balanced sampling must agree exactly (the kernels pin the host's float
+ * arithmetic); the box coder within 1e-5 (device logf/expf differ by an ulp). Then the
+ * CUDA backend's detection stages (be->det: rpn_targets, proposals, roi_sample,
+ * mask_targets, the gathers, count_hint) against the CPU backend's on the same inputs:
+ * integer outputs and sampling exactly, floats within rounding. Outputs are poisoned first.
  * Without a GPU, or in a GPU=0 build, it prints "skip [gpu]: ..." and exits 77; when
  * MRCNN_REQUIRE lists gpu, or the machine has a GPU but the backend did not start, that
  * is a failure, exit 1 (test_gpu_skip, tests/common/test_util.h). */
@@ -15,19 +19,20 @@
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
+#include "mrcnn/model.h"
 #include "mrcnn/rle.h"
 #include "mrcnn/roi_align.h"
 #include "mrcnn/roi_targets.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
-#include "mrcnn/cuda_ops.h"
+#include "../../src/cuda/detect_internal.h"
 
 static mrcnn_backend *G;
 static uint64_t g_seed = 5000;
 
 /* A device copy of n bytes of host data (or of 0xff bytes, a NaN / -1 poison, when h is NULL). */
 static void *up(const void *h, size_t bytes) {
-    void *d = G->alloc(G, bytes + 16, "test buffer");
+    void *d = G->mem.alloc(G, bytes + 16, "test buffer");
     unsigned char *tmp = NULL;
     if (!h) {
         tmp = malloc(bytes + 1);
@@ -36,8 +41,8 @@ static void *up(const void *h, size_t bytes) {
     }
     int64_t n = (int64_t)bytes;
     mrcnn_tensor t = mrcnn_tensor_view(d, MRCNN_DTYPE_U8, G->device, 1, &n);
-    G->write(G, &t, h);
-    G->sync(G);
+    G->mem.write(G, &t, h);
+    G->mem.sync(G);
     free(tmp);
     return d;
 }
@@ -45,7 +50,7 @@ static void *up(const void *h, size_t bytes) {
 static void down(void *h, const void *d, size_t bytes) {
     int64_t n = (int64_t)bytes;
     mrcnn_tensor t = mrcnn_tensor_view((void *)d, MRCNN_DTYPE_U8, G->device, 1, &n);
-    G->read(G, &t, h);
+    G->mem.read(G, &t, h);
 }
 
 /* n boxes in a 200 x 300 image; every 7th repeats an earlier one (IoU ties). */
@@ -95,7 +100,7 @@ static void test_box_iou_body(void) {
     }
     printf("  box_iou %lldx%lld bit-identical (%lld overlaps)\n", (long long)n, (long long)m, (long long)nz);
     assert_true(nz > 0);
-    G->free(G, da), G->free(G, db), G->free(G, dio);
+    G->mem.free(G, da), G->mem.free(G, db), G->mem.free(G, dio);
     free(a), free(b), free(ref), free(got);
 }
 
@@ -115,7 +120,7 @@ static void test_box_coder_body(void) {
     /* Decode k deltas per box, some past the clip. */
     float *deltas = malloc((size_t)n * 4 * k * sizeof(float));
     test_fill_uniform(deltas, n * 4 * k, -6, 6, g_seed++);
-    G->free(G, dd);
+    G->mem.free(G, dd);
     dd = up(deltas, (size_t)n * 16 * k);
     void *dout = up(NULL, (size_t)n * 16 * k);
     mrcnn_box_decode(&c, n, k, deltas, boxes, ref);
@@ -131,7 +136,7 @@ static void test_box_coder_body(void) {
     down(got2, dout, (size_t)n * 16 * k);
     for (int64_t i = 0; i < n * 4 * k; i++)
         if (got2[i] != got[i]) fail_msg("clip[%lld]: gpu %g, cpu %g", (long long)i, got2[i], got[i]);
-    G->free(G, db), G->free(G, dt), G->free(G, dd), G->free(G, dout);
+    G->mem.free(G, db), G->mem.free(G, dt), G->mem.free(G, dd), G->mem.free(G, dout);
     free(boxes), free(targets), free(ref), free(got), free(got2), free(deltas);
 }
 
@@ -159,12 +164,12 @@ static void test_matcher_body(void) {
                     if (got[j] != ref[j])
                         fail_msg("matcher (g %d, %g/%g, allow %d) pred %lld: gpu %d, cpu %d", gg, th[t][0], th[t][1],
                                  allow, (long long)j, got[j], ref[j]);
-                G->free(G, dm);
+                G->mem.free(G, dm);
             }
         }
     }
     printf("  matcher: 12 settings identical\n");
-    G->free(G, diou);
+    G->mem.free(G, diou);
     free(gt), free(pred), free(iou), free(ref), free(got);
 }
 
@@ -189,7 +194,7 @@ static void nms_case(int64_t n, int classes, float thresh) {
         int64_t want = i < nref ? ref[i] : -1;
         if (got[i] != want) fail_msg("nms keep[%lld]: gpu %lld, cpu %lld", (long long)i, (long long)got[i], (long long)want);
     }
-    G->free(G, db), G->free(G, ds), G->free(G, dc), G->free(G, dk), G->free(G, dn);
+    G->mem.free(G, db), G->mem.free(G, ds), G->mem.free(G, dc), G->mem.free(G, dk), G->mem.free(G, dn);
     free(boxes), free(scores), free(cls), free(ref), free(got);
 }
 
@@ -244,7 +249,7 @@ static void test_mask_targets_body(void) {
     for (int i = 5; i <= 8; i++)
         for (int64_t p = 0; p < (int64_t)m * m; p++)
             if (ref[(int64_t)i * m * m + p] != 0.0f) fail_msg("mask target of unsampleable box %d is not 0", i);
-    G->free(G, dm), G->free(G, db), G->free(G, dg), G->free(G, dt);
+    G->mem.free(G, dm), G->mem.free(G, db), G->mem.free(G, dg), G->mem.free(G, dt);
     free(masks), free(u), free(boxes), free(gi), free(ref), free(got);
 }
 
@@ -271,7 +276,7 @@ static void sampler_case(int64_t n, float p_pos, float p_neg, int batch, float f
         if (gp[i] != rp[i]) fail_msg("positive %lld: gpu %lld, cpu %lld", (long long)i, (long long)gp[i], (long long)rp[i]);
     for (int64_t i = 0; i < nn; i++)
         if (gn[i] != rn[i]) fail_msg("negative %lld: gpu %lld, cpu %lld", (long long)i, (long long)gn[i], (long long)rn[i]);
-    G->free(G, dl), G->free(G, dp), G->free(G, dn), G->free(G, dc);
+    G->mem.free(G, dl), G->mem.free(G, dp), G->mem.free(G, dn), G->mem.free(G, dc);
     free(labels), free(u), free(rp), free(rn), free(gp), free(gn);
 }
 
@@ -295,7 +300,7 @@ static void test_anchors_body(void) {
     down(got, d, (size_t)n * 4);
     assert_memory_equal(got, ref, (size_t)n * 4);
     printf("  anchors_grid %dx%dx3 identical\n", gh, gw);
-    G->free(G, d);
+    G->mem.free(G, d);
     free(ref), free(got);
 }
 
@@ -361,11 +366,11 @@ static void test_gathers_body(void) {
             assert_memory_equal(got, ref, (size_t)nx * 4);
             printf("  gather_class_%s %s forward and backward identical\n", masks ? "masks" : "deltas",
                    mrcnn_dtype_name(dt));
-            G->free(G, dx), G->free(G, dd), G->free(G, dy);
+            G->mem.free(G, dx), G->mem.free(G, dd), G->mem.free(G, dy);
             free(x), free(ref), free(got), free(dout);
         }
     }
-    G->free(G, dl);
+    G->mem.free(G, dl);
 }
 
 typedef struct {
@@ -401,7 +406,7 @@ static void topk_case(int rows, int64_t n, int k) {
                          (long long)idx[(int64_t)r * k + t], ref[t].v, (long long)ref[t].i);
     }
     printf("  topk rows %d n %lld k %d identical\n", rows, (long long)n, k);
-    G->free(G, dx), G->free(G, dv), G->free(G, di);
+    G->mem.free(G, dx), G->mem.free(G, dv), G->mem.free(G, di);
     free(x), free(vals), free(idx), free(ref);
 }
 
@@ -421,7 +426,7 @@ static void test_cast_body(void) {
     for (int d = 0; d < 2; d++) {
         mrcnn_tensor tx = mrcnn_tensor_view(dx, MRCNN_DTYPE_F32, G->device, 1, &n);
         mrcnn_tensor ty = mrcnn_tensor_view(dy, dts[d], G->device, 1, &n);
-        mrcnn_cuda_cast(G, &tx, &ty);
+        G->nn.cast(G, &tx, &ty);
         down_dtype(back, dy, n, dts[d]);
         for (int64_t i = 0; i < n; i++) {
             float want = mrcnn_round_to(x[i], dts[d]);
@@ -430,7 +435,7 @@ static void test_cast_body(void) {
         }
     }
     printf("  cast fp32 -> fp16/bf16 identical to half.h\n");
-    G->free(G, dx), G->free(G, dy);
+    G->mem.free(G, dx), G->mem.free(G, dy);
     free(x), free(back);
 }
 
@@ -463,8 +468,409 @@ static void test_rle_decode_body(void) {
     assert_memory_equal(got, masks, (size_t)n * h * w);
     printf("  rle_decode %d masks %dx%d (%lld runs) identical\n", n, h, w, (long long)offsets[n]);
     for (int i = 0; i < n; i++) mrcnn_rle_free(&rles[i]);
-    G->free(G, dc), G->free(G, doff), G->free(G, dm);
+    G->mem.free(G, dc), G->mem.free(G, doff), G->mem.free(G, dm);
     free(masks), free(got), free(u), free(cnts);
+}
+
+/* ---- be->det: the CUDA backend's detection stages against the CPU backend's ---------- */
+
+static mrcnn_backend *C; // the full CPU backend (model ops included)
+
+/* One tensor twice: in host memory for the CPU backend, on the GPU for the CUDA one,
+ * with the same contents (init, or a 0xff poison when NULL). */
+typedef struct {
+    mrcnn_tensor h, d;
+    size_t bytes;
+} tpair;
+
+static tpair tp_make(mrcnn_dtype dt, int ndim, const int64_t *shape, const void *init) {
+    tpair p;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    p.bytes = (size_t)n * mrcnn_dtype_size(dt);
+    void *h = malloc(p.bytes + 16);
+    if (init) memcpy(h, init, p.bytes);
+    else memset(h, 0xff, p.bytes);
+    p.h = mrcnn_tensor_view(h, dt, MRCNN_DEVICE_CPU, ndim, shape);
+    p.d = mrcnn_tensor_view(up(h, p.bytes), dt, G->device, ndim, shape);
+    return p;
+}
+
+static void tp_free(tpair *p) {
+    free(p->h.data);
+    G->mem.free(G, p->d.data);
+}
+
+/* The GPU copy's contents, malloc'd. */
+static void *tp_got(const tpair *p) {
+    void *h = malloc(p->bytes + 16);
+    down(h, p->d.data, p->bytes);
+    return h;
+}
+
+static void expect_same_i32(const tpair *p, const char *what) {
+    int32_t *got = tp_got(p), *ref = p->h.data;
+    for (size_t i = 0; i < p->bytes / 4; i++)
+        if (got[i] != ref[i]) fail_msg("%s[%zu]: gpu %d, cpu %d", what, i, got[i], ref[i]);
+    free(got);
+}
+
+/* Floats within tol relative to max(1, |cpu|); exact when tol is 0. */
+static void expect_close_f32(const tpair *p, double tol, const char *what) {
+    float *got = tp_got(p), *ref = p->h.data;
+    double worst = 0;
+    for (size_t i = 0; i < p->bytes / 4; i++) {
+        double e = fabs((double)got[i] - ref[i]) / fmax(1.0, fabs((double)ref[i]));
+        if (!(e <= tol) && !(got[i] == ref[i]))
+            fail_msg("%s[%zu]: gpu %.9g, cpu %.9g", what, i, got[i], ref[i]);
+        worst = e > worst ? e : worst;
+    }
+    if (tol > 0) printf("    %s: max rel err %.3g\n", what, worst);
+    free(got);
+}
+
+/* A batch's ground truth: gt counts cnt[i] (<= NG); boxes near the centre of each
+ * image, labels 1..7, masks of blobs inside each image's own (smaller) region. */
+typedef struct {
+    mrcnn_gt_batch h, d;
+    tpair boxes, labels, counts, masks, hw;
+} gt_pair;
+
+static gt_pair gt_make(int N, int NG, int H, int W, const int32_t *cnt, const int32_t *hw) {
+    gt_pair g;
+    float *b = calloc((size_t)N * NG * 4, sizeof(float));
+    int32_t *lab = malloc((size_t)N * NG * 4);
+    uint8_t *m = calloc((size_t)N * NG * H * W, 1);
+    for (int i = 0; i < N; i++) {
+        float *r = random_boxes(NG);
+        for (int j = 0; j < NG; j++) {
+            float sx = hw[2 * i + 1] / 300.0f, sy = hw[2 * i] / 200.0f;
+            if (j < cnt[i]) {
+                float *o = b + ((size_t)i * NG + j) * 4;
+                o[0] = fmaxf(0, r[4 * j] * sx), o[1] = fmaxf(0, r[4 * j + 1] * sy);
+                o[2] = fminf(hw[2 * i + 1], r[4 * j + 2] * sx + 6), o[3] = fminf(hw[2 * i], r[4 * j + 3] * sy + 6);
+                lab[i * NG + j] = 1 + (i * 3 + j) % 7;
+                for (int y = 0; y < hw[2 * i]; y++) // an ellipse in the box, in the image's region
+                    for (int x = 0; x < hw[2 * i + 1]; x++) {
+                        float cx = (o[0] + o[2]) / 2, cy = (o[1] + o[3]) / 2;
+                        float dx = (x + 0.5f - cx) / fmaxf(1, (o[2] - o[0]) / 2), dy = (y + 0.5f - cy) / fmaxf(1, (o[3] - o[1]) / 2);
+                        m[(((size_t)i * NG + j) * H + y) * W + x] = dx * dx + dy * dy < 1.0f;
+                    }
+            } else {
+                lab[i * NG + j] = -1;
+            }
+        }
+        free(r);
+    }
+    g.boxes = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){N, NG, 4}, b);
+    g.labels = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, NG}, lab);
+    g.counts = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, cnt);
+    g.masks = tp_make(MRCNN_DTYPE_U8, 4, (int64_t[]){N, NG, H, W}, m);
+    g.hw = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, 2}, hw);
+    g.h = (mrcnn_gt_batch){N, NG, H, W, g.boxes.h, g.labels.h, g.counts.h, g.masks.h, g.hw.h};
+    g.d = (mrcnn_gt_batch){N, NG, H, W, g.boxes.d, g.labels.d, g.counts.d, g.masks.d, g.hw.d};
+    free(b), free(lab), free(m);
+    return g;
+}
+
+static void gt_free(gt_pair *g) {
+    tp_free(&g->boxes), tp_free(&g->labels), tp_free(&g->counts), tp_free(&g->masks), tp_free(&g->hw);
+}
+
+/* Anchors of 3 levels (stride 8, 16, 32; 3 cells each) over a 320 x 320 batch, as the
+ * model makes them; level_counts get H_l * W_l * 3. */
+static float *det_anchors(int64_t *counts, int64_t *total) {
+    const float ratios[3] = {0.5f, 1.0f, 2.0f};
+    const int strides[3] = {8, 16, 32};
+    float *a = malloc((size_t)(40 * 40 + 20 * 20 + 10 * 10) * 3 * 16);
+    int64_t off = 0;
+    for (int l = 0; l < 3; l++) {
+        float cell[12];
+        mrcnn_anchors_cell(32.0f * (1 << l), ratios, 3, cell);
+        int g = 320 / strides[l];
+        mrcnn_anchors_grid(cell, 3, g, g, strides[l], strides[l], a + off * 4);
+        counts[l] = (int64_t)g * g * 3;
+        off += counts[l];
+    }
+    *total = off;
+    return a;
+}
+
+static void test_det_rpn_targets_body(void) {
+    const int N = 3, NG = 10, L = 3;
+    int64_t counts[3], na;
+    float *anchors = det_anchors(counts, &na);
+    const int32_t gcnt[3] = {5, 0, 10}, hw[6] = {320, 300, 256, 320, 300, 288};
+    gt_pair gt = gt_make(N, NG, 320, 320, gcnt, hw);
+    /* gt 0 of image 0 equal to an anchor: IoU 1, and a tie for the low-quality rule. */
+    memcpy(gt.boxes.h.data, anchors + 4 * 1234, 16);
+    G->mem.write(G, &gt.boxes.d, gt.boxes.h.data);
+    tpair an = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){na, 4}, anchors);
+    tpair lab[3], ow[3], rt[3], rw[3];
+    for (int l = 0; l < L; l++) {
+        int g = 40 >> l;
+        lab[l] = tp_make(MRCNN_DTYPE_F32, 4, (int64_t[]){N, g, g, 3}, NULL);
+        ow[l] = tp_make(MRCNN_DTYPE_F32, 4, (int64_t[]){N, g, g, 3}, NULL);
+        rt[l] = tp_make(MRCNN_DTYPE_F32, 4, (int64_t[]){N, g, g, 12}, NULL);
+        rw[l] = tp_make(MRCNN_DTYPE_F32, 4, (int64_t[]){N, g, g, 12}, NULL);
+    }
+    tpair ns = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, NULL);
+    mrcnn_rpn_targets_desc d = {.n_images = N, .n_levels = L, .fg_iou = 0.7f, .bg_iou = 0.3f,
+                                .batch_size_per_image = 256, .positive_fraction = 0.5f};
+    for (int l = 0; l < L; l++) d.level_counts[l] = counts[l];
+    mrcnn_rng rngs[3];
+    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(7, 2, 100 + i, MRCNN_RNG_RPN_SAMPLE);
+    mrcnn_tensor h_lab[3], h_ow[3], h_rt[3], h_rw[3], d_lab[3], d_ow[3], d_rt[3], d_rw[3];
+    for (int l = 0; l < L; l++) {
+        h_lab[l] = lab[l].h, h_ow[l] = ow[l].h, h_rt[l] = rt[l].h, h_rw[l] = rw[l].h;
+        d_lab[l] = lab[l].d, d_ow[l] = ow[l].d, d_rt[l] = rt[l].d, d_rw[l] = rw[l].d;
+    }
+    C->det.rpn_targets(C, &d, &an.h, &gt.h, rngs, h_lab, h_ow, h_rt, h_rw, &ns.h);
+    G->det.rpn_targets(G, &d, &an.d, &gt.d, rngs, d_lab, d_ow, d_rt, d_rw, &ns.d);
+    for (int l = 0; l < L; l++) {
+        expect_close_f32(&lab[l], 0, "rpn labels");
+        expect_close_f32(&ow[l], 0, "rpn objectness weights");
+        expect_close_f32(&rw[l], 0, "rpn regression weights");
+        expect_close_f32(&rt[l], 1e-5, "rpn regression targets");
+    }
+    expect_close_f32(&ns, 0, "rpn sampled count");
+    printf("  det.rpn_targets %d images x %lld anchors: identical (%g sampled)\n", N, (long long)na,
+           ((float *)ns.h.data)[0]);
+    assert_true(((float *)ns.h.data)[0] > 256);
+    for (int l = 0; l < L; l++) tp_free(&lab[l]), tp_free(&ow[l]), tp_free(&rt[l]), tp_free(&rw[l]);
+    tp_free(&ns), tp_free(&an), gt_free(&gt);
+    free(anchors);
+}
+
+/* exact_decode: deltas with dw = dh = 0, so that the decode has no exp and the boxes,
+ * hence the NMS decisions, are bit-identical; otherwise the device's expf may move a
+ * box by an ulp, and the counts are compared within a margin. */
+static void proposals_case(mrcnn_dtype dt, int exact_decode) {
+    const int N = 2, L = 3, P = 300;
+    int64_t counts[3], na;
+    float *anchors = det_anchors(counts, &na);
+    anchors[4 * 7 + 2] = anchors[4 * 7]; // an empty anchor: dropped by min_size
+    const int32_t hw[4] = {320, 300, 250, 320};
+    tpair an = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){na, 4}, anchors);
+    tpair ih = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, 2}, hw);
+    tpair lg[3], dl[3];
+    mrcnn_tensor h_lg[3], h_dl[3], d_lg[3], d_dl[3];
+    for (int l = 0; l < L; l++) {
+        int g = 40 >> l;
+        int64_t n = (int64_t)N * counts[l];
+        float *x = malloc((size_t)n * 4), *dd = malloc((size_t)n * 16);
+        test_fill_uniform(x, n, -8, 8, g_seed++);
+        for (int64_t i = 0; i < n; i++) x[i] = floorf(x[i] * 64.0f) / 64.0f; // ties
+        test_fill_uniform(dd, n * 4, -0.5f, 0.5f, g_seed++);
+        if (exact_decode)
+            for (int64_t i = 0; i < n; i++) dd[4 * i + 2] = dd[4 * i + 3] = 0.0f;
+        void *xb = x, *db = dd;
+        uint16_t *x16 = NULL, *d16 = NULL;
+        if (dt != MRCNN_DTYPE_F32) {
+            x16 = malloc((size_t)n * 2), d16 = malloc((size_t)n * 8);
+            for (int64_t i = 0; i < n; i++) x16[i] = mrcnn_f32_to_bf16(x[i]);
+            for (int64_t i = 0; i < 4 * n; i++) d16[i] = mrcnn_f32_to_bf16(dd[i]);
+            xb = x16, db = d16;
+        }
+        lg[l] = tp_make(dt, 4, (int64_t[]){N, g, g, 3}, xb);
+        dl[l] = tp_make(dt, 4, (int64_t[]){N, g, g, 12}, db);
+        h_lg[l] = lg[l].h, h_dl[l] = dl[l].h, d_lg[l] = lg[l].d, d_dl[l] = dl[l].d;
+        free(x), free(dd), free(x16), free(d16);
+    }
+    tpair bx = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4}, NULL);
+    tpair sc = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){N, P}, NULL);
+    tpair ct = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, NULL);
+    mrcnn_proposals_desc d = {.n_images = N, .n_levels = L, .pre_nms_top_n = 1000, .post_nms_top_n = P,
+                              .nms_thresh = 0.7f, .min_size = 1e-3f, .score_thresh = 0.0f};
+    for (int l = 0; l < L; l++) d.level_counts[l] = counts[l];
+    C->det.proposals(C, &d, h_lg, h_dl, &an.h, &ih.h, &bx.h, &sc.h, &ct.h);
+    G->det.proposals(G, &d, d_lg, d_dl, &an.d, &ih.d, &bx.d, &sc.d, &ct.d);
+    int32_t *gc = tp_got(&ct), *rc = ct.h.data;
+    printf("  det.proposals %s%s: cpu keeps %d, %d; gpu %d, %d\n", mrcnn_dtype_name(dt),
+           exact_decode ? " (exact decode)" : "", rc[0], rc[1], gc[0], gc[1]);
+    if (exact_decode) {
+        expect_same_i32(&ct, "proposal counts");
+        expect_close_f32(&bx, 0, "proposal boxes");
+        expect_close_f32(&sc, 1e-6, "proposal scores");
+        assert_int_equal(rc[0], P); // the early exit at post_nms_top_n was reached
+    } else {
+        for (int i = 0; i < N; i++) assert_true(abs(gc[i] - rc[i]) <= 3);
+        /* Rows agree up to the first decision an ulp flipped. */
+        float *gb = tp_got(&bx), *rb = bx.h.data;
+        int same = 0;
+        while (same < rc[0] && fabsf(gb[4 * same] - rb[4 * same]) <= 1e-3f * fmaxf(1, fabsf(rb[4 * same]))) same++;
+        printf("    first %d rows of image 0 agree within 1e-3\n", same);
+        assert_true(same >= rc[0] / 2);
+        free(gb);
+    }
+    free(gc);
+    for (int l = 0; l < L; l++) tp_free(&lg[l]), tp_free(&dl[l]);
+    tp_free(&an), tp_free(&ih), tp_free(&bx), tp_free(&sc), tp_free(&ct);
+    free(anchors);
+}
+
+static void test_det_proposals_body(void) {
+    proposals_case(MRCNN_DTYPE_F32, 1);
+    proposals_case(MRCNN_DTYPE_BF16, 1);
+    proposals_case(MRCNN_DTYPE_F32, 0);
+}
+
+/* The ROI-sampling outputs of both backends (CPU in .h, CUDA in .d). */
+typedef struct {
+    tpair rois, labels, box_labels, reg_t, reg_w, fg_rois, fg_labels, fg_gt, n_rois, n_fg;
+} roi_pair;
+
+static void roi_sample_both(const mrcnn_roi_sample_desc *d, const tpair *props, const tpair *pc, const gt_pair *gt,
+                            const mrcnn_rng *rngs, roi_pair *o) {
+    const int64_t NS = (int64_t)d->n_images * d->batch_size_per_image, NF = (int64_t)d->n_images * d->max_fg;
+    o->rois = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5}, NULL);
+    o->labels = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NS}, NULL);
+    o->box_labels = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NS}, NULL);
+    o->reg_t = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4}, NULL);
+    o->reg_w = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4}, NULL);
+    o->fg_rois = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5}, NULL);
+    o->fg_labels = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NF}, NULL);
+    o->fg_gt = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NF}, NULL);
+    o->n_rois = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, NULL);
+    o->n_fg = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, NULL);
+    C->det.roi_sample(C, d, &props->h, &pc->h, &gt->h, rngs, &o->rois.h, &o->labels.h, &o->box_labels.h, &o->reg_t.h,
+                      &o->reg_w.h, &o->fg_rois.h, &o->fg_labels.h, &o->fg_gt.h, &o->n_rois.h, &o->n_fg.h);
+    G->det.roi_sample(G, d, &props->d, &pc->d, &gt->d, rngs, &o->rois.d, &o->labels.d, &o->box_labels.d, &o->reg_t.d,
+                      &o->reg_w.d, &o->fg_rois.d, &o->fg_labels.d, &o->fg_gt.d, &o->n_rois.d, &o->n_fg.d);
+}
+
+static void roi_pair_free(roi_pair *o) {
+    tp_free(&o->rois), tp_free(&o->labels), tp_free(&o->box_labels), tp_free(&o->reg_t), tp_free(&o->reg_w);
+    tp_free(&o->fg_rois), tp_free(&o->fg_labels), tp_free(&o->fg_gt), tp_free(&o->n_rois), tp_free(&o->n_fg);
+}
+
+/* Proposals jittered around the gt (so there are positives) plus random ones. */
+static tpair roi_proposals(int N, int P, const gt_pair *gt, const int32_t *gcnt) {
+    float *p = calloc((size_t)N * P * 4, sizeof(float)), *u = malloc((size_t)N * P * 4 * sizeof(float));
+    test_fill_uniform(u, (int64_t)N * P * 4, -6, 6, g_seed++);
+    const float *gb = gt->boxes.h.data;
+    for (int i = 0; i < N; i++) {
+        float *r = random_boxes(P);
+        for (int j = 0; j < P; j++) {
+            float *o = p + ((size_t)i * P + j) * 4;
+            if (gcnt[i] > 0 && j % 3 != 2) {
+                const float *g = gb + ((size_t)i * gt->h.max_gt + j % gcnt[i]) * 4;
+                for (int k = 0; k < 4; k++) o[k] = g[k] + u[((size_t)i * P + j) * 4 + k];
+                if (o[2] <= o[0]) o[2] = o[0] + 1;
+                if (o[3] <= o[1]) o[3] = o[1] + 1;
+            } else {
+                memcpy(o, r + 4 * j, 16);
+            }
+        }
+        free(r);
+    }
+    tpair t = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4}, p);
+    free(p), free(u);
+    return t;
+}
+
+static void test_det_roi_sample_body(void) {
+    const int N = 3, NG = 8, P = 200;
+    const int32_t gcnt[3] = {8, 0, 3}, hw[6] = {200, 300, 180, 240, 160, 280}, pcnt[3] = {200, 57, 10};
+    gt_pair gt = gt_make(N, NG, 200, 300, gcnt, hw);
+    tpair props = roi_proposals(N, P, &gt, gcnt);
+    tpair pc = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, pcnt);
+    mrcnn_rng rngs[3];
+    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(11, 1, 40 + i, MRCNN_RNG_ROI_SAMPLE);
+    mrcnn_roi_sample_desc d = {.n_images = N, .prop_cap = P, .batch_size_per_image = 64, .max_fg = 16,
+                               .positive_fraction = 0.25f, .iou_thresh = 0.5f,
+                               .coder = mrcnn_box_coder_make(10, 10, 5, 5)};
+    roi_pair o;
+    roi_sample_both(&d, &props, &pc, &gt, rngs, &o);
+    expect_close_f32(&o.n_rois, 0, "n_rois");
+    expect_close_f32(&o.n_fg, 0, "n_fg");
+    expect_close_f32(&o.rois, 0, "rois");
+    expect_same_i32(&o.labels, "roi labels");
+    expect_same_i32(&o.box_labels, "roi box labels");
+    expect_close_f32(&o.reg_t, 1e-5, "roi regression targets");
+    expect_close_f32(&o.reg_w, 0, "roi regression weights");
+    expect_close_f32(&o.fg_rois, 0, "fg rois");
+    expect_same_i32(&o.fg_labels, "fg labels");
+    expect_same_i32(&o.fg_gt, "fg gt");
+    printf("  det.roi_sample %d images: identical (%g rois, %g fg)\n", N, ((float *)o.n_rois.h.data)[0],
+           ((float *)o.n_fg.h.data)[0]);
+    assert_true(((float *)o.n_fg.h.data)[0] > 0 && ((float *)o.n_rois.h.data)[0] < N * 64);
+    roi_pair_free(&o);
+    tp_free(&props), tp_free(&pc), gt_free(&gt);
+}
+
+static void test_det_mask_targets_body(void) {
+    const int N = 3, NG = 8, P = 200, M = 28;
+    const int32_t gcnt[3] = {8, 2, 3}, hw[6] = {200, 300, 150, 220, 160, 280}, pcnt[3] = {120, 57, 10};
+    gt_pair gt = gt_make(N, NG, 200, 300, gcnt, hw);
+    tpair props = roi_proposals(N, P, &gt, gcnt);
+    tpair pc = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, pcnt);
+    mrcnn_rng rngs[3];
+    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(12, 0, i, MRCNN_RNG_ROI_SAMPLE);
+    mrcnn_roi_sample_desc d = {.n_images = N, .prop_cap = P, .batch_size_per_image = 64, .max_fg = 16,
+                               .positive_fraction = 0.25f, .iou_thresh = 0.5f,
+                               .coder = mrcnn_box_coder_make(10, 10, 5, 5)};
+    roi_pair o;
+    roi_sample_both(&d, &props, &pc, &gt, rngs, &o);
+    expect_same_i32(&o.fg_gt, "fg gt");
+    /* Both backends on the CPU's fg rows (equal to the GPU's, checked above), all rows
+     * (padding included) and then a trimmed prefix. */
+    const int64_t NF = (int64_t)N * d.max_fg, nf = (int64_t)((float *)o.n_fg.h.data)[0];
+    assert_true(nf > 0 && nf < NF);
+    for (int trim = 0; trim < 2; trim++) {
+        const int64_t rows = trim ? nf : NF;
+        tpair fr = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){rows, 5}, o.fg_rois.h.data);
+        tpair fg = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){rows}, o.fg_gt.h.data);
+        tpair tg = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){rows, M, M}, NULL);
+        tpair wt = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){rows, M, M}, NULL);
+        C->det.mask_targets(C, &gt.h, &fr.h, &fg.h, M, &tg.h, &wt.h);
+        G->det.mask_targets(G, &gt.d, &fr.d, &fg.d, M, &tg.d, &wt.d);
+        expect_close_f32(&tg, 1e-6, "mask targets");
+        expect_close_f32(&wt, 0, "mask weights");
+        tp_free(&fr), tp_free(&fg), tp_free(&tg), tp_free(&wt);
+    }
+    printf("  det.mask_targets %lld fg rows of %lld: agree\n", (long long)nf, (long long)NF);
+    roi_pair_free(&o);
+    tp_free(&props), tp_free(&pc), gt_free(&gt);
+}
+
+static void test_det_gathers_body(void) {
+    const int R = 29, K = 9, M = 14;
+    int32_t lab[29];
+    for (int i = 0; i < R; i++) lab[i] = i % 4 == 3 ? -1 : (i * 5) % K;
+    float *x = malloc((size_t)R * M * M * K * 4), *dy = malloc((size_t)R * M * M * 4);
+    test_fill_uniform(x, (int64_t)R * M * M * K, -2, 2, g_seed++);
+    test_fill_uniform(dy, (int64_t)R * M * M, -1, 1, g_seed++);
+    tpair lb = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){R}, lab);
+    for (int masks = 0; masks < 2; masks++) {
+        tpair xx = masks ? tp_make(MRCNN_DTYPE_F32, 4, (int64_t[]){R, M, M, K}, x)
+                         : tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){R, 4 * K}, x);
+        tpair yy = masks ? tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){R, M, M}, NULL)
+                         : tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){R, 4}, NULL);
+        tpair gg = masks ? tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){R, M, M}, dy)
+                         : tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){R, 4}, dy);
+        if (masks) {
+            C->det.gather_class_masks(C, &xx.h, &lb.h, &yy.h);
+            G->det.gather_class_masks(G, &xx.d, &lb.d, &yy.d);
+            C->det.gather_class_masks_backward(C, &gg.h, &lb.h, &xx.h);
+            G->det.gather_class_masks_backward(G, &gg.d, &lb.d, &xx.d);
+        } else {
+            C->det.gather_class_deltas(C, &xx.h, &lb.h, &yy.h);
+            G->det.gather_class_deltas(G, &xx.d, &lb.d, &yy.d);
+            C->det.gather_class_deltas_backward(C, &gg.h, &lb.h, &xx.h);
+            G->det.gather_class_deltas_backward(G, &gg.d, &lb.d, &xx.d);
+        }
+        expect_close_f32(&yy, 0, masks ? "det.gather_class_masks" : "det.gather_class_deltas");
+        expect_close_f32(&xx, 0, masks ? "det.gather_class_masks_backward" : "det.gather_class_deltas_backward");
+        tp_free(&xx), tp_free(&yy), tp_free(&gg);
+    }
+    printf("  det.gather_class_* forward and backward identical to the CPU backend's\n");
+    /* count_hint: the CUDA backend never offers a count without waiting. */
+    tpair one = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, (float[]){5.0f});
+    assert_true(G->det.count_hint == NULL || G->det.count_hint(G, &one.d) == -1);
+    assert_int_equal(C->det.count_hint(C, &one.h), 5);
+    tp_free(&one), tp_free(&lb);
+    free(x), free(dy);
 }
 
 GUARDED_TEST(test_box_iou)
@@ -478,20 +884,30 @@ GUARDED_TEST(test_gathers)
 GUARDED_TEST(test_topk)
 GUARDED_TEST(test_cast)
 GUARDED_TEST(test_rle_decode)
+GUARDED_TEST(test_det_rpn_targets)
+GUARDED_TEST(test_det_proposals)
+GUARDED_TEST(test_det_roi_sample)
+GUARDED_TEST(test_det_mask_targets)
+GUARDED_TEST(test_det_gathers)
 
 int main(void) {
     const char *why = NULL;
     G = mrcnn_backend_cuda_create(0, &why);
     if (!G) return test_gpu_skip(why);
+    C = mrcnn_backend_cpu_create();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_box_iou), cmocka_unit_test(test_box_coder), cmocka_unit_test(test_matcher),
         cmocka_unit_test(test_nms),     cmocka_unit_test(test_mask_targets), cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_anchors), cmocka_unit_test(test_gathers),
         cmocka_unit_test(test_topk),    cmocka_unit_test(test_cast),
         cmocka_unit_test(test_rle_decode),
+        cmocka_unit_test(test_det_rpn_targets), cmocka_unit_test(test_det_proposals),
+        cmocka_unit_test(test_det_roi_sample), cmocka_unit_test(test_det_mask_targets),
+        cmocka_unit_test(test_det_gathers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();
+    mrcnn_backend_destroy(C);
     mrcnn_backend_destroy(G);
     return rc;
 }

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrcnn/step_ctl.h"
 #include "mrcnn/backend.h"
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/check.h"
@@ -71,32 +72,32 @@ static tpair tp_new(mrcnn_dtype gdt, int ndim, const int64_t *shape, const char 
     if (g_selfcheck) gdt = cdt; // the CPU backend stores fp32 and rounds
     mrcnn_tensor tg = mrcnn_tensor_view(NULL, gdt, G->device, ndim, shape);
     p.n = mrcnn_tensor_numel(&tg);
-    tg.data = G->alloc(G, (size_t)p.n * dsize(gdt) + 16, name);
+    tg.data = G->mem.alloc(G, (size_t)p.n * dsize(gdt) + 16, name);
     mrcnn_tensor tc = mrcnn_tensor_view(NULL, cdt, C->device, ndim, shape);
-    tc.data = C->alloc(C, (size_t)p.n * dsize(cdt) + 16, name);
+    tc.data = C->mem.alloc(C, (size_t)p.n * dsize(cdt) + 16, name);
     p.g = tg;
     p.c = tc;
     return p;
 }
 
 static void tp_free(tpair *p) {
-    G->free(G, p->g.data);
-    C->free(C, p->c.data);
+    G->mem.free(G, p->g.data);
+    C->mem.free(C, p->c.data);
 }
 
 /* Writes host floats (already representable in the GPU dtype) to both sides. */
 static void tp_write(tpair *p, const float *h) {
-    C->write(C, &p->c, h);
+    C->mem.write(C, &p->c, h);
     if (p->g.dtype == MRCNN_DTYPE_F32) {
-        G->write(G, &p->g, h);
+        G->mem.write(G, &p->g, h);
     } else {
         uint16_t *bits = malloc((size_t)p->n * 2 + 2);
         for (int64_t i = 0; i < p->n; i++)
             bits[i] = p->g.dtype == MRCNN_DTYPE_F16 ? mrcnn_f32_to_f16(h[i]) : mrcnn_f32_to_bf16(h[i]);
-        G->write(G, &p->g, bits);
+        G->mem.write(G, &p->g, bits);
         free(bits);
     }
-    G->sync(G);
+    G->mem.sync(G);
 }
 
 /* Random values in [lo, hi), never exactly zero, rounded to the GPU dtype. */
@@ -121,10 +122,10 @@ static void tp_poison(tpair *p) {
 static float *tp_read_gpu(const tpair *p) {
     float *h = malloc((size_t)p->n * sizeof(float) + 4);
     if (p->g.dtype == MRCNN_DTYPE_F32) {
-        G->read(G, &p->g, h);
+        G->mem.read(G, &p->g, h);
     } else {
         uint16_t *bits = malloc((size_t)p->n * 2 + 2);
-        G->read(G, &p->g, bits);
+        G->mem.read(G, &p->g, bits);
         for (int64_t i = 0; i < p->n; i++)
             h[i] = p->g.dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(bits[i]) : mrcnn_bf16_to_f32(bits[i]);
         free(bits);
@@ -136,7 +137,7 @@ static float *tp_read_gpu(const tpair *p) {
 static void tp_expect_tol(const tpair *p, double t, const char *op) {
     float *a = tp_read_gpu(p);
     float *b = malloc((size_t)p->n * sizeof(float) + 4);
-    C->read(C, &p->c, b);
+    C->mem.read(C, &p->c, b);
     int64_t bad = -1;
     for (int64_t i = 0; i < p->n && bad < 0; i++)
         if (!isfinite(a[i]) || !isfinite(b[i])) bad = i;
@@ -192,9 +193,9 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
                 snprintf(op, sizeof op, "conv %s%s%s%s", label, with_bias ? "+b" : "", act ? "+relu" : "",
                          fused ? " fused" : "");
                 tp_poison(&y);
-                C->conv2d_forward(C, &d, &x.c, &w.c, with_bias ? &b.c : NULL, (mrcnn_activation)act, &y.c);
-                g->conv2d_forward(g, &d, &x.g, &w.g, with_bias ? &b.g : NULL, (mrcnn_activation)act, &y.g);
-                g->sync(g); // GF runs on its own stream; reads go through G's
+                C->nn.conv2d_forward(C, &d, &x.c, &w.c, with_bias ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+                g->nn.conv2d_forward(g, &d, &x.g, &w.g, with_bias ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+                g->mem.sync(g); // GF runs on its own stream; reads go through G's
                 tp_expect(&y, op);
             }
         }
@@ -208,8 +209,8 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
     tp_fill(&dx, -1, 1);
     tp_fill(&dw, -1, 1);
     tp_fill(&db, -1, 1);
-    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
-    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
     char op[64];
     snprintf(op, sizeof op, "conv_bwd %s", label);
     tp_expect(&dx, op);
@@ -217,15 +218,15 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
     tp_expect(&db, op);
     /* Each output alone (the others NULL). */
     tp_fill(&dw, -1, 1);
-    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, NULL);
-    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, NULL);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, NULL);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, NULL);
     tp_expect(&dw, op);
     /* Weight and bias gradients without dx: how the model calls the stem (the images
      * take no gradient) and every first layer of a trainable stage after a frozen one. */
     tp_fill(&dw, -1, 1);
     tp_fill(&db, -1, 1);
-    C->conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, &db.c);
-    G->conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, &db.g);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, &db.c);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, &db.g);
     snprintf(op, sizeof op, "conv_bwd %s no dx", label);
     tp_expect(&dw, op);
     tp_expect(&db, op);
@@ -249,7 +250,7 @@ static void guarded(void (*body)(void)) {
     static void name(void **state) { guarded(name##_body); }
 
 static void test_conv2d_body(void) {
-    need((void *)C->conv2d_forward, "cpu conv2d_forward");
+    need((void *)C->nn.conv2d_forward, "cpu conv2d_forward");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         conv_case(mrcnn_conv2d_desc_make(2, 9, 11, 8, 16, 3, 1, 1), "3x3s1");
@@ -299,7 +300,7 @@ static void test_conv2d_dilated_body(void) {
 }
 
 static void test_deconv2x2_body(void) {
-    need((void *)C->deconv2x2_forward, "cpu deconv2x2_forward");
+    need((void *)C->nn.deconv2x2_forward, "cpu deconv2x2_forward");
     const int n = 3, h = 5, w = 4, c = 16, k = 8;
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
@@ -316,8 +317,8 @@ static void test_deconv2x2_body(void) {
         }
         for (int act = 0; act < 2; act++) {
             tp_poison(&y);
-            C->deconv2x2_forward(C, &x.c, &wt.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
-            G->deconv2x2_forward(G, &x.g, &wt.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+            C->nn.deconv2x2_forward(C, &x.c, &wt.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+            G->nn.deconv2x2_forward(G, &x.g, &wt.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
             tp_expect(&y, act ? "deconv2x2+b+relu" : "deconv2x2");
         }
         tpair dy = TP(P, "dy", n, 2 * h, 2 * w, k), dx = TP(P, "dx", n, h, w, c);
@@ -326,8 +327,8 @@ static void test_deconv2x2_body(void) {
         tp_fill(&dx, -1, 1);
         tp_fill(&dw, -1, 1);
         tp_fill(&db, -1, 1);
-        C->deconv2x2_backward(C, &x.c, &wt.c, &dy.c, &dx.c, &dw.c, &db.c);
-        G->deconv2x2_backward(G, &x.g, &wt.g, &dy.g, &dx.g, &dw.g, &db.g);
+        C->nn.deconv2x2_backward(C, &x.c, &wt.c, &dy.c, &dx.c, &dw.c, &db.c);
+        G->nn.deconv2x2_backward(G, &x.g, &wt.g, &dy.g, &dx.g, &dw.g, &db.g);
         tp_expect(&dx, "deconv2x2_bwd");
         tp_expect(&dw, "deconv2x2_bwd");
         tp_expect(&db, "deconv2x2_bwd");
@@ -337,7 +338,7 @@ static void test_deconv2x2_body(void) {
 }
 
 static void test_linear_body(void) {
-    need((void *)C->linear_forward, "cpu linear_forward");
+    need((void *)C->nn.linear_forward, "cpu linear_forward");
     const int n = 37, in = 6 * 7 * 7, out = 45;
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
@@ -354,8 +355,8 @@ static void test_linear_body(void) {
         }
         for (int act = 0; act < 2; act++) {
             tp_poison(&y);
-            C->linear_forward(C, &x.c, &w.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
-            G->linear_forward(G, &x.g, &w.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
+            C->nn.linear_forward(C, &x.c, &w.c, act ? &b.c : NULL, (mrcnn_activation)act, &y.c);
+            G->nn.linear_forward(G, &x.g, &w.g, act ? &b.g : NULL, (mrcnn_activation)act, &y.g);
             tp_expect(&y, act ? "linear+b+relu" : "linear");
         }
         tpair dy = TP(P, "dy", n, out), dx = TP(P, "dx", n, in);
@@ -364,8 +365,8 @@ static void test_linear_body(void) {
         tp_fill(&dx, -1, 1);
         tp_fill(&dw, -1, 1);
         tp_fill(&db, -1, 1);
-        C->linear_backward(C, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
-        G->linear_backward(G, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+        C->nn.linear_backward(C, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
+        G->nn.linear_backward(G, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
         tp_expect(&dx, "linear_bwd");
         tp_expect(&dw, "linear_bwd");
         tp_expect(&db, "linear_bwd");
@@ -377,8 +378,8 @@ static void test_linear_body(void) {
 /* ---- elementwise, pooling, upsampling ----------------------------------------------- */
 
 static void test_relu_add_body(void) {
-    need((void *)C->relu_forward, "cpu relu_forward");
-    need((void *)C->add_forward, "cpu add_forward");
+    need((void *)C->nn.relu_forward, "cpu relu_forward");
+    need((void *)C->nn.add_forward, "cpu add_forward");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         const int64_t n = 3 * 17 * 19 + 5;
@@ -386,27 +387,184 @@ static void test_relu_add_body(void) {
         tpair a = TP(P, "a", n), b = TP(P, "b", n);
         tp_fill(&x, -1, 1);
         tp_poison(&y);
-        C->relu_forward(C, &x.c, &y.c);
-        G->relu_forward(G, &x.g, &y.g);
+        C->nn.relu_forward(C, &x.c, &y.c);
+        G->nn.relu_forward(G, &x.g, &y.g);
         tp_expect(&y, "relu");
         tp_fill(&dy, -1, 1);
         tp_fill(&dx, -1, 1);
-        C->relu_backward(C, &y.c, &dy.c, &dx.c);
-        G->relu_backward(G, &y.g, &dy.g, &dx.g);
+        C->nn.relu_backward(C, &y.c, &dy.c, &dx.c);
+        G->nn.relu_backward(G, &y.g, &dy.g, &dx.g);
         tp_expect(&dx, "relu_bwd");
         tp_fill(&a, -1, 1);
         tp_fill(&b, -1, 1);
         tp_poison(&y);
-        C->add_forward(C, &a.c, &b.c, &y.c);
-        G->add_forward(G, &a.g, &b.g, &y.g);
+        C->nn.add_forward(C, &a.c, &b.c, &y.c);
+        G->nn.add_forward(G, &a.g, &b.g, &y.g);
         tp_expect(&y, "add");
-        C->add_backward(C, &dy.c, &a.c, &b.c);
-        G->add_backward(G, &dy.g, &a.g, &b.g);
+        C->nn.add_backward(C, &dy.c, &a.c, &b.c);
+        G->nn.add_backward(G, &dy.g, &a.g, &b.g);
         tp_expect(&a, "add_bwd");
         tp_expect(&b, "add_bwd");
         tpair *all[] = {&x, &y, &dy, &dx, &a, &b};
         for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
     }
+}
+
+/* Elements [k, n) of p as a pair of views: a shift of one element leaves the GPU data
+ * off 16-byte alignment, so the scalar loops run instead of the 16-byte ones. */
+static tpair tp_shift(const tpair *p, int64_t k) {
+    tpair v = *p;
+    v.n = p->n - k;
+    v.g.data = (char *)p->g.data + k * (int64_t)dsize(p->g.dtype);
+    v.c.data = (char *)p->c.data + k * (int64_t)dsize(p->c.dtype);
+    v.g.shape[0] = v.c.shape[0] = v.n;
+    return v;
+}
+
+/* The streaming kernels' 16-byte path (aligned, one dtype, with a tail of n % 8), the
+ * scalar path (misaligned views, n below the vector threshold), mixed dtypes, and the
+ * bottleneck's in-place residual add followed by ReLU. */
+static void test_vector_paths_body(void) {
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        const int64_t sizes[3] = {8192 + 5, 37, 4096};
+        for (int si = 0; si < 3; si++) {
+            for (int shift = 0; shift < 2; shift++) {
+                const int64_t n = sizes[si] + shift;
+                tpair X = TP(P, "x", n), Y = TP(P, "y", n), DY = TP(P, "dy", n), DX = TP(P, "dx", n);
+                tpair A = TP(P, "a", n), B = TP(P, "b", n);
+                tpair x = tp_shift(&X, shift), y = tp_shift(&Y, shift), dy = tp_shift(&DY, shift);
+                tpair dx = tp_shift(&DX, shift), a = tp_shift(&A, shift), b = tp_shift(&B, shift);
+                char op[48];
+                snprintf(op, sizeof op, "vec n=%lld%s", (long long)x.n, shift ? " misaligned" : "");
+                tp_fill(&x, -1, 1);
+                tp_poison(&y);
+                C->nn.relu_forward(C, &x.c, &y.c);
+                G->nn.relu_forward(G, &x.g, &y.g);
+                tp_expect(&y, op);
+                tp_fill(&dy, -1, 1);
+                tp_fill(&dx, -1, 1);
+                C->nn.relu_backward(C, &y.c, &dy.c, &dx.c);
+                G->nn.relu_backward(G, &y.g, &dy.g, &dx.g);
+                tp_expect(&dx, op);
+                tp_fill(&a, -1, 1);
+                tp_fill(&b, -1, 1);
+                /* Residual join in place (resnet.c): a = relu(a + b). */
+                C->nn.add_forward(C, &a.c, &b.c, &a.c);
+                G->nn.add_forward(G, &a.g, &b.g, &a.g);
+                C->nn.relu_forward(C, &a.c, &a.c);
+                G->nn.relu_forward(G, &a.g, &a.g);
+                tp_expect(&a, op);
+                C->nn.add_backward(C, &dy.c, &b.c, NULL);
+                G->nn.add_backward(G, &dy.g, &b.g, NULL);
+                tp_expect(&b, op);
+                if (P != MRCNN_DTYPE_F32) {
+                    /* Mixed dtypes (a 16-bit gradient into an fp32 buffer): the scalar path. */
+                    tpair f = TP(MRCNN_DTYPE_F32, "f32 acc", n);
+                    tpair fv = tp_shift(&f, shift);
+                    tp_fill(&fv, -1, 1);
+                    C->nn.add_backward(C, &dy.c, &fv.c, NULL);
+                    G->nn.add_backward(G, &dy.g, &fv.g, NULL);
+                    tp_expect(&fv, op);
+                    tp_free(&f);
+                }
+                tpair *all[] = {&X, &Y, &DY, &DX, &A, &B};
+                for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+            }
+        }
+    }
+}
+
+/* be->mem.write through the pinned staging ring: many uploads in flight, wrapping the ring,
+ * then one larger than the ring (it grows); every one must land intact, and the host
+ * buffer may be reused at once. */
+static void test_write_staging_body(void) {
+    if (g_selfcheck) return;
+    const int64_t n = 1 << 20; // 4 MB each
+    float *h = malloc((size_t)n * sizeof(float)), *back = malloc((size_t)n * sizeof(float));
+    mrcnn_tensor t[24];
+    for (int k = 0; k < 24; k++) {
+        t[k] = mrcnn_tensor_view(G->mem.alloc(G, (size_t)n * 4, "staging test"), MRCNN_DTYPE_F32, G->device, 1, &n);
+        for (int64_t i = 0; i < n; i++) h[i] = (float)(k * 1000003 + i);
+        G->mem.write(G, &t[k], h); // h is overwritten for the next one at once
+    }
+    for (int k = 0; k < 24; k++) {
+        G->mem.read(G, &t[k], back);
+        for (int64_t i = 0; i < n; i++)
+            if (back[i] != (float)(k * 1000003 + i))
+                fail_msg("pinned write %d: element %lld is %g, want %g", k, (long long)i, (double)back[i],
+                         (double)(float)(k * 1000003 + i));
+        G->mem.free(G, t[k].data);
+    }
+    const int64_t big = 48 << 20; // 192 MB: past the first ring, within the default cap
+    float *hb = malloc((size_t)big * sizeof(float)), *bb = malloc((size_t)big * sizeof(float));
+    for (int64_t i = 0; i < big; i++) hb[i] = (float)(i % 65521);
+    mrcnn_tensor tb = mrcnn_tensor_view(G->mem.alloc(G, (size_t)big * 4, "staging big"), MRCNN_DTYPE_F32, G->device, 1, &big);
+    G->mem.write(G, &tb, hb);
+    memset(hb, 0, (size_t)big * sizeof(float));
+    G->mem.read(G, &tb, bb);
+    for (int64_t i = 0; i < big; i++)
+        if (bb[i] != (float)(i % 65521)) fail_msg("big pinned write: element %lld is %g", (long long)i, (double)bb[i]);
+    G->mem.free(G, tb.data);
+    free(h);
+    free(back);
+    free(hb);
+    free(bb);
+}
+
+/* be->stream: an event recorded after a write orders a second backend's stream; a
+ * captured graph replays its ops (zero then add, twice: y = 2 (a + b)). */
+static void test_stream_graph_body(void) {
+    need((void *)G->stream.event_create, "cuda stream.event_create");
+    set_precision(MRCNN_DTYPE_F32);
+    const int64_t n = 4099;
+    tpair a = TP(MRCNN_DTYPE_F32, "a", n), b = TP(MRCNN_DTYPE_F32, "b", n), y = TP(MRCNN_DTYPE_F32, "y", n);
+    tp_fill(&a, -1, 1);
+    tp_fill(&b, -1, 1);
+    /* GF's stream waits for G's event, then adds what G wrote. */
+    void *ev = G->stream.event_create(G);
+    float *h = malloc((size_t)n * sizeof(float));
+    test_fill_uniform(h, n, -1, 1, g_seed++);
+    C->mem.write(C, &a.c, h);
+    G->mem.write(G, &a.g, h);
+    G->stream.event_record(G, ev);
+    GF->stream.event_wait(GF, ev);
+    GF->nn.add_forward(GF, &a.g, &b.g, &y.g);
+    GF->mem.sync(GF);
+    C->nn.add_forward(C, &a.c, &b.c, &y.c);
+    tp_expect(&y, "event ordering");
+    G->stream.event_destroy(G, ev);
+    free(h);
+    /* Graph: the region is captured, not run, then replayed twice. */
+    G->nn.add_forward(G, &a.g, &b.g, &y.g); // warm-up outside the capture (nothing grows inside)
+    G->mem.zero(G, &y.g);
+    void *g = NULL;
+    int captured = G->stream.graph_begin(G);
+    if (!g_selfcheck) assert_int_equal(captured, 1);
+    if (captured) {
+        G->nn.add_backward(G, &a.g, &y.g, NULL); // y += a
+        G->nn.add_backward(G, &b.g, &y.g, NULL); // y += b
+        g = G->stream.graph_end(G);
+        assert_non_null(g);
+        G->stream.graph_launch(G, g);
+        G->stream.graph_launch(G, g);
+        G->stream.graph_destroy(G, g);
+    }
+    C->mem.zero(C, &y.c);
+    for (int k = 0; k < 2; k++) {
+        C->nn.add_backward(C, &a.c, &y.c, NULL);
+        C->nn.add_backward(C, &b.c, &y.c, NULL);
+    }
+    if (!captured) { // CPU in the GPU's slot: the region runs directly
+        G->nn.add_backward(G, &a.g, &y.g, NULL);
+        G->nn.add_backward(G, &b.g, &y.g, NULL);
+        G->nn.add_backward(G, &a.g, &y.g, NULL);
+        G->nn.add_backward(G, &b.g, &y.g, NULL);
+    }
+    tp_expect(&y, "graph replay");
+    tp_free(&a);
+    tp_free(&b);
+    tp_free(&y);
 }
 
 static void maxpool_case(mrcnn_pool2d_desc d) {
@@ -415,13 +573,13 @@ static void maxpool_case(mrcnn_pool2d_desc d) {
     tpair dy = TP(P, "dy", d.n, p, q, d.c), dx = TP(P, "dx", d.n, d.h, d.w, d.c);
     tp_fill(&x, -1, 1);
     tp_poison(&y);
-    C->maxpool2d_forward(C, &d, &x.c, &y.c);
-    G->maxpool2d_forward(G, &d, &x.g, &y.g);
+    C->nn.maxpool2d_forward(C, &d, &x.c, &y.c);
+    G->nn.maxpool2d_forward(G, &d, &x.g, &y.g);
     tp_expect(&y, "maxpool");
     tp_fill(&dy, -1, 1);
     tp_fill(&dx, -1, 1);
-    C->maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
-    G->maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
+    C->nn.maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
+    G->nn.maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
     tp_expect(&dx, "maxpool_bwd");
     /* Ties: a constant block makes every window's first element the maximum. */
     float *h = malloc((size_t)x.n * sizeof(float));
@@ -429,15 +587,15 @@ static void maxpool_case(mrcnn_pool2d_desc d) {
     for (int64_t i = 0; i < x.n / 2; i++) h[i] = 0.25f;
     tp_write(&x, h);
     free(h);
-    C->maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
-    G->maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
+    C->nn.maxpool2d_backward(C, &d, &x.c, &dy.c, &dx.c);
+    G->nn.maxpool2d_backward(G, &d, &x.g, &dy.g, &dx.g);
     tp_expect(&dx, "maxpool_bwd ties");
     tpair *all[] = {&x, &y, &dy, &dx};
     for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
 }
 
 static void test_maxpool_body(void) {
-    need((void *)C->maxpool2d_forward, "cpu maxpool2d_forward");
+    need((void *)C->nn.maxpool2d_forward, "cpu maxpool2d_forward");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         maxpool_case((mrcnn_pool2d_desc){2, 9, 10, 8, 3, 2, 1});
@@ -451,13 +609,13 @@ static void upsample_case(int n, int h, int w, int H, int W, int c) {
     tp_fill(&top, -1, 1);
     tp_fill(&lat, -1, 1);
     tp_poison(&y);
-    C->upsample_add_forward(C, &top.c, &lat.c, &y.c);
-    G->upsample_add_forward(G, &top.g, &lat.g, &y.g);
+    C->nn.upsample_add_forward(C, &top.c, &lat.c, &y.c);
+    G->nn.upsample_add_forward(G, &top.g, &lat.g, &y.g);
     tp_expect(&y, "upsample_add");
     tpair dy = TP(P, "dy", n, H, W, c);
     tp_fill(&dy, -1, 1);
-    C->upsample_add_backward(C, &dy.c, &top.c, &lat.c); // top and lateral now act as gradients (+=)
-    G->upsample_add_backward(G, &dy.g, &top.g, &lat.g);
+    C->nn.upsample_add_backward(C, &dy.c, &top.c, &lat.c); // top and lateral now act as gradients (+=)
+    G->nn.upsample_add_backward(G, &dy.g, &top.g, &lat.g);
     tp_expect(&top, "upsample_add_bwd");
     tp_expect(&lat, "upsample_add_bwd");
     tpair *all[] = {&top, &lat, &y, &dy};
@@ -465,7 +623,7 @@ static void upsample_case(int n, int h, int w, int H, int W, int c) {
 }
 
 static void test_upsample_add_body(void) {
-    need((void *)C->upsample_add_forward, "cpu upsample_add_forward");
+    need((void *)C->nn.upsample_add_forward, "cpu upsample_add_forward");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         upsample_case(2, 4, 5, 8, 10, 8);
@@ -478,8 +636,11 @@ static void test_upsample_add_body(void) {
 
 static void expect_loss(const tpair *l, const char *op) { tp_expect_tol(l, P == MRCNN_DTYPE_F32 ? 1e-5 : 1e-2, op); }
 
+/* A normalizer by value (no count tensor). */
+#define NORM(v) (&(mrcnn_loss_norm){.count = NULL, .scale = (v), .grad_mult = 1.0f})
+
 static void test_losses_body(void) {
-    need((void *)C->bce_logits, "cpu bce_logits");
+    need((void *)C->loss.bce_logits, "cpu bce_logits");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         const int64_t n = 3001;
@@ -491,16 +652,34 @@ static void test_losses_body(void) {
         for (int w = 0; w < 2; w++) {
             tp_fill(&dx, -0.01f, 0.01f);
             tp_poison(&loss);
-            C->bce_logits(C, &x.c, &t.c, w ? &wgt.c : NULL, 517.0f, &loss.c, &dx.c);
-            G->bce_logits(G, &x.g, &t.g, w ? &wgt.g : NULL, 517.0f, &loss.g, &dx.g);
+            C->loss.bce_logits(C, &x.c, &t.c, w ? &wgt.c : NULL, NORM(517.0f), &loss.c, &dx.c);
+            G->loss.bce_logits(G, &x.g, &t.g, w ? &wgt.g : NULL, NORM(517.0f), &loss.g, &dx.g);
             expect_loss(&loss, w ? "bce_logits weighted" : "bce_logits");
             tp_expect(&dx, w ? "bce_logits weighted" : "bce_logits");
         }
         /* Loss only (dx NULL). */
         tp_poison(&loss);
-        C->bce_logits(C, &x.c, &t.c, NULL, 3.0f, &loss.c, NULL);
-        G->bce_logits(G, &x.g, &t.g, NULL, 3.0f, &loss.g, NULL);
+        C->loss.bce_logits(C, &x.c, &t.c, NULL, NORM(3.0f), &loss.c, NULL);
+        G->loss.bce_logits(G, &x.g, &t.g, NULL, NORM(3.0f), &loss.g, NULL);
         expect_loss(&loss, "bce_logits no dx");
+        /* The normalizer read on the device: a count tensor (47 sampled) times a scale, and a
+         * gradient multiplier (the fp16 loss scale) that leaves the loss value alone. */
+        tpair cnt = TP(MRCNN_DTYPE_F32, "count", 1);
+        const float c47 = 47.0f;
+        tp_write(&cnt, &c47);
+        tpair gsc = TP(MRCNN_DTYPE_F32, "grad scale", 1);
+        const float g8 = 8.0f;
+        tp_write(&gsc, &g8);
+        mrcnn_loss_norm nc = {.count = &cnt.c, .scale = 4.0f, .grad_mult = 8.0f, .grad_scale = &gsc.c};
+        mrcnn_loss_norm ng = {.count = &cnt.g, .scale = 4.0f, .grad_mult = 8.0f, .grad_scale = &gsc.g};
+        tp_fill(&dx, -0.01f, 0.01f);
+        tp_poison(&loss);
+        C->loss.bce_logits(C, &x.c, &t.c, &wgt.c, &nc, &loss.c, &dx.c);
+        G->loss.bce_logits(G, &x.g, &t.g, &wgt.g, &ng, &loss.g, &dx.g);
+        expect_loss(&loss, "bce_logits device count");
+        tp_expect(&dx, "bce_logits device count");
+        tp_free(&cnt);
+        tp_free(&gsc);
 
         const float betas[2] = {1.0f / 9.0f, 0.0f};
         tp_fill(&t, -2, 2);
@@ -508,8 +687,8 @@ static void test_losses_body(void) {
             for (int w = 0; w < 2; w++) {
                 tp_fill(&dx, -0.01f, 0.01f);
                 tp_poison(&loss);
-                C->smooth_l1(C, &x.c, &t.c, w ? &wgt.c : NULL, betas[bi], 211.0f, &loss.c, &dx.c);
-                G->smooth_l1(G, &x.g, &t.g, w ? &wgt.g : NULL, betas[bi], 211.0f, &loss.g, &dx.g);
+                C->loss.smooth_l1(C, &x.c, &t.c, w ? &wgt.c : NULL, betas[bi], NORM(211.0f), &loss.c, &dx.c);
+                G->loss.smooth_l1(G, &x.g, &t.g, w ? &wgt.g : NULL, betas[bi], NORM(211.0f), &loss.g, &dx.g);
                 expect_loss(&loss, bi ? "smooth_l1 beta 0" : "smooth_l1 beta 1/9");
                 tp_expect(&dx, bi ? "smooth_l1 beta 0" : "smooth_l1 beta 1/9");
             }
@@ -522,16 +701,16 @@ static void test_losses_body(void) {
         float *u = malloc(rows * sizeof(float));
         test_fill_uniform(u, rows, 0, 1, g_seed++);
         for (int r = 0; r < rows; r++) hl[r] = r % 7 == 3 ? -1 : (int32_t)(u[r] * classes) % classes;
-        C->write(C, &lab.c, hl);
-        G->write(G, &lab.g, hl);
-        G->sync(G);
+        C->mem.write(C, &lab.c, hl);
+        G->mem.write(G, &lab.g, hl);
+        G->mem.sync(G);
         free(hl);
         free(u);
         tp_fill(&lx, -4, 4);
         tp_fill(&ldx, -0.01f, 0.01f);
         tp_poison(&loss);
-        C->softmax_ce(C, &lx.c, &lab.c, 256.0f, &loss.c, &ldx.c);
-        G->softmax_ce(G, &lx.g, &lab.g, 256.0f, &loss.g, &ldx.g);
+        C->loss.softmax_ce(C, &lx.c, &lab.c, NORM(256.0f), &loss.c, &ldx.c);
+        G->loss.softmax_ce(G, &lx.g, &lab.g, NORM(256.0f), &loss.g, &ldx.g);
         expect_loss(&loss, "softmax_ce");
         tp_expect(&ldx, "softmax_ce");
         tpair *all[] = {&x, &t, &wgt, &dx, &loss, &lx, &ldx, &lab};
@@ -542,7 +721,7 @@ static void test_losses_body(void) {
 /* ---- optimizer and the Inf/NaN scan ----------------------------------------------------- */
 
 static void test_sgd_body(void) {
-    need((void *)C->sgd_update, "cpu sgd_update");
+    need((void *)C->opt.sgd_update, "cpu sgd_update");
     set_precision(MRCNN_DTYPE_F32);
     const int64_t n = 100003;
     tpair p = TP(MRCNN_DTYPE_F32, "params", n), g = TP(MRCNN_DTYPE_F32, "grads", n);
@@ -555,8 +734,8 @@ static void test_sgd_body(void) {
     tp_write(&m, hm);
     free(hm);
     for (int step = 0; step < 3; step++) {
-        C->sgd_update(C, &p.c, &g.c, &v.c, &m.c, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
-        G->sgd_update(G, &p.g, &g.g, &v.g, &m.g, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+        C->opt.sgd_update(C, &p.c, &g.c, &v.c, &m.c, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+        G->opt.sgd_update(G, &p.g, &g.g, &v.g, &m.g, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
     }
     tp_expect(&p, "sgd_update");
     tp_expect(&v, "sgd_update");
@@ -565,14 +744,14 @@ static void test_sgd_body(void) {
 }
 
 static void test_nonfinite_body(void) {
-    need((void *)C->nonfinite, "cpu nonfinite");
+    need((void *)C->opt.nonfinite, "cpu nonfinite");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         const int64_t n = 70001;
         tpair x = TP(P, "x", n);
         tp_fill(&x, -1000, 1000);
-        assert_int_equal(G->nonfinite(G, &x.g), 0);
-        assert_int_equal(C->nonfinite(C, &x.c), 0);
+        assert_int_equal(G->opt.nonfinite(G, &x.g), 0);
+        assert_int_equal(C->opt.nonfinite(C, &x.c), 0);
         const float specials[3] = {INFINITY, -INFINITY, NAN};
         const int64_t where[3] = {0, n / 2 + 7, n - 1};
         for (int s = 0; s < 3; s++) {
@@ -582,16 +761,147 @@ static void test_nonfinite_body(void) {
             h[where[s]] = specials[s];
             tp_write(&x, h);
             free(h);
-            assert_int_equal(G->nonfinite(G, &x.g), 1);
-            assert_int_equal(C->nonfinite(C, &x.c), 1);
+            assert_int_equal(G->opt.nonfinite(G, &x.g), 1);
+            assert_int_equal(C->opt.nonfinite(C, &x.c), 1);
         }
         tp_free(&x);
     }
 }
 
+/* ---- the training step's device ops (be->step, step_ctl.h; issue 12) --------------------- */
+
+static mrcnn_tensor step_view(const mrcnn_tensor *t, int offset, int64_t n) {
+    return mrcnn_tensor_view((float *)t->data + offset, MRCNN_DTYPE_F32, t->device, 1, &n);
+}
+
+/* Reads the control vectors of both sides, which must agree: the decisions and counts
+ * exactly, the values within fp32 rounding. */
+static void step_ctl_expect(const tpair *ctl, int nl, const char *when) {
+    float *g = tp_read_gpu(ctl);
+    float *c = malloc((size_t)ctl->n * sizeof(float));
+    C->mem.read(C, &ctl->c, c);
+    const int exact[] = {MRCNN_CTL_APPLY, MRCNN_CTL_SCALE, MRCNN_CTL_CLEAN, MRCNN_CTL_SKIPPED, MRCNN_CTL_NONFINITE,
+                         MRCNN_CTL_WIN_FINITE(nl), MRCNN_CTL_WIN_COUNTED(nl), MRCNN_CTL_WIN_ADAPT(nl),
+                         MRCNN_CTL_WIN_BAD_STEP(nl), MRCNN_CTL_FLAG(nl)};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (g[exact[i]] != c[exact[i]])
+            fail_msg("step ops %s: control slot %d is gpu %g, cpu %g", when, exact[i], (double)g[exact[i]],
+                     (double)c[exact[i]]);
+    for (int64_t i = 0; i < ctl->n; i++) {
+        double d = fabs((double)g[i] - c[i]), m = fabs((double)c[i]);
+        if (!(d <= 1e-5 * (m > 1 ? m : 1)) && !(isnan(g[i]) && isnan(c[i])))
+            fail_msg("step ops %s: control slot %lld is gpu %g, cpu %g", when, (long long)i, (double)g[i],
+                     (double)c[i]);
+    }
+    free(g);
+    free(c);
+}
+
+static void test_step_ops_body(void) {
+    need((void *)C->step.decide, "cpu step.decide");
+    need((void *)G->step.decide, "gpu step.decide");
+    set_precision(MRCNN_DTYPE_F32);
+    /* sum of squares over a large gradient (blocks, grid stride) */
+    const int64_t n = 300007;
+    tpair g = TP(MRCNN_DTYPE_F32, "grads", n), out = TP(MRCNN_DTYPE_F32, "sumsq", 1);
+    tp_fill(&g, -3, 3);
+    C->step.sum_squares(C, &g.c, &out.c);
+    G->step.sum_squares(G, &g.g, &out.g);
+    tp_expect(&out, "step sum_squares");
+    /* Inf/NaN into a flag, every storage dtype; the flag stays raised */
+    for (int i = 0; i < 3; i++) {
+        set_precision(k_precisions[i]);
+        const int64_t m = 70001;
+        tpair x = TP(P, "x", m), flag = TP(MRCNN_DTYPE_F32, "flag", 1);
+        tp_fill(&x, -1000, 1000);
+        const float zero = 0;
+        tp_write(&flag, &zero);
+        G->step.nonfinite_or(G, &x.g, &flag.g);
+        float *f = tp_read_gpu(&flag);
+        assert_float_equal(f[0], 0, 0);
+        free(f);
+        float *h = malloc((size_t)m * sizeof(float));
+        test_fill_uniform(h, m, -1000, 1000, g_seed++);
+        mrcnn_round_array(h, (size_t)m, P);
+        h[m / 2 + 3] = i == 1 ? INFINITY : NAN;
+        tp_write(&x, h);
+        G->step.nonfinite_or(G, &x.g, &flag.g);
+        f = tp_read_gpu(&flag);
+        assert_float_equal(f[0], 1, 0);
+        free(f);
+        tp_fill(&x, -1, 1); // finite again: the flag keeps its 1
+        G->step.nonfinite_or(G, &x.g, &flag.g);
+        f = tp_read_gpu(&flag);
+        assert_float_equal(f[0], 1, 0);
+        free(f);
+        free(h);
+        tp_free(&x);
+        tp_free(&flag);
+    }
+    set_precision(MRCNN_DTYPE_F32);
+    /* Steps as the trainer runs them: terms accumulated (axpy), the flag, the norm,
+     * the decision (fp16 scaler, clipping, window) and the update that a skipped step
+     * leaves out; the same control vector and weights on both sides. */
+    const int nl = 3;
+    const int64_t np = 50021;
+    tpair ctl = TP(MRCNN_DTYPE_F32, "ctl", MRCNN_CTL_SIZE(3));
+    tpair p = TP(MRCNN_DTYPE_F32, "params", np), gr = TP(MRCNN_DTYPE_F32, "grads", np);
+    tpair v = TP(MRCNN_DTYPE_F32, "momentum", np), mask = TP(MRCNN_DTYPE_F32, "decay_mask", np);
+    tpair terms = TP(MRCNN_DTYPE_F32, "terms", 3), bad = TP(MRCNN_DTYPE_F32, "bad", 2);
+    float *hc = calloc((size_t)ctl.n, sizeof(float));
+    hc[MRCNN_CTL_SCALE] = 8.0f;
+    tp_write(&ctl, hc);
+    free(hc);
+    tp_fill(&p, -1, 1);
+    tp_fill(&v, -0.1f, 0.1f);
+    tp_fill(&mask, 0, 1);
+    const float nan2[2] = {1.0f, NAN};
+    tp_write(&bad, nan2);
+    const int flags[] = {0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0};
+    for (int step = 0; step < (int)(sizeof flags / sizeof *flags); step++) {
+        tp_fill(&gr, -50, 50);
+        tp_fill(&terms, 0.1f, 3);
+        mrcnn_backend *bes[2] = {C, G};
+        for (int side = 0; side < 2; side++) {
+            mrcnn_backend *be = bes[side];
+            mrcnn_tensor *c = side ? &ctl.g : &ctl.c;
+            mrcnn_tensor stepv = step_view(c, MRCNN_CTL_STEP, nl + 1), tv = step_view(c, MRCNN_CTL_STEP, nl),
+                         fl = step_view(c, MRCNN_CTL_FLAG(nl), 1), sq = step_view(c, MRCNN_CTL_SUMSQ, 1),
+                         c2 = step_view(c, MRCNN_CTL_APPLY, 2);
+            be->mem.zero(be, &stepv);
+            be->step.axpy(be, 0.5f, side ? &terms.g : &terms.c, &tv);
+            be->step.axpy(be, 0.5f, side ? &terms.g : &terms.c, &tv);
+            be->step.nonfinite_or(be, side ? &gr.g : &gr.c, &fl);
+            if (flags[step]) be->step.nonfinite_or(be, side ? &bad.g : &bad.c, &fl);
+            be->step.sum_squares(be, side ? &gr.g : &gr.c, &sq);
+            mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 1, .scales_loss = 1, .growth_interval = 2,
+                                 .clip_enabled = 1, .clip_value = 100.0f, .inv_world = 1.0f, .inv_accum = 1.0f,
+                                 .step = (float)step};
+            be->step.decide(be, &d, c);
+            be->step.sgd_update(be, side ? &p.g : &p.c, side ? &gr.g : &gr.c, side ? &v.g : &v.c,
+                                side ? &mask.g : &mask.c, 0.01f, 0.9f, 1e-4f, &c2);
+        }
+        char when[32];
+        snprintf(when, sizeof when, "step %d", step);
+        step_ctl_expect(&ctl, nl, when);
+        tp_expect(&p, "step sgd_update");
+        tp_expect(&v, "step sgd_update");
+    }
+    tpair *all[] = {&g, &out, &ctl, &p, &gr, &v, &mask, &terms, &bad};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
+}
+
 /* ---- ROIAlign ---------------------------------------------------------------------------- */
 
-static void roi_case(int sampling, int aligned) {
+/* budget_mb: MRCNN_ROI_BWD_SCRATCH_MB for the backward (NULL: the default, every
+ * level's fp32 scratch fits); "0" sends every fp16/bf16 level to storage-dtype atomics,
+ * "0.05" the largest level only (52 KB holds levels 1-3 here, 26 KB). Storage atomics
+ * round at every add: bf16 gets 5e-2 (a few ulps of 2^-8 over the few adds an element
+ * takes here), fp16 keeps 1e-2. */
+static void roi_case_budget(int sampling, int aligned, const char *budget_mb);
+static void roi_case(int sampling, int aligned) { roi_case_budget(sampling, aligned, NULL); }
+
+static void roi_case_budget(int sampling, int aligned, const char *budget_mb) {
     const int n = 2, c = 8, levels = 4;
     const int lh[4] = {32, 16, 8, 4}, lw[4] = {40, 20, 10, 5};
     mrcnn_roi_align_desc d = mrcnn_roi_align_desc_make(n, c, levels, 2, lh, lw, 7, sampling, aligned);
@@ -642,14 +952,21 @@ static void roi_case(int sampling, int aligned) {
     free(u);
     tpair y = TP(P, "y", r, 7, 7, c);
     tp_poison(&y);
-    C->roi_align_forward(C, &d, fc, &rois.c, &y.c);
-    G->roi_align_forward(G, &d, fg, &rois.g, &y.g);
+    C->nn.roi_align_forward(C, &d, fc, &rois.c, &y.c);
+    G->nn.roi_align_forward(G, &d, fg, &rois.g, &y.g);
     tp_expect(&y, sampling > 0 ? "roi_align" : "roi_align adaptive");
     tpair dy = TP(P, "dy", r, 7, 7, c);
     tp_fill(&dy, -1, 1);
-    C->roi_align_backward(C, &d, &rois.c, &dy.c, dfc);
-    G->roi_align_backward(G, &d, &rois.g, &dy.g, dfg);
-    for (int l = 0; l < levels; l++) tp_expect(&df[l], sampling > 0 ? "roi_align_bwd" : "roi_align_bwd adaptive");
+    C->nn.roi_align_backward(C, &d, &rois.c, &dy.c, dfc);
+    if (budget_mb) setenv("MRCNN_ROI_BWD_SCRATCH_MB", budget_mb, 1);
+    G->nn.roi_align_backward(G, &d, &rois.g, &dy.g, dfg);
+    G->mem.sync(G);
+    if (budget_mb) unsetenv("MRCNN_ROI_BWD_SCRATCH_MB");
+    const double t = budget_mb && P == MRCNN_DTYPE_BF16 ? 5e-2 : tol();
+    char op[64];
+    snprintf(op, sizeof op, "roi_align_bwd%s%s%s", sampling > 0 ? "" : " adaptive", budget_mb ? " budget " : "",
+             budget_mb ? budget_mb : "");
+    for (int l = 0; l < levels; l++) tp_expect_tol(&df[l], t, op);
     for (int l = 0; l < levels; l++) {
         tp_free(&f[l]);
         tp_free(&df[l]);
@@ -660,12 +977,16 @@ static void roi_case(int sampling, int aligned) {
 }
 
 static void test_roi_align_body(void) {
-    need((void *)C->roi_align_forward, "cpu roi_align_forward");
-    need((void *)G->roi_align_forward, "cuda roi_align_forward");
+    need((void *)C->nn.roi_align_forward, "cpu roi_align_forward");
+    need((void *)G->nn.roi_align_forward, "cuda roi_align_forward");
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
         roi_case(2, 0);
         roi_case(0, 1);
+        /* Half levels past the fp32 scratch budget: storage-dtype atomics (all levels,
+         * then the largest only). */
+        roi_case_budget(2, 0, "0");
+        roi_case_budget(0, 1, "0.05");
     }
 }
 
@@ -682,6 +1003,10 @@ GUARDED_TEST(test_losses)
 GUARDED_TEST(test_sgd)
 GUARDED_TEST(test_nonfinite)
 GUARDED_TEST(test_roi_align)
+GUARDED_TEST(test_vector_paths)
+GUARDED_TEST(test_write_staging)
+GUARDED_TEST(test_stream_graph)
+GUARDED_TEST(test_step_ops)
 
 int main(void) {
     /* TF32 stays off in cuBLAS and cuDNN for the fp32 comparisons. */
@@ -711,6 +1036,9 @@ int main(void) {
         cmocka_unit_test(test_relu_add),   cmocka_unit_test(test_maxpool),   cmocka_unit_test(test_upsample_add),
         cmocka_unit_test(test_losses),     cmocka_unit_test(test_sgd),       cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_roi_align),  cmocka_unit_test(test_conv2d_dilated),
+        cmocka_unit_test(test_vector_paths), cmocka_unit_test(test_write_staging),
+        cmocka_unit_test(test_stream_graph),
+        cmocka_unit_test(test_step_ops),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mrcnn_test_catch_end();

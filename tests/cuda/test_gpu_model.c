@@ -114,12 +114,17 @@ static mrcnn_losses side_forward_backward(side *s, const synth_batch *sb, mrcnn_
     mrcnn_ws_reset(&s->ws);
     mrcnn_batch b = {.image_hw = sb->hw, .gt = sb->gt};
     b.images = mrcnn_ws_tensor(&s->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
-    s->be->write(s->be, &b.images, sb->images);
+    s->be->mem.write(s->be, &b.images, sb->images);
     mrcnn_step st;
     mrcnn_model_train_step(&s->m, &s->ws, &b, true, &st);
-    mrcnn_losses l = st.losses;
-    if (keep) *keep = st;
-    else mrcnn_step_free(&st);
+    mrcnn_losses l;
+    mrcnn_model_read_losses(&s->m, &st, &l);
+    if (keep) {
+        mrcnn_model_read_step(&s->m, &st); // the host copy of the proposals, to pin them
+        *keep = st;
+    } else {
+        mrcnn_step_free(&st);
+    }
     return l;
 }
 
@@ -132,7 +137,7 @@ static mrcnn_losses side_step(side *s, const synth_batch *sb, mrcnn_step *keep) 
 static float *read_grads(side *s) {
     mrcnn_tensor all = mrcnn_arena_flat(&s->m.params.grads);
     float *h = MRCNN_MALLOC(mrcnn_tensor_nbytes(&all), "gradients");
-    s->be->read(s->be, &all, h);
+    s->be->mem.read(s->be, &all, h);
     return h;
 }
 
@@ -286,14 +291,17 @@ typedef struct {
 
 static void run_grad_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
 
-static double run_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, double *losses,
-                                   mrcnn_buckets *bk) {
+static double run_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                                   float acc_mult, mrcnn_buckets *bk) {
     run_binding *rb = ctx;
     rb->s->m.loss_mult = loss_mult;
+    rb->s->m.loss_scale = loss_scale;
     rb->s->m.grad_ready = bk ? run_grad_ready : NULL;
     rb->s->m.grad_ready_ctx = bk;
-    mrcnn_losses l = side_forward_backward(rb->s, &rb->batches[step % N_BATCHES], NULL);
-    mrcnn_losses_to_array(&l, losses);
+    mrcnn_step st;
+    side_forward_backward(rb->s, &rb->batches[step % N_BATCHES], &st);
+    rb->s->be->step.axpy(rb->s->be, acc_mult, &st.loss_dev, loss_acc); // no read: the trainer's window
+    mrcnn_step_free(&st);
     return 0;
 }
 
@@ -319,11 +327,13 @@ static void train_run(mrcnn_backend *be, const char *precision, int k, double *c
         for (int i = 0; i < window; i++) {
             mrcnn_step_result r;
             mrcnn_trainer_step(&tr, &r);
-            if (r.nonfinite) fail_msg("%s seed %d: step %lld: %s", precision, k, (long long)r.step, r.what);
         }
+        /* skipped steps are known at the window's read (issue 12: none inside a step) */
         mrcnn_loss_window lw;
         mrcnn_trainer_take_losses(&tr, &lw);
-        assert_int_equal(lw.finite_steps, window);
+        if (lw.finite_steps != window)
+            fail_msg("%s seed %d: %lld of %d steps skipped, newest step %lld: %s", precision, k,
+                     (long long)(window - lw.finite_steps), window, (long long)lw.last_skipped, lw.what);
         curve[w] = lw.mean_total;
     }
     mrcnn_trainer_free(&tr);
@@ -413,12 +423,12 @@ static void test_cast_read(void **state) {
     const mrcnn_dtype dts[2] = {MRCNN_DTYPE_BF16, MRCNN_DTYPE_F16};
     int64_t n = 8;
     mrcnn_tensor x = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 1, &n);
-    x.data = be->alloc(be, mrcnn_tensor_nbytes(&x), "cast input");
-    be->write(be, &x, src);
+    x.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&x), "cast input");
+    be->mem.write(be, &x, src);
     for (int k = 0; k < 2; k++) {
         mrcnn_tensor y = mrcnn_tensor_view(NULL, dts[k], be->device, 1, &n);
-        y.data = be->alloc(be, mrcnn_tensor_nbytes(&y), "cast output");
-        be->cast(be, &x, &y);
+        y.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&y), "cast output");
+        be->nn.cast(be, &x, &y);
         float back[8];
         mrcnn_read_f32(be, &y, back);
         for (int i = 0; i < 8; i++) {
@@ -426,9 +436,9 @@ static void test_cast_read(void **state) {
             if (back[i] != want && !(isinf(back[i]) && isinf(want)))
                 fail_msg("%s: %g -> %g, want %g", mrcnn_dtype_name(dts[k]), src[i], back[i], want);
         }
-        be->free(be, y.data);
+        be->mem.free(be, y.data);
     }
-    be->free(be, x.data);
+    be->mem.free(be, x.data);
     mrcnn_backend_destroy(be);
 }
 

@@ -197,8 +197,8 @@ static void run_backend(int sampling, int aligned) {
     mrcnn_tensor tr = mrcnn_tensor_view(rois, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, (int64_t[]){nr, 5});
     mrcnn_tensor ty = mrcnn_tensor_view(y, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 4, (int64_t[]){nr, out, out, CH});
     mrcnn_tensor tdy = mrcnn_tensor_view(dy, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 4, (int64_t[]){nr, out, out, CH});
-    be->roi_align_forward(be, &d, feats, &tr, &ty);
-    be->roi_align_backward(be, &d, &tr, &tdy, dfeats);
+    be->nn.roi_align_forward(be, &d, feats, &tr, &ty);
+    be->nn.roi_align_backward(be, &d, &tr, &tdy, dfeats);
     for (int i = 0; i < nr; i++) {
         double r[5];
         for (int c = 0; c < 5; c++) r[c] = rois[5 * i + c];

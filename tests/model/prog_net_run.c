@@ -82,14 +82,17 @@ static void fit(mrcnn_model *m, mrcnn_ws *ws, mrcnn_batch *b, const float *img, 
     for (int it = 0; it < steps; it++) {
         mrcnn_ws_reset(ws);
         b->images = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, ishape);
-        be->write(be, &b->images, img);
+        be->mem.write(be, &b->images, img);
         mrcnn_model_zero_grads(m);
         mrcnn_step st;
         mrcnn_model_train_step(m, ws, b, true, &st);
-        if (it % 50 == 0 || it == steps - 1) printf("fit step %d loss %.5f\n", it, st.losses.total);
+        if (it % 50 == 0 || it == steps - 1) {
+            mrcnn_model_read_losses(m, &st, &st.losses);
+            printf("fit step %d loss %.5f\n", it, st.losses.total);
+        }
         mrcnn_step_free(&st);
-        be->read(be, &tw, w);
-        be->read(be, &tg, g);
+        be->mem.read(be, &tw, w);
+        be->mem.read(be, &tg, g);
         double gn = 0;
         for (int64_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
         gn = sqrt(gn);
@@ -99,7 +102,7 @@ static void fit(mrcnn_model *m, mrcnn_ws *ws, mrcnn_batch *b, const float *img, 
             mom[i] = 0.9f * mom[i] + g[i];
             w[i] -= lr * mom[i];
         }
-        be->write(be, &tw, w);
+        be->mem.write(be, &tw, w);
     }
     mrcnn_ws_reset(ws);
     free(w);
@@ -150,7 +153,7 @@ static void write_relu_masks(hid_t f, const mrcnn_model *m, const mrcnn_step *st
 static void write_tensor(hid_t f, const char *name, const mrcnn_backend *be, const mrcnn_tensor *t) {
     int64_t n = mrcnn_tensor_numel(t);
     float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
-    if (n) be->read(be, t, h);
+    if (n) be->mem.read(be, t, h);
     write_f32(f, name, t->ndim, t->shape, h);
     free(h);
 }
@@ -223,13 +226,14 @@ int main(int argc, char **argv) {
     if (do_fit) fit(&m, &ws, &b, img, ishape, steps);
     if (save) mrcnn_checkpoint_save_model(&m, save);
     b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, ishape);
-    be->write(be, &b.images, img);
+    be->mem.write(be, &b.images, img);
     mrcnn_step st;
     mrcnn_detections det;
     memset(&det, 0, sizeof det);
     if (train) {
         mrcnn_model_zero_grads(&m);
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
+        mrcnn_model_read_step(&m, &st); // losses, counts and the proposals for the output file
     } else {
         mrcnn_model_detect(&m, &ws, &b, &st, &det);
     }

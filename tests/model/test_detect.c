@@ -287,12 +287,12 @@ static void test_backend_roi_align(void **state) {
     float *yref = malloc(sizeof(float) * R * P * P * C);
     test_fill_uniform(dy.data, mrcnn_tensor_numel(&dy), -1, 1, 77);
     mrcnn_backend *be = mrcnn_backend_cpu_create();
-    assert_non_null(be->roi_align_forward);
-    be->roi_align_forward(be, &d, f, &rt, &y);
+    assert_non_null(be->nn.roi_align_forward);
+    be->nn.roi_align_forward(be, &d, f, &rt, &y);
     mrcnn_roi_align_forward(&d, fp, R, rois, yref);
     assert_memory_equal(y.data, yref, sizeof(float) * R * P * P * C);
-    be->roi_align_backward(be, &d, &rt, &dy, g);
-    be->roi_align_backward(be, &d, &rt, &dy, g); // accumulates
+    be->nn.roi_align_backward(be, &d, &rt, &dy, g);
+    be->nn.roi_align_backward(be, &d, &rt, &dy, g); // accumulates
     mrcnn_roi_align_backward(&d, R, rois, dy.data, gp);
     for (int l = 0; l < 4; l++) {
         const float *a = g[l].data;
@@ -304,15 +304,15 @@ static void test_backend_roi_align(void **state) {
         assert_true(mx > 0 && worst <= 1e-6 * mx);
     }
     be->set_precision(be, MRCNN_DTYPE_BF16);
-    be->roi_align_forward(be, &d, f, &rt, &y);
+    be->nn.roi_align_forward(be, &d, f, &rt, &y);
     const float *yb = y.data;
     for (int64_t i = 0; i < mrcnn_tensor_numel(&y); i++) assert_true(yb[i] == mrcnn_round_to(yref[i], MRCNN_DTYPE_BF16));
     int64_t bad_shape[2] = {R, 4};
     mrcnn_tensor bad = mrcnn_tensor_view(rois, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, bad_shape);
-    EXPECT_FAIL(be->roi_align_forward(be, &d, f, &bad, &y), "roi_align rois: shape (6, 4) but expected (-1, 5)");
+    EXPECT_FAIL(be->nn.roi_align_forward(be, &d, f, &bad, &y), "roi_align rois: shape (6, 4) but expected (-1, 5)");
     mrcnn_roi_align_desc d2 = d;
     d2.channels = 4;
-    EXPECT_FAIL(be->roi_align_forward(be, &d2, f, &rt, &y), "roi_align features: shape (2, 16, 20, 8)");
+    EXPECT_FAIL(be->nn.roi_align_forward(be, &d2, f, &rt, &y), "roi_align features: shape (2, 16, 20, 8)");
     mrcnn_backend_destroy(be);
     for (int l = 0; l < 4; l++) mrcnn_tensor_free(&f[l]), mrcnn_tensor_free(&g[l]), free(gp[l]);
     mrcnn_tensor_free(&y);

@@ -86,9 +86,10 @@ static void fixture_free(fixture *f) {
 static double run_step(fixture *f, bool backward, mrcnn_step *keep) {
     mrcnn_ws_reset(&f->ws);
     f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
-    f->be->write(f->be, &f->b.images, f->s.images);
+    f->be->mem.write(f->be, &f->b.images, f->s.images);
     mrcnn_step st;
     mrcnn_model_train_step(&f->m, &f->ws, &f->b, backward, &st);
+    mrcnn_model_read_step(&f->m, &st); // losses and host copies of the sampled rows
     double total = st.losses.total;
     if (keep) *keep = st;
     else mrcnn_step_free(&st);
@@ -109,13 +110,14 @@ static double ulpf(double x) {
 
 /* One forward of the fixture's batch (no backward): the total loss, and in *r the
  * bound on its final rounding. Each loss term leaves the ops as a float partial (RPN:
- * one per FPN level, each at most the term, so 5 x half an ulp of the term; the ROI
- * heads: one each), rounded to nearest: |error| <= half an ulp of each partial. */
+ * one per FPN level, each at most the term, so 5 x half an ulp of the term, and their
+ * sum rounded to a float once more; the ROI heads: one each), rounded to nearest:
+ * |error| <= half an ulp of each partial. */
 static double loss_at(fixture *f, double *r) {
     mrcnn_step st;
     double l = run_step(f, false, &st);
     const mrcnn_losses *t = &st.losses;
-    *r = 0.5 * (5 * ulpf(t->rpn_objectness) + 5 * ulpf(t->rpn_box_reg) + ulpf(t->classifier) +
+    *r = 0.5 * (6 * ulpf(t->rpn_objectness) + 6 * ulpf(t->rpn_box_reg) + ulpf(t->classifier) +
                 ulpf(t->box_reg) + ulpf(t->mask));
     mrcnn_step_free(&st);
     return l;
@@ -129,13 +131,13 @@ static double fd_residual(fixture *f, mrcnn_tensor *w, const float *w0, const fl
     double an = 0, rp, rm;
     for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] + s * v[i]);
     for (int64_t i = 0; i < n; i++) an += (double)g[i] * ((double)wp[i] - w0[i]);
-    f->be->write(f->be, w, wp);
+    f->be->mem.write(f->be, w, wp);
     double lp = loss_at(f, &rp);
     for (int64_t i = 0; i < n; i++) wp[i] = (float)(w0[i] - s * v[i]);
     for (int64_t i = 0; i < n; i++) an -= (double)g[i] * ((double)wp[i] - w0[i]);
-    f->be->write(f->be, w, wp);
+    f->be->mem.write(f->be, w, wp);
     double lm = loss_at(f, &rm);
-    f->be->write(f->be, w, w0);
+    f->be->mem.write(f->be, w, w0);
     *r = rp + rm;
     return (lp - lm) - an;
 }
@@ -208,8 +210,8 @@ static void test_finite_differences(void **state) {
         int64_t n = mrcnn_tensor_numel(w);
         float *w0 = malloc(n * sizeof(float)), *gv = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
         float *wp = malloc(n * sizeof(float));
-        f->be->read(f->be, w, w0);
-        f->be->read(f->be, g, gv);
+        f->be->mem.read(f->be, w, w0);
+        f->be->mem.read(f->be, g, gv);
         double gn = sqrt(dot(gv, gv, n)), wn = sqrt(dot(w0, w0, n));
         if (wn == 0) wn = 0.05 * sqrt((double)n);
         assert_true(gn > 0);
@@ -284,8 +286,8 @@ static void test_overfit(void **state) {
         last = l;
         if (l < best) best = l;
         if (it % 20 == 0 || it == 199) printf("  step %3d loss %.5f\n", it, l);
-        f->be->read(f->be, &all_w, w);
-        f->be->read(f->be, &all_g, g);
+        f->be->mem.read(f->be, &all_w, w);
+        f->be->mem.read(f->be, &all_g, g);
         // warmup (the heads start far off), then a x0.1 step at 150 as in a 1x schedule
         float scale = it < 20 ? (it + 1) / 20.0f : it >= 150 ? 0.1f : 1.0f;
         double gn = sqrt(dot(g, g, n));
@@ -294,7 +296,7 @@ static void test_overfit(void **state) {
             mom[i] = mu * mom[i] + g[i];
             w[i] -= scale * lr * mom[i];
         }
-        f->be->write(f->be, &all_w, w);
+        f->be->mem.write(f->be, &all_w, w);
     }
     mrcnn_step st;
     run_step(f, false, &st);
@@ -325,7 +327,7 @@ static void test_frozen(void **state) {
         mrcnn_tensor *t = &ga->entries[i].tensor;
         int64_t n = mrcnn_tensor_numel(t);
         float *h = malloc(n * sizeof(float));
-        f->be->read(f->be, t, h);
+        f->be->mem.read(f->be, t, h);
         double s = 0;
         for (int64_t j = 0; j < n; j++) s += fabs(h[j]);
         free(h);
@@ -365,7 +367,7 @@ static void test_empty(void **state) {
     f->m.cfg.roi_score_thresh_test = 1.5f;
     mrcnn_ws_reset(&f->ws);
     f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
-    f->be->write(f->be, &f->b.images, f->s.images);
+    f->be->mem.write(f->be, &f->b.images, f->s.images);
     mrcnn_detections det;
     mrcnn_model_detect(&f->m, &f->ws, &f->b, &st, &det);
     assert_int_equal(det.counts[0] + det.counts[1], 0);
@@ -375,20 +377,24 @@ static void test_empty(void **state) {
     free(f);
 }
 
-/* The loss normalizers go through m->norm_sum, so that ranks holding one image each
+/* The loss normalizers go through m->count_sum, so that ranks holding one image each
  * reproduce one rank holding both: here two single-image runs, each told the other's
  * counts, must add up to the two-image run (losses and every gradient). */
 typedef struct {
     bool add;
-    int k;
-    double rec[8], other[8];
+    int k; // calls this step: one, all three counts at once
+    float rec[3], other[3];
 } fake_ranks;
 
-static void fake_sum(double *v, int n, void *ctx) {
+/* The CPU backend's device memory is the host's: the counts are summed in place. */
+static void fake_sum(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx) {
     fake_ranks *c = ctx;
-    for (int i = 0; i < n; i++, c->k++) {
-        if (c->add) v[i] += c->other[c->k];
-        else c->rec[c->k] = v[i];
+    assert_int_equal(mrcnn_tensor_numel(counts), 3);
+    assert_int_equal(c->k++, 0);
+    float *v = counts->data;
+    for (int i = 0; i < 3; i++) {
+        if (c->add) v[i] += c->other[i];
+        else c->rec[i] = v[i];
     }
 }
 
@@ -397,14 +403,16 @@ static mrcnn_losses run_single(fixture *f, int i, fake_ranks *c, bool backward) 
     int64_t idx = i;
     mrcnn_batch b = {.image_hw = f->s.hw + 2 * i, .gt = f->s.gt + i, .image_index = &idx};
     b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){1, HH, WW, 3});
-    f->be->write(f->be, &b.images, f->s.images + (size_t)i * HH * WW * 3);
+    f->be->mem.write(f->be, &b.images, f->s.images + (size_t)i * HH * WW * 3);
     c->k = 0;
-    f->m.norm_sum = fake_sum;
-    f->m.norm_ctx = c;
+    f->m.count_sum = fake_sum;
+    f->m.count_ctx = c;
     mrcnn_step st;
     mrcnn_model_train_step(&f->m, &f->ws, &b, backward, &st);
-    f->m.norm_sum = NULL;
-    mrcnn_losses l = st.losses;
+    f->m.count_sum = NULL;
+    assert_int_equal(c->k, 1);
+    mrcnn_losses l;
+    mrcnn_model_read_losses(&f->m, &st, &l);
     mrcnn_step_free(&st);
     return l;
 }
@@ -423,7 +431,7 @@ static void test_split_batch(void **state) {
     run_step(f, true, &st);
     mrcnn_losses whole = st.losses;
     mrcnn_step_free(&st);
-    f->be->read(f->be, &all, g2);
+    f->be->mem.read(f->be, &all, g2);
     fake_ranks r0 = {0}, r1 = {0};
     run_single(f, 0, &r0, false); // each rank's own counts
     run_single(f, 1, &r1, false);
@@ -432,7 +440,7 @@ static void test_split_batch(void **state) {
     r0.add = r1.add = true;
     mrcnn_model_zero_grads(&f->m);
     mrcnn_losses a = run_single(f, 0, &r0, true), b = run_single(f, 1, &r1, true);
-    f->be->read(f->be, &all, g11);
+    f->be->mem.read(f->be, &all, g11);
     double lw[5] = {whole.rpn_objectness, whole.rpn_box_reg, whole.classifier, whole.box_reg, whole.mask};
     double ls[5] = {a.rpn_objectness + b.rpn_objectness, a.rpn_box_reg + b.rpn_box_reg,
                     a.classifier + b.classifier, a.box_reg + b.box_reg, a.mask + b.mask};
@@ -450,7 +458,7 @@ static void test_split_batch(void **state) {
     f->m.loss_mult = 0;
     assert_true(fabs(st.losses.total - whole.total) <= 1e-6 * whole.total);
     mrcnn_step_free(&st);
-    f->be->read(f->be, &all, g11);
+    f->be->mem.read(f->be, &all, g11);
     for (int64_t i = 0; i < n; i++) g11[i] /= 1024.0f;
     e = test_max_rel_err(g11, g2, n);
     printf("  loss_mult 1024: gradients / 1024 vs plain: %.2e\n", e);
@@ -475,7 +483,7 @@ static void on_ready(int i, void *ctx) {
     mrcnn_tensor *g = mrcnn_arena_get(&r->m->params.grads, i);
     assert_null(r->snap[i]);
     r->snap[i] = malloc(mrcnn_tensor_nbytes(g));
-    r->m->be->read(r->m->be, g, r->snap[i]);
+    r->m->be->mem.read(r->m->be, g, r->snap[i]);
     r->order[r->count++] = i;
 }
 
@@ -508,7 +516,7 @@ static void test_grad_ready(void **state) {
             assert_non_null(r.snap[i]);
             mrcnn_tensor *g = mrcnn_arena_get(&f->m.params.grads, i);
             float *now = malloc(mrcnn_tensor_nbytes(g));
-            f->be->read(f->be, g, now);
+            f->be->mem.read(f->be, g, now);
             if (memcmp(now, r.snap[i], mrcnn_tensor_nbytes(g)) != 0) {
                 printf("  %s changed after its report\n", f->m.params.values.entries[i].name);
                 changed++;
@@ -544,7 +552,7 @@ static void test_rounded_storage(void **state) {
     float *g32 = malloc(n * sizeof(float)), *g16 = malloc(n * sizeof(float));
     mrcnn_model_zero_grads(&f->m);
     double l32 = run_step(f, true, NULL);
-    f->be->read(f->be, &all, g32);
+    f->be->mem.read(f->be, &all, g32);
     mrcnn_dtype dts[2] = {MRCNN_DTYPE_BF16, MRCNN_DTYPE_F16};
     double tol_l[2] = {1e-2, 2e-3}, tol_cos[2] = {0.995, 0.999}; // measured 2.2e-3, 4.5e-4; 0.9996, 0.9999
     for (int k = 0; k < 2; k++) {
@@ -552,7 +560,7 @@ static void test_rounded_storage(void **state) {
         mrcnn_model_zero_grads(&f->m);
         double l = run_step(f, true, NULL);
         f->be->set_precision(f->be, MRCNN_DTYPE_F32);
-        f->be->read(f->be, &all, g16);
+        f->be->mem.read(f->be, &all, g16);
         double cos = dot(g32, g16, n) / sqrt(dot(g32, g32, n) * dot(g16, g16, n));
         printf("  %s storage: loss %.5f (fp32 %.5f, rel %.1e), gradient cosine %.5f\n", mrcnn_dtype_name(dts[k]), l,
                l32, fabs(l - l32) / l32, cos);
@@ -591,6 +599,85 @@ static void test_checkpoint(void **state) {
     mrcnn_backend_destroy(be);
 }
 
+/* The ROI heads on the whole capacity (count_hint off, as on a GPU: padding rows with
+ * image -1, label -1, weight 0) give the losses and gradients of the heads on the valid
+ * rows alone: padding adds exact zeros, so only the summation order (GEMM blocking, the
+ * loss reductions' partition) may differ. */
+static void test_padded_heads(void **state) {
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    cfg.backbone_freeze_at = 0;
+    cfg.roi_batch_size_per_image = 1024; // more than the candidates: the box head gets padding rows too
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 29);
+    int64_t n = (int64_t)(f->m.params.grads.size / sizeof(float));
+    mrcnn_tensor all = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
+    float *gt = malloc(n * sizeof(float)), *gp = malloc(n * sizeof(float));
+    mrcnn_step st;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    mrcnn_losses trimmed = st.losses;
+    int rois = st.n_rois, fg = st.n_fg;
+    mrcnn_step_free(&st);
+    f->be->mem.read(f->be, &all, gt);
+    int64_t (*hint)(const mrcnn_backend *, const mrcnn_tensor *) = f->be->det.count_hint;
+    f->be->det.count_hint = NULL;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    f->be->det.count_hint = hint;
+    mrcnn_losses padded = st.losses;
+    printf("  trimmed: %d rois, %d fg; padded: %d rois, %d fg\n", rois, fg, st.n_rois, st.n_fg);
+    assert_int_equal(st.n_rois, NI * cfg.roi_batch_size_per_image);
+    assert_int_equal(st.n_fg, NI * cfg.mask_head_max_fg_per_image);
+    assert_true(rois < st.n_rois && fg > 0 && fg < st.n_fg);
+    mrcnn_step_free(&st);
+    f->be->mem.read(f->be, &all, gp);
+    double lt[5], lp[5];
+    mrcnn_losses_to_array(&trimmed, lt);
+    mrcnn_losses_to_array(&padded, lp);
+    for (int k = 0; k < 5; k++) {
+        printf("  %s: trimmed %.9g padded %.9g\n", mrcnn_loss_names[k], lt[k], lp[k]);
+        assert_true(fabs(lt[k] - lp[k]) <= 1e-6 * fabs(lt[k]) + 1e-9);
+    }
+    double e = test_max_rel_err(gp, gt, n);
+    printf("  gradients: max|a-b|/max|b| = %.2e over %lld values\n", e, (long long)n);
+    assert_true(e < 1e-5);
+    free(gt);
+    free(gp);
+    fixture_free(f);
+    free(f);
+}
+
+/* A CPU training step reads nothing back (the detection stages are backend ops, the
+ * normalizers device counts): the step costs no read, the losses exactly one. */
+static void test_no_reads(void **state) {
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 31);
+    mrcnn_ws_reset(&f->ws);
+    f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
+    f->be->mem.write(f->be, &f->b.images, f->s.images);
+    mrcnn_model_zero_grads(&f->m);
+    mrcnn_backend_stats s0 = mrcnn_backend_stats_get(f->be);
+    mrcnn_step st;
+    mrcnn_model_train_step(&f->m, &f->ws, &f->b, true, &st);
+    mrcnn_backend_stats s1 = mrcnn_backend_stats_get(f->be);
+    mrcnn_losses l;
+    mrcnn_model_read_losses(&f->m, &st, &l);
+    mrcnn_backend_stats s2 = mrcnn_backend_stats_get(f->be);
+    printf("  step: %llu reads, %llu syncs, %llu uploads; read_losses: %llu reads (total %.4f)\n",
+           (unsigned long long)(s1.reads - s0.reads), (unsigned long long)(s1.syncs - s0.syncs),
+           (unsigned long long)(s1.uploads - s0.uploads), (unsigned long long)(s2.reads - s1.reads), l.total);
+    assert_int_equal(s1.reads, s0.reads);
+    assert_int_equal(s1.syncs, s0.syncs);
+    assert_int_equal(s2.reads, s1.reads + 1);
+    assert_true(isfinite(l.total) && l.total > 0);
+    mrcnn_step_free(&st);
+    fixture_free(f);
+    free(f);
+}
+
 int main(void) {
     // the tiny model's ops are too small to gain from threads; on a shared machine
     // OpenMP's spinning workers cost far more than they give
@@ -601,6 +688,8 @@ int main(void) {
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_split_batch),
         cmocka_unit_test(test_grad_ready),
+        cmocka_unit_test(test_padded_heads),
+        cmocka_unit_test(test_no_reads),
         cmocka_unit_test(test_rounded_storage),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_overfit),

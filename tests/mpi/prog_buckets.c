@@ -44,7 +44,7 @@ static void make_arena(mrcnn_arena *a, const char *name) {
         return;
     }
     a->device = MRCNN_DEVICE_GPU;
-    a->base = g_be->alloc(g_be, a->size, name);
+    a->base = g_be->mem.alloc(g_be, a->size, name);
     a->free_fn = NULL;
     for (int i = 0; i < a->n_entries; i++) {
         a->entries[i].tensor.data = a->base + a->entries[i].offset;
@@ -58,22 +58,22 @@ static float *host_of(mrcnn_arena *a) {
     float *h = malloc(a->size);
     int64_t n = (int64_t)(a->size / sizeof(float));
     mrcnn_tensor t = mrcnn_tensor_view(a->base, MRCNN_DTYPE_F32, MRCNN_DEVICE_GPU, 1, &n);
-    g_be->read(g_be, &t, h);
+    g_be->mem.read(g_be, &t, h);
     return h;
 }
 static void host_to(mrcnn_arena *a, float *h) { // writes back and frees a GPU copy
     if (!g_be) return;
     int64_t n = (int64_t)(a->size / sizeof(float));
     mrcnn_tensor t = mrcnn_tensor_view(a->base, MRCNN_DTYPE_F32, MRCNN_DEVICE_GPU, 1, &n);
-    g_be->write(g_be, &t, h);
-    g_be->sync(g_be);
+    g_be->mem.write(g_be, &t, h);
+    g_be->mem.sync(g_be);
     free(h);
 }
 static void host_done(float *h) {
     if (g_be) free(h);
 }
 static void free_arena(mrcnn_arena *a) {
-    if (g_be && a->base) g_be->free(g_be, a->base);
+    if (g_be && a->base) g_be->mem.free(g_be, a->base);
     a->base = NULL;
     mrcnn_arena_free(a);
 }
@@ -111,6 +111,11 @@ static int run_check(mrcnn_dist *d) {
         EXPECT(bk.b[i].bytes <= 4096 || bk.b[i].n_params == 1, "bucket %d: %zu bytes", i, bk.b[i].bytes);
     }
     for (int step = 0; step < 3; step++) {
+        /* Step 2 leaves the wait to the device (host_wait 0): on the NCCL path the read
+         * below must still see the averages, ordered by the compute stream's wait on
+         * NCCL's event; drain() then checks the all-reduces finished. The MPI path
+         * ignores the flag. */
+        bk.host_wait = step != 2;
         mrcnn_buckets_reset(&bk);
         float *gh = host_of(&grads);
         for (int p = 0; p < grads.n_entries; p++) {
@@ -129,6 +134,7 @@ static int run_check(mrcnn_dist *d) {
         }
         mrcnn_buckets_wait(&bk);
         gh = host_of(&grads);
+        mrcnn_buckets_drain(&bk);
         for (int p = 0; p < grads.n_entries; p++) {
             mrcnn_tensor *t = mrcnn_arena_get(&grads, p);
             const float *g = gh + grads.entries[p].offset / sizeof(float);
@@ -186,7 +192,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int loop = !strcmp(argv[1], "loop"), gpu = !strcmp(argv[1], "check-gpu");
-    int n_gpu = gpu ? mrcnn_cuda_device_count() : 0;
+    int n_gpu = gpu ? mrcnn_backend_cuda_device_count() : 0;
     if (gpu && n_gpu == 0) {
         return test_gpu_skip("no CUDA device visible, or a build without CUDA");
     }

@@ -16,8 +16,9 @@
  * --fixed-rows gives every image 2 rows, so that a micro-batch's normalizer is the
  * same whatever images it holds (then accumulation equals a larger batch too).
  * --dump writes the final weights (rank 0, raw fp32) for comparisons.
- * The backend here is a host one (memory, sgd_update, nonfinite) with the
- * semantics of backend.h, so this program does not depend on the CPU ops. */
+ * The backend here is a host one (memory, sgd_update, nonfinite, and the host step
+ * ops of backend_cpu_step.c) with the semantics of backend.h, so this program does not
+ * depend on the CPU backend's nn ops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include "mrcnn/log.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
+#include "mrcnn/step_ctl.h"
 #include "mrcnn/trainer.h"
 
 enum { D_IN = 8, D_OUT = 4, N_IMAGES = 64 };
@@ -56,6 +58,8 @@ static void h_sgd(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_ten
         p[i] -= lr * v[i];
     }
 }
+static int h_cc(const mrcnn_backend *be) { return 0; }       // like the CPU: "auto" is fp32
+static void h_set_tf32(mrcnn_backend *be, int on) {}
 static int h_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     const float *x = t->data;
     for (int64_t i = 0; i < mrcnn_tensor_numel(t); i++)
@@ -82,7 +86,10 @@ static float draw(int64_t image, int k) {
     return 2.0f * mrcnn_rng_uniform(&r, (uint64_t)k) - 1.0f;
 }
 
-static double fb(void *vctx, int64_t step, int micro, float loss_mult, double *losses, mrcnn_buckets *bk) {
+static double fb(void *vctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc, float acc_mult,
+                 mrcnn_buckets *bk) {
+    // a CPU-backend stand-in: the device-held loss scale is in host memory
+    if (loss_scale) loss_mult *= ((const float *)loss_scale->data)[0];
     standin *s = vctx;
     const mrcnn_dtype st = s->be->storage;
     if (s->sleep_ms) usleep((useconds_t)s->sleep_ms * 1000);
@@ -123,8 +130,11 @@ static double fb(void *vctx, int64_t step, int micro, float loss_mult, double *l
         la = INFINITY;
         gb[0] = INFINITY;
     }
-    losses[0] = la;
-    losses[1] = lb;
+    /* The terms go to the trainer's device vector through the backend, as a model's do. */
+    float terms[2] = {(float)la, (float)lb};
+    int64_t two = 2;
+    mrcnn_tensor tv = mrcnn_tensor_view(terms, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &two);
+    s->be->step.axpy(s->be, acc_mult, &tv, loss_acc);
     if (bk)
         for (int p = s->params.n_entries - 1; p >= 0; p--) mrcnn_buckets_mark_ready(bk, p);
     return 0.0;
@@ -179,9 +189,13 @@ int main(int argc, char **argv) {
     mrcnn_dist_init(&dist, &argc, &argv, MPI_THREAD_MULTIPLE, 0, timeout);
     mrcnn_config_scale_workers(&cfg, dist.world_size);
     mrcnn_backend be = {.name = "host-standin", .device = MRCNN_DEVICE_CPU, .storage = MRCNN_DTYPE_F32,
-                        .alloc = h_alloc, .free = h_free, .zero = h_zero, .write = h_write, .read = h_read,
-                        .sync = h_sync, .set_precision = h_set_precision, .sgd_update = h_sgd,
-                        .nonfinite = h_nonfinite};
+                        .set_precision = h_set_precision,
+                        .mem = {.alloc = h_alloc, .free = h_free, .zero = h_zero, .write = h_write, .read = h_read,
+                                .sync = h_sync},
+                        .opt = {.sgd_update = h_sgd, .nonfinite = h_nonfinite}};
+    be.info.compute_capability = h_cc;
+    be.info.set_tf32 = h_set_tf32;
+    mrcnn_backend_cpu_fill_step(&be); // the step's bookkeeping ops (host memory)
     /* As `mrcnn train` does: resolve "auto" and set the storage dtype. */
     char mode[sizeof cfg.solver_precision];
     snprintf(mode, sizeof mode, "%s", mrcnn_precision_apply(&be, cfg.solver_precision));

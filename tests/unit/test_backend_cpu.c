@@ -39,7 +39,7 @@ static void test_every_entry_set(void **state) {
     assert_int_equal(be->device, MRCNN_DEVICE_CPU);
     assert_int_equal(be->storage, MRCNN_DTYPE_F32);
     /* Every function pointer between `name`/`device`/`storage` and `state`. */
-    void (**fp)(void) = (void (**)(void)) & be->alloc;
+    void (**fp)(void) = (void (**)(void)) & be->mem.alloc;
     void (**end)(void) = (void (**)(void)) & be->state;
     for (int i = 0; fp + i < end; i++)
         if (!fp[i]) fail_msg("backend entry %d is NULL", i);
@@ -49,19 +49,19 @@ static void test_every_entry_set(void **state) {
 static void test_memory(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     int64_t shape[2] = {3, 5};
-    mrcnn_tensor t = mrcnn_tensor_view(be->alloc(be, 15 * sizeof(float), "test"), MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, shape);
+    mrcnn_tensor t = mrcnn_tensor_view(be->mem.alloc(be, 15 * sizeof(float), "test"), MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, shape);
     float src[15], back[15];
     for (int i = 0; i < 15; i++) src[i] = (float)i - 7.5f;
     mrcnn_backend_stats z = mrcnn_backend_stats_get(be);
     assert_true(z.reads == 0 && z.syncs == 0 && z.uploads == 0 && z.read_bytes == 0 && z.upload_bytes == 0);
-    be->write(be, &t, src);
-    be->read(be, &t, back);
-    be->sync(be);
+    be->mem.write(be, &t, src);
+    be->mem.read(be, &t, back);
+    be->mem.sync(be);
     expect_equal("write/read", back, src, 15);
-    be->zero(be, &t);
-    be->read(be, &t, back);
+    be->mem.zero(be, &t);
+    be->mem.read(be, &t, back);
     for (int i = 0; i < 15; i++) assert_true(back[i] == 0);
-    assert_int_equal(be->nonfinite(be, &t), 0);
+    assert_int_equal(be->opt.nonfinite(be, &t), 0);
     /* the host's round trips, in the CUDA backend's terms: 3 reads (2 + nonfinite's
      * flag), each a wait, plus the sync; zero is device-side */
     mrcnn_backend_stats c = mrcnn_backend_stats_get(be);
@@ -70,7 +70,7 @@ static void test_memory(void **state) {
     assert_int_equal(c.syncs, 4);
     assert_int_equal(c.uploads, 1);
     assert_int_equal(c.upload_bytes, sizeof src);
-    be->free(be, t.data);
+    be->mem.free(be, t.data);
     EXPECT_FAIL(be->set_precision(be, MRCNN_DTYPE_I32), "storage dtype int32 is not fp32, fp16 or bf16");
     mrcnn_backend_destroy(be);
 }
@@ -84,20 +84,20 @@ static void test_conv_wiring_and_errors(void **state) {
     int64_t ny = mrcnn_tensor_numel(&y);
     float *ref = fbuf(&y);
     mrcnn_conv2d_forward(&d, x.data, w.data, b.data, ref);
-    be->conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &y);
+    be->nn.conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &y);
     expect_equal("conv2d_forward", y.data, ref, ny);
     mrcnn_relu_forward(ny, ref, ref);
-    be->conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_RELU, &y);
+    be->nn.conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_RELU, &y);
     expect_equal("conv2d_forward + relu", y.data, ref, ny);
 
     mrcnn_tensor dx2 = tcopy(&dx), dw2 = tcopy(&dw), db2 = tcopy(&db), db3 = tcopy(&db);
     mrcnn_conv2d_backward_data(&d, dy.data, w.data, dx2.data);
     mrcnn_conv2d_backward_filter(&d, x.data, dy.data, dw2.data, db2.data);
-    be->conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
+    be->nn.conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
     expect_equal("conv2d_backward dx", dx.data, dx2.data, mrcnn_tensor_numel(&dx));
     expect_equal("conv2d_backward dw", dw.data, dw2.data, mrcnn_tensor_numel(&dw));
     expect_equal("conv2d_backward db", db.data, db2.data, 4);
-    be->conv2d_backward(be, &d, NULL, NULL, &dy, NULL, NULL, &db3); // bias gradient alone
+    be->nn.conv2d_backward(be, &d, NULL, NULL, &dy, NULL, NULL, &db3); // bias gradient alone
     float *dbr = db3.data, *dbe = db2.data, *db0 = malloc(4 * sizeof(float));
     test_fill_uniform(db0, 4, -1, 1, 7);
     for (int i = 0; i < 4; i++) assert_true(fabsf((dbr[i] - db0[i]) - (dbe[i] - db0[i])) <= 1e-5f);
@@ -105,21 +105,21 @@ static void test_conv_wiring_and_errors(void **state) {
     /* Shape, dtype and device errors name the argument. */
     int64_t bad_ys[4] = {2, 4, 4, 4};
     mrcnn_tensor ybad = tzero(4, bad_ys);
-    EXPECT_FAIL(be->conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &ybad),
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &ybad),
                 "conv2d_forward y: shape (2, 4, 4, 4) but expected (2, 4, 3, 4)");
     int64_t bad_ws[4] = {4, 3, 3, 2};
     mrcnn_tensor wbad = tzero(4, bad_ws);
-    EXPECT_FAIL(be->conv2d_forward(be, &d, &x, &wbad, NULL, MRCNN_ACT_NONE, &y), "conv2d_forward w: shape (4, 3, 3, 2)");
-    EXPECT_FAIL(be->conv2d_backward(be, &d, &x, &w, &dy, &ybad, NULL, NULL), "conv2d_backward dx: shape");
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &wbad, NULL, MRCNN_ACT_NONE, &y), "conv2d_forward w: shape (4, 3, 3, 2)");
+    EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &dy, &ybad, NULL, NULL), "conv2d_backward dx: shape");
     mrcnn_tensor xh = mrcnn_tensor_alloc(MRCNN_DTYPE_F16, 4, xs);
-    EXPECT_FAIL(be->conv2d_forward(be, &d, &xh, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: dtype fp16 but expected fp32");
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &xh, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: dtype fp16 but expected fp32");
     mrcnn_tensor xg = x;
     xg.device = MRCNN_DEVICE_GPU;
-    EXPECT_FAIL(be->conv2d_forward(be, &d, &xg, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: tensor is on the GPU");
-    EXPECT_FAIL(be->conv2d_forward(be, &d, &x, &w, &b, (mrcnn_activation)7, &y), "unknown activation 7");
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &xg, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: tensor is on the GPU");
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &w, &b, (mrcnn_activation)7, &y), "unknown activation 7");
     mrcnn_conv2d_desc dbad = d;
     dbad.k = -4;
-    EXPECT_FAIL(be->conv2d_forward(be, &dbad, &x, &w, &b, MRCNN_ACT_NONE, &y), "filter (K, R, S) = (-4, 3, 3)");
+    EXPECT_FAIL(be->nn.conv2d_forward(be, &dbad, &x, &w, &b, MRCNN_ACT_NONE, &y), "filter (K, R, S) = (-4, 3, 3)");
 
     free(ref), free(db0);
     mrcnn_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &dx2, &dw2, &db2, &db3, &ybad, &wbad, &xh};
@@ -136,72 +136,72 @@ static void test_other_ops_wiring(void **state) {
     float *ref = fbuf(&y);
     mrcnn_deconv2x2_forward(2, 3, 5, 6, 4, x.data, w.data, b.data, ref);
     mrcnn_relu_forward(mrcnn_tensor_numel(&y), ref, ref);
-    be->deconv2x2_forward(be, &x, &w, &b, MRCNN_ACT_RELU, &y);
+    be->nn.deconv2x2_forward(be, &x, &w, &b, MRCNN_ACT_RELU, &y);
     expect_equal("deconv2x2_forward + relu", y.data, ref, mrcnn_tensor_numel(&y));
     mrcnn_tensor dx2 = tcopy(&dx), dw2 = tcopy(&dw), db2 = tcopy(&db);
     mrcnn_deconv2x2_backward(2, 3, 5, 6, 4, x.data, w.data, dy.data, dx2.data, dw2.data, db2.data);
-    be->deconv2x2_backward(be, &x, &w, &dy, &dx, &dw, &db);
+    be->nn.deconv2x2_backward(be, &x, &w, &dy, &dx, &dw, &db);
     expect_equal("deconv2x2_backward dx", dx.data, dx2.data, mrcnn_tensor_numel(&dx));
     expect_equal("deconv2x2_backward dw", dw.data, dw2.data, mrcnn_tensor_numel(&dw));
     expect_equal("deconv2x2_backward db", db.data, db2.data, 4);
-    EXPECT_FAIL(be->deconv2x2_forward(be, &x, &w, &b, MRCNN_ACT_NONE, &dx), "deconv2x2_forward y: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
+    EXPECT_FAIL(be->nn.deconv2x2_forward(be, &x, &w, &b, MRCNN_ACT_NONE, &dx), "deconv2x2_forward y: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
 
     /* relu, add */
     mrcnn_tensor r = tzero(4, ys), g = trand(4, ys, -1, 1, 8), gr = trand(4, ys, -1, 1, 9), gr2 = tcopy(&gr);
-    be->relu_forward(be, &dy, &r);
+    be->nn.relu_forward(be, &dy, &r);
     mrcnn_relu_forward(mrcnn_tensor_numel(&r), dy.data, ref);
     expect_equal("relu_forward", r.data, ref, mrcnn_tensor_numel(&r));
-    be->relu_backward(be, &r, &g, &gr);
+    be->nn.relu_backward(be, &r, &g, &gr);
     mrcnn_relu_backward(mrcnn_tensor_numel(&r), r.data, g.data, gr2.data);
     expect_equal("relu_backward", gr.data, gr2.data, mrcnn_tensor_numel(&r));
-    be->add_forward(be, &dy, &g, &r);
+    be->nn.add_forward(be, &dy, &g, &r);
     mrcnn_add_forward(mrcnn_tensor_numel(&r), dy.data, g.data, ref);
     expect_equal("add_forward", r.data, ref, mrcnn_tensor_numel(&r));
     mrcnn_tensor da = tcopy(&gr), da2 = tcopy(&gr);
-    be->add_backward(be, &g, &da, NULL);
+    be->nn.add_backward(be, &g, &da, NULL);
     mrcnn_add_backward(mrcnn_tensor_numel(&r), g.data, da2.data, NULL);
     expect_equal("add_backward", da.data, da2.data, mrcnn_tensor_numel(&r));
-    EXPECT_FAIL(be->add_forward(be, &dy, &x, &r), "add_forward b: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
+    EXPECT_FAIL(be->nn.add_forward(be, &dy, &x, &r), "add_forward b: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
 
     /* maxpool */
     mrcnn_pool2d_desc pd = {2, 6, 10, 4, 3, 2, 1};
     int64_t ps[4] = {2, 3, 5, 4};
     mrcnn_tensor p = tzero(4, ps), pdy = trand(4, ps, -1, 1, 10), pdx = trand(4, ys, -1, 1, 11), pdx2 = tcopy(&pdx);
-    be->maxpool2d_forward(be, &pd, &dy, &p);
+    be->nn.maxpool2d_forward(be, &pd, &dy, &p);
     mrcnn_maxpool2d_forward(&pd, dy.data, ref);
     expect_equal("maxpool2d_forward", p.data, ref, mrcnn_tensor_numel(&p));
-    be->maxpool2d_backward(be, &pd, &dy, &pdy, &pdx);
+    be->nn.maxpool2d_backward(be, &pd, &dy, &pdy, &pdx);
     mrcnn_maxpool2d_backward(&pd, dy.data, pdy.data, pdx2.data);
     expect_equal("maxpool2d_backward", pdx.data, pdx2.data, mrcnn_tensor_numel(&pdx));
-    EXPECT_FAIL(be->maxpool2d_forward(be, &pd, &dy, &x), "maxpool2d_forward y: shape");
+    EXPECT_FAIL(be->nn.maxpool2d_forward(be, &pd, &dy, &x), "maxpool2d_forward y: shape");
 
     /* upsample + add: top (2, 3, 5, 4) into (2, 6, 10, 4) */
     mrcnn_tensor u = tzero(4, ys), dt = trand(4, ps, -1, 1, 12), dt2 = tcopy(&dt), dl = trand(4, ys, -1, 1, 13), dl2 = tcopy(&dl);
-    be->upsample_add_forward(be, &pdy, &g, &u);
+    be->nn.upsample_add_forward(be, &pdy, &g, &u);
     mrcnn_upsample_add_forward(2, 3, 5, 6, 10, 4, pdy.data, g.data, ref);
     expect_equal("upsample_add_forward", u.data, ref, mrcnn_tensor_numel(&u));
-    be->upsample_add_backward(be, &g, &dt, &dl);
+    be->nn.upsample_add_backward(be, &g, &dt, &dl);
     mrcnn_upsample_add_backward(2, 3, 5, 6, 10, 4, g.data, dt2.data, dl2.data);
     expect_equal("upsample_add_backward dtop", dt.data, dt2.data, mrcnn_tensor_numel(&dt));
     expect_equal("upsample_add_backward dlateral", dl.data, dl2.data, mrcnn_tensor_numel(&dl));
-    EXPECT_FAIL(be->upsample_add_forward(be, &x, &g, &u), "upsample_add_forward top: shape (2, 3, 5, 6) but expected (2, -1, -1, 4)");
+    EXPECT_FAIL(be->nn.upsample_add_forward(be, &x, &g, &u), "upsample_add_forward top: shape (2, 3, 5, 6) but expected (2, -1, -1, 4)");
 
     /* linear over a flattened (N, 3, 5, 6) block */
     int64_t lws[2] = {7, 90}, lbs[1] = {7}, lys[2] = {2, 7};
     mrcnn_tensor lw = trand(2, lws, -1, 1, 14), lb = trand(1, lbs, -1, 1, 15), ly = tzero(2, lys), ldy = trand(2, lys, -1, 1, 16);
     mrcnn_tensor ldx = trand(4, xs, -1, 1, 17), ldw = trand(2, lws, -1, 1, 18), ldb = trand(1, lbs, -1, 1, 19);
     mrcnn_tensor ldx2 = tcopy(&ldx), ldw2 = tcopy(&ldw), ldb2 = tcopy(&ldb);
-    be->linear_forward(be, &x, &lw, &lb, MRCNN_ACT_NONE, &ly);
+    be->nn.linear_forward(be, &x, &lw, &lb, MRCNN_ACT_NONE, &ly);
     mrcnn_linear_forward(2, 90, 7, x.data, lw.data, lb.data, ref);
     expect_equal("linear_forward", ly.data, ref, 14);
-    be->linear_backward(be, &x, &lw, &ldy, &ldx, &ldw, &ldb);
+    be->nn.linear_backward(be, &x, &lw, &ldy, &ldx, &ldw, &ldb);
     mrcnn_linear_backward(2, 90, 7, x.data, lw.data, ldy.data, ldx2.data, ldw2.data, ldb2.data);
     expect_equal("linear_backward dx", ldx.data, ldx2.data, 180);
     expect_equal("linear_backward dw", ldw.data, ldw2.data, 630);
     expect_equal("linear_backward db", ldb.data, ldb2.data, 7);
     int64_t bad_lws[2] = {7, 91};
     mrcnn_tensor lwbad = tzero(2, bad_lws);
-    EXPECT_FAIL(be->linear_forward(be, &x, &lwbad, NULL, MRCNN_ACT_NONE, &ly), "linear_forward w: shape (7, 91) but expected (-1, 90)");
+    EXPECT_FAIL(be->nn.linear_forward(be, &x, &lwbad, NULL, MRCNN_ACT_NONE, &ly), "linear_forward w: shape (7, 91) but expected (-1, 90)");
 
     free(ref);
     mrcnn_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &dx2, &dw2, &db2, &r, &g, &gr, &gr2, &da, &da2, &p, &pdy,
@@ -210,18 +210,20 @@ static void test_other_ops_wiring(void **state) {
     mrcnn_backend_destroy(be);
 }
 
+#define NORM(v) (&(mrcnn_loss_norm){.count = NULL, .scale = (v), .grad_mult = 1.0f})
+
 static void test_losses(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     int64_t s[2] = {9, 5}, one[1] = {1}, ls[1] = {9};
     mrcnn_tensor x = trand(2, s, -3, 3, 1), t = trand(2, s, 0, 1, 2), wt = trand(2, s, 0, 2, 3), loss = tzero(1, one);
     mrcnn_tensor dx = trand(2, s, -1, 1, 4), dx2 = tcopy(&dx);
-    be->bce_logits(be, &x, &t, &wt, 4.0f, &loss, &dx);
+    be->loss.bce_logits(be, &x, &t, &wt, NORM(4.0f), &loss, &dx);
     float ref = mrcnn_bce_logits_forward(45, x.data, t.data, wt.data, 4.0f);
     mrcnn_bce_logits_backward(45, x.data, t.data, wt.data, 4.0f, 1.0f, dx2.data);
     assert_true(((float *)loss.data)[0] == ref);
     expect_equal("bce_logits dx", dx.data, dx2.data, 45);
 
-    be->smooth_l1(be, &x, &t, NULL, 1.0f / 9, 3.0f, &loss, &dx);
+    be->loss.smooth_l1(be, &x, &t, NULL, 1.0f / 9, NORM(3.0f), &loss, &dx);
     mrcnn_smooth_l1_backward(45, x.data, t.data, NULL, 1.0f / 9, 3.0f, 1.0f, dx2.data);
     assert_true(((float *)loss.data)[0] == mrcnn_smooth_l1_forward(45, x.data, t.data, NULL, 1.0f / 9, 3.0f));
     expect_equal("smooth_l1 dx", dx.data, dx2.data, 45);
@@ -229,18 +231,34 @@ static void test_losses(void **state) {
     mrcnn_tensor lab = mrcnn_tensor_alloc(MRCNN_DTYPE_I32, 1, ls);
     int32_t lv[9] = {0, 4, -1, 2, 3, -1, 1, 4, 0};
     memcpy(lab.data, lv, sizeof lv);
-    be->softmax_ce(be, &x, &lab, 7.0f, &loss, &dx);
+    be->loss.softmax_ce(be, &x, &lab, NORM(7.0f), &loss, &dx);
     mrcnn_softmax_ce_backward(9, 5, x.data, lv, 7.0f, 1.0f, dx2.data);
     assert_true(((float *)loss.data)[0] == mrcnn_softmax_ce_forward(9, 5, x.data, lv, 7.0f));
     expect_equal("softmax_ce dx", dx.data, dx2.data, 45);
 
-    EXPECT_FAIL(be->softmax_ce(be, &x, &t, 7.0f, &loss, NULL), "softmax_ce labels: dtype fp32 but expected int32");
+    /* A device count: normalizer max(count, 1) * scale, gradients times grad_mult only. */
+    mrcnn_tensor cnt = tzero(1, one);
+    ((float *)cnt.data)[0] = 2.5f;
+    mrcnn_tensor gs = tzero(1, one); // the device-held part of the multiplier (fp16 loss scale)
+    ((float *)gs.data)[0] = 2.0f;
+    be->loss.bce_logits(be, &x, &t, &wt, &(mrcnn_loss_norm){.count = &cnt, .scale = 4.0f, .grad_mult = 4.0f, .grad_scale = &gs},
+                   &loss, &dx);
+    mrcnn_bce_logits_backward(45, x.data, t.data, wt.data, 10.0f, 8.0f, dx2.data);
+    assert_true(((float *)loss.data)[0] == mrcnn_bce_logits_forward(45, x.data, t.data, wt.data, 10.0f));
+    expect_equal("bce_logits dx (count)", dx.data, dx2.data, 45);
+    ((float *)cnt.data)[0] = 0.0f; // no sample: the normalizer is the scale alone
+    be->loss.bce_logits(be, &x, &t, &wt, &(mrcnn_loss_norm){.count = &cnt, .scale = 4.0f, .grad_mult = 1.0f}, &loss, NULL);
+    assert_true(((float *)loss.data)[0] == mrcnn_bce_logits_forward(45, x.data, t.data, wt.data, 4.0f));
+
+    EXPECT_FAIL(be->loss.softmax_ce(be, &x, &t, NORM(7.0f), &loss, NULL), "softmax_ce labels: dtype fp32 but expected int32");
     int64_t s2[2] = {9, 6};
     mrcnn_tensor t6 = tzero(2, s2);
-    EXPECT_FAIL(be->bce_logits(be, &x, &t6, NULL, 1.0f, &loss, NULL), "bce_logits targets: 54 elements but the logits have 45");
-    EXPECT_FAIL(be->smooth_l1(be, &x, &t, NULL, 0.1f, 1.0f, &x, NULL), "loss tensor must hold 1 element, has 45");
-    EXPECT_FAIL(be->smooth_l1(be, &x, &t, NULL, 0.1f, 0.0f, &loss, NULL), "normalizer 0 must be positive");
-    mrcnn_tensor *all[] = {&x, &t, &wt, &loss, &dx, &dx2, &lab, &t6};
+    EXPECT_FAIL(be->loss.bce_logits(be, &x, &t6, NULL, NORM(1.0f), &loss, NULL), "bce_logits targets: 54 elements but the logits have 45");
+    EXPECT_FAIL(be->loss.smooth_l1(be, &x, &t, NULL, 0.1f, NORM(1.0f), &x, NULL), "loss tensor must hold 1 element, has 45");
+    EXPECT_FAIL(be->loss.smooth_l1(be, &x, &t, NULL, 0.1f, NORM(0.0f), &loss, NULL), "the loss normalizer needs a positive scale");
+    EXPECT_FAIL(be->loss.bce_logits(be, &x, &t, NULL, &(mrcnn_loss_norm){.count = &t, .scale = 1.0f}, &loss, NULL),
+                "the normalizer count must hold 1 element, has 45");
+    mrcnn_tensor *all[] = {&x, &t, &wt, &loss, &dx, &dx2, &lab, &t6, &cnt, &gs};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
@@ -261,10 +279,10 @@ static void test_rounded_storage(void **state) {
         mrcnn_tensor y = tzero(4, ys), y32 = tzero(4, ys), dy = trand(4, ys, -1, 1, 4);
         mrcnn_tensor dx = tzero(4, xs), dw = tzero(4, ws), db = tzero(1, bs);
         mrcnn_tensor dx32 = tzero(4, xs), dw32 = tzero(4, ws), db32 = tzero(1, bs);
-        be->conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &y);
-        ref->conv2d_forward(ref, &d, &x, &w, &b, MRCNN_ACT_NONE, &y32);
-        be->conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
-        ref->conv2d_backward(ref, &d, &x, &w, &dy, &dx32, &dw32, &db32);
+        be->nn.conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &y);
+        ref->nn.conv2d_forward(ref, &d, &x, &w, &b, MRCNN_ACT_NONE, &y32);
+        be->nn.conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
+        ref->nn.conv2d_backward(ref, &d, &x, &w, &dy, &dx32, &dw32, &db32);
         const char *nm = mrcnn_dtype_name(dts[k]);
         assert_false(is_rounded(y32.data, mrcnn_tensor_numel(&y32), dts[k])); // else the check below proves nothing
         struct { const char *what; mrcnn_tensor *a, *b; } outs[4] = {{"y", &y, &y32}, {"dx", &dx, &dx32}, {"dw", &dw, &dw32}, {"db", &db, &db32}};
@@ -278,7 +296,7 @@ static void test_rounded_storage(void **state) {
         /* The loss scalar stays fp32; its gradient is rounded. */
         int64_t one[1] = {1};
         mrcnn_tensor loss = tzero(1, one), ldx = tzero(4, ys);
-        be->bce_logits(be, &y32, &dy, NULL, 3.0f, &loss, &ldx);
+        be->loss.bce_logits(be, &y32, &dy, NULL, NORM(3.0f), &loss, &ldx);
         assert_true(((float *)loss.data)[0] == mrcnn_bce_logits_forward(mrcnn_tensor_numel(&y32), y32.data, dy.data, NULL, 3.0f));
         assert_true(is_rounded(ldx.data, mrcnn_tensor_numel(&ldx), dts[k]));
         mrcnn_tensor *all[] = {&x, &w, &b, &y, &y32, &dy, &dx, &dw, &db, &dx32, &dw32, &db32, &loss, &ldx};
@@ -299,7 +317,7 @@ static void test_sgd_and_nonfinite(void **state) {
         double pr[1001], vr[1001];
         for (int i = 0; i < 1001; i++) pr[i] = ((float *)p.data)[i], vr[i] = ((float *)v.data)[i];
         for (int step = 0; step < 3; step++) {
-            be->sgd_update(be, &p, &g, &v, use_mask ? &mask : NULL, 0.02f, 0.9f, 1e-2f, 0.5f);
+            be->opt.sgd_update(be, &p, &g, &v, use_mask ? &mask : NULL, 0.02f, 0.9f, 1e-2f, 0.5f);
             for (int i = 0; i < 1001; i++) {
                 double gi = 0.5 * ((float *)g.data)[i] + 1e-2 * (use_mask ? mk[i] : 1.0) * pr[i];
                 vr[i] = 0.9 * vr[i] + gi;
@@ -317,18 +335,18 @@ static void test_sgd_and_nonfinite(void **state) {
     assert_false(is_rounded(p.data, 1001, MRCNN_DTYPE_BF16));
     int64_t s3[1] = {7};
     mrcnn_tensor gbad = tzero(1, s3);
-    EXPECT_FAIL(be->sgd_update(be, &p, &gbad, &v, NULL, 0.1f, 0.9f, 0, 1), "sgd_update grads: 7 elements");
+    EXPECT_FAIL(be->opt.sgd_update(be, &p, &gbad, &v, NULL, 0.1f, 0.9f, 0, 1), "sgd_update grads: 7 elements");
 
-    assert_int_equal(be->nonfinite(be, &g), 0);
+    assert_int_equal(be->opt.nonfinite(be, &g), 0);
     ((float *)g.data)[777] = NAN;
-    assert_int_equal(be->nonfinite(be, &g), 1);
+    assert_int_equal(be->opt.nonfinite(be, &g), 1);
     ((float *)g.data)[777] = -INFINITY;
-    assert_int_equal(be->nonfinite(be, &g), 1);
+    assert_int_equal(be->opt.nonfinite(be, &g), 1);
     int64_t big[1] = {200000};
     mrcnn_tensor gb = tzero(1, big); // the parallel path
-    assert_int_equal(be->nonfinite(be, &gb), 0);
+    assert_int_equal(be->opt.nonfinite(be, &gb), 0);
     ((float *)gb.data)[199999] = INFINITY;
-    assert_int_equal(be->nonfinite(be, &gb), 1);
+    assert_int_equal(be->opt.nonfinite(be, &gb), 1);
     mrcnn_tensor *all[] = {&p, &g, &v, &mask, &gbad, &gb};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
     mrcnn_backend_destroy(be);

@@ -1,11 +1,11 @@
-/* CUDA-only entry points beyond the backend interface: the detection ops that run
- * on device arrays (boxes.h / roi_targets.h semantics, same float arithmetic), and
- * CUDA backend settings. Defined in libmrcnn_cuda.so, so only GPU=1 builds have them
- * (the Makefile defines MRCNN_HAVE_CUDA_HEADERS there); host code guards calls with
- * that macro. Every pointer is device memory; every call is asynchronous on the
- * backend's stream, like the backend's ops. `be` must be a CUDA backend. */
-#ifndef MRCNN_CUDA_OPS_H
-#define MRCNN_CUDA_OPS_H
+/* Private to src/cuda (and tests/cuda/test_cuda_detect.c, which checks the kernels
+ * one by one): the detection kernels on device arrays (boxes.h / roi_targets.h
+ * semantics, same float arithmetic) that the backend's det entries (detect_backend.cu)
+ * are composed of. Every pointer is device memory; every call is asynchronous on the
+ * backend's stream and never waits for the device; `be` must be a CUDA backend. Plain
+ * C declarations, so the C test can include this header. */
+#ifndef MRCNN_CUDA_DETECT_INTERNAL_H
+#define MRCNN_CUDA_DETECT_INTERNAL_H
 
 #include <stdint.h>
 
@@ -15,12 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* mrcnn_backend_cuda_set_tf32: backend.h, beside mrcnn_backend_cuda_create. */
-/* High-water mark of the memory be->alloc handed out (the stream-ordered pool's
- * used-memory peak), MiB, since creation or the last reset (reset = 1 restarts it);
- * -1 when the backend allocates without a pool (MRCNN_CUDA_POOL=0 or no support). */
-double mrcnn_backend_cuda_pool_peak_mb(const mrcnn_backend *be, int reset);
 
 /* iou (n, m) of a (n, 4) against b (m, 4), as mrcnn_box_iou (bit-identical). */
 void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m, float *iou);
@@ -39,10 +33,26 @@ void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, 
 
 /* As mrcnn_batched_nms (idxs NULL: plain NMS) for n <= MRCNN_CUDA_NMS_MAX boxes: keep (n)
  * gets the kept indices in descending score order (ties: lower index first), *count
- * (one device int64) their number; keep rows past the count are -1. */
+ * (one device int64) their number; keep rows past the count are -1. A one-image call of
+ * the batched kernels below. */
 #define MRCNN_CUDA_NMS_MAX 16384 // 5 levels x 2000 pre-NMS boxes fit
 void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
                     float thresh, int64_t *keep, int64_t *count);
+
+/* Batched NMS, one launch of each kernel for all images: image i's candidates are rows
+ * [i * cap, (i + 1) * cap) of boxes (cap, 4 per row), scores, idxs (class / level; NULL:
+ * one class). n_valid (n_images) int32 on the device, or NULL for cap each: the valid
+ * candidates are those whose score is above every invalid one's (the caller gives
+ * invalid rows score -inf), so that they sort first. The greedy pass stops once
+ * max_keep boxes are kept (the caller's top-n, which is exact: suppression only ever
+ * looks back). keep (n_images, cap) int32 gets kept row numbers (within the image), -1
+ * past the count; count (n_images) int32. work: cu_nms_work_bytes(n_images, cap) bytes
+ * of device scratch from the caller (256-aligned), so that the caller can carve all its
+ * temporaries from one scratch slot. */
+size_t cu_nms_work_bytes(int n_images, int cap);
+void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, const float *boxes, const float *scores,
+                    const int32_t *idxs, const int32_t *n_valid, float thresh, int max_keep, void *work,
+                    int32_t *keep, int32_t *count);
 
 /* As mrcnn_mask_targets: gt_masks (n_gt, img_h, img_w) uint8, boxes (n, 4), gt_index (n)
  * -> targets (n, m, m). gt_index is not range-checked on the device. */
@@ -52,10 +62,20 @@ void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, i
 /* As mrcnn_sample_balanced for one image, with the same Philox draws (rng is the host
  * struct, passed by value): labels (n) -> pos_idx (capacity min(n, (int)(batch *
  * fraction))) and neg_idx (capacity batch_size) ascending, counts (2 device int64:
- * n_pos, n_neg). n < 2^31. */
+ * n_pos, n_neg). n < 2^31. A one-image call of cu_sample_balanced_batched. */
 void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
                                 float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
                                 int64_t *counts);
+
+/* The sampler as a grid over images (one block each): image i's labels are
+ * labels[i * n .. (i + 1) * n), its stream rngs[i] (a host array, passed by value);
+ * pos_idx (n_images, pos_cap) and neg_idx (n_images, neg_cap) int64 ascending, counts
+ * (n_images, 2) int64. pos_cap >= min(n, (int)(batch * fraction)), neg_cap >= batch.
+ * work: cu_sample_work_bytes(n_images, n) bytes of device scratch. */
+size_t cu_sample_work_bytes(int n_images, int64_t n);
+void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images, const int32_t *labels, int64_t n,
+                                int batch_size, float positive_fraction, const mrcnn_rng *rngs, void *work,
+                                int64_t *pos_idx, int pos_cap, int64_t *neg_idx, int neg_cap, int64_t *counts);
 
 /* Top-k of each row of x (rows, n) fp32, as the proposal code's sort: value descending,
  * lower index first on ties. values (rows, k) and indices (rows, k) get min(n, k)
@@ -64,6 +84,29 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
 void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t n, int k, float *values,
                      int64_t *indices);
 
+/* The proposals' first stage in one launch over all (image, level) pairs (topk.cu):
+ * per pair the top min(count_l, pre_nms_top_n) logits (the order of mrcnn_cuda_topk),
+ * each decoded (1, 1, 1, 1) against its anchor, clipped to the image (image_hw (N, 2)
+ * int32 on the device), its score the sigmoid of the logit. Image i's candidates go to
+ * rows i * cap + slot0[l] + t of cand_boxes (4 per row), cand_scores and cand_levels
+ * (level l), in level then rank order; a candidate dropped by min_size or score_thresh
+ * gets score -inf (cu_nms_batched's invalid rows). n_valid (N) int32 counts the rest
+ * (zeroed here first). */
+#define CU_DET_MAX_LEVELS 8
+typedef struct cu_det_levels {
+    int n_levels;
+    const void *logits[CU_DET_MAX_LEVELS]; // (N, count_l) in dtype logit_dt[l]
+    const void *deltas[CU_DET_MAX_LEVELS]; // (N, count_l, 4) in dtype delta_dt[l]
+    int logit_dt[CU_DET_MAX_LEVELS], delta_dt[CU_DET_MAX_LEVELS];
+    int64_t count[CU_DET_MAX_LEVELS];   // anchors per image of level l
+    int64_t anchor0[CU_DET_MAX_LEVELS]; // first anchor of level l in the (A_total, 4) anchors
+    int slot0[CU_DET_MAX_LEVELS];       // first candidate slot of level l in an image's rows
+    int k[CU_DET_MAX_LEVELS];           // min(count_l, pre_nms_top_n)
+} cu_det_levels;
+void cu_proposals_topk_decode(const mrcnn_backend *be, int n_images, const cu_det_levels *lv, const float *anchors,
+                              const int32_t *image_hw, float min_size, float score_thresh, int cap, float *cand_boxes,
+                              float *cand_scores, int32_t *cand_levels, int32_t *n_valid);
+
 /* COCO RLE (rle.h: runs over the column-major order, zeros first) to row-major uint8
  * masks (n_masks, h, w) of one size, 1 inside: mask i's runs are cnts[offsets[i] ..
  * offsets[i + 1]) (offsets (n_masks + 1) int64, device); n_runs = offsets[n_masks], the
@@ -71,10 +114,6 @@ void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t 
  * total are 0. */
 void mrcnn_cuda_rle_decode(const mrcnn_backend *be, int n_masks, int h, int w, const uint32_t *cnts,
                            const int64_t *offsets, int64_t n_runs, uint8_t *masks);
-
-/* y = x converted to y's dtype (fp32, fp16, bf16; round to nearest even), e.g. the bf16
- * copy of fp32 master weights. Same element count; asynchronous. */
-void mrcnn_cuda_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
 
 /* As mrcnn_anchors_grid; cell (n_cell, 4) is a HOST array (n_cell <= 16), anchors
  * (grid_h, grid_w, n_cell, 4) device memory. */
@@ -93,6 +132,10 @@ void mrcnn_cuda_gather_class_masks(const mrcnn_backend *be, int n, int m, int k,
                                    const int32_t *labels, float *out);
 void mrcnn_cuda_gather_class_masks_backward(const mrcnn_backend *be, int n, int m, int k, const float *dout,
                                             const int32_t *labels, void *dlogits, mrcnn_dtype dt);
+
+/* Installs be->det's detection stages (detect_backend.cu); the gathers are
+ * cu_fill_gather_ops's (model_gathers.cu). */
+void cu_fill_detect_ops(mrcnn_backend *be);
 
 #ifdef __cplusplus
 }

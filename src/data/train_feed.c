@@ -1,7 +1,7 @@
 /* Loader -> trainer: crops each instance mask to its image (the model wants masks
  * of the image's own size), drops crowd annotations (detectron2 trains without
  * them) and shifts the 0-based contiguous classes to the model's 1-based labels. */
-#include "train_feed.h"
+#include "mrcnn/train_feed.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +10,10 @@
 #include "mrcnn/data.h"
 #include "mrcnn/log.h"
 
-struct train_feed {
+struct mrcnn_train_feed {
     mrcnn_loader *loader;
-    train_feed_batch out;
-    train_feed_image *img;
+    mrcnn_train_feed_batch out;
+    mrcnn_train_feed_image *img;
     int *hw;
     float *boxes;
     int32_t *labels;
@@ -22,10 +22,10 @@ struct train_feed {
     int cap_img;
 };
 
-train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step) {
+mrcnn_train_feed *mrcnn_train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step) {
     MRCNN_CHECK(cfg->datasets_train[0], "DATASETS.TRAIN is empty: set it to the shard index (NAME-index.h5) "
                                          "written by mrcnn-prep coco");
-    train_feed *f = MRCNN_CALLOC(1, sizeof *f, "train feed");
+    mrcnn_train_feed *f = MRCNN_CALLOC(1, sizeof *f, "train feed");
     mrcnn_loader_opts o;
     mrcnn_loader_opts_from_config(&o, cfg, 1);
     o.index_path = cfg->datasets_train;
@@ -38,7 +38,7 @@ train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_ra
     return f;
 }
 
-const train_feed_batch *train_feed_next(train_feed *f, double *wait_s) {
+const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double *wait_s) {
     double t0 = mrcnn_time_now();
     const mrcnn_data_batch *b = mrcnn_loader_next(f->loader);
     *wait_s = mrcnn_time_now() - t0;
@@ -65,7 +65,7 @@ const train_feed_batch *train_feed_next(train_feed *f, double *wait_s) {
         int h = b->image_h[i], w = b->image_w[i];
         f->hw[2 * i] = h;
         f->hw[2 * i + 1] = w;
-        train_feed_image *im = &f->img[i];
+        mrcnn_train_feed_image *im = &f->img[i];
         im->h = h;
         im->w = w;
         im->boxes = f->boxes + 4 * k;
@@ -84,15 +84,15 @@ const train_feed_batch *train_feed_next(train_feed *f, double *wait_s) {
             im->n++;
         }
     }
-    f->out = (train_feed_batch){.n = b->n, .height = b->height, .width = b->width, .images = b->images,
+    f->out = (mrcnn_train_feed_batch){.n = b->n, .height = b->height, .width = b->width, .images = b->images,
                                 .image_hw = f->hw, .image_index = b->image_index, .epoch = b->epoch, .img = f->img};
     return &f->out;
 }
 
-void train_feed_cursor(const train_feed *f, int64_t *epoch, int64_t *step) { mrcnn_loader_cursor(f->loader, epoch, step); }
-int64_t train_feed_num_images(const train_feed *f) { return mrcnn_loader_num_images(f->loader); }
+void mrcnn_train_feed_cursor(const mrcnn_train_feed *f, int64_t *epoch, int64_t *step) { mrcnn_loader_cursor(f->loader, epoch, step); }
+int64_t mrcnn_train_feed_num_images(const mrcnn_train_feed *f) { return mrcnn_loader_num_images(f->loader); }
 
-void train_feed_destroy(train_feed *f) {
+void mrcnn_train_feed_destroy(mrcnn_train_feed *f) {
     if (!f) return;
     mrcnn_loader_destroy(f->loader);
     free(f->img);

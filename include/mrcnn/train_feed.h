@@ -8,32 +8,32 @@
 
 #include "mrcnn/config.h"
 
-typedef struct train_feed train_feed;
+typedef struct mrcnn_train_feed mrcnn_train_feed;
 
-typedef struct train_feed_image {
+typedef struct mrcnn_train_feed_image {
     int h, w;              // resized size inside the canvas
     int n;                 // instances (crowd annotations dropped)
     const float *boxes;    // (n, 4) x1, y1, x2, y2 canvas pixels
     const int32_t *labels; // (n) 1..num_classes (0 is background)
     const uint8_t *masks;  // (n, h, w) cropped to the image, or NULL
-} train_feed_image;
+} mrcnn_train_feed_image;
 
-typedef struct train_feed_batch {
+typedef struct mrcnn_train_feed_batch {
     int n, height, width;      // images, padded canvas
     const float *images;       // (n, height, width, 3) normalized
     const int *image_hw;       // (n, 2)
     const int64_t *image_index; // (n) global indices
     int64_t epoch;
-    const train_feed_image *img; // (n)
-} train_feed_batch;
+    const mrcnn_train_feed_image *img; // (n)
+} mrcnn_train_feed_batch;
 
 /* Collective over comm: opens DATASETS.TRAIN with per_rank images per step from the
  * cursor (epoch, step). */
-train_feed *train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step);
+mrcnn_train_feed *mrcnn_train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step);
 /* Blocks for the next batch; *wait_s gets the seconds it waited. */
-const train_feed_batch *train_feed_next(train_feed *f, double *wait_s);
-void train_feed_cursor(const train_feed *f, int64_t *epoch, int64_t *step);
-int64_t train_feed_num_images(const train_feed *f);
-void train_feed_destroy(train_feed *f);
+const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double *wait_s);
+void mrcnn_train_feed_cursor(const mrcnn_train_feed *f, int64_t *epoch, int64_t *step);
+int64_t mrcnn_train_feed_num_images(const mrcnn_train_feed *f);
+void mrcnn_train_feed_destroy(mrcnn_train_feed *f);
 
 #endif
