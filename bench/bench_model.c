@@ -8,6 +8,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
 #include "mrcnn/log.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
 
 #include <hdf5.h>

@@ -1,22 +1,21 @@
-/* Mask R-CNN (ResNet-FPN) on one backend: parameters, forward, losses, backward,
- * inference. The model code reaches the device only through the backend's
- * function pointers, so the same network runs on the CPU and the GPU.
- *
- * Parameters are named views in ONE params arena (with a grads arena of the same
- * layout). Names are torchvision's (new style: inner_blocks.0.0, mask_head.0.0,
- * rpn.head.conv.0.0), with two differences documented in data_prep/weights.py:
- *  - frozen batch-norm is folded into the conv before it at load, so a backbone
- *    conv "X.weight" gets a bias "X.bias" and the BN entries disappear;
- *  - tensors are in the project's layout: conv filters (K, R, S, C), deconv
- *    (K out, 2, 2, C in), fc6 input in NHWC-flatten order (7, 7, C). */
+/* Mask R-CNN (ResNet-FPN) on one backend: the model, the training step, inference.
+ * The model code reaches the device only through the backend's function pointers, so
+ * the same network runs on the CPU and the GPU. Its parts have their own headers:
+ * params.h (the parameter registry), layers.h (workspace, conv layers), backbone.h
+ * (ResNet + FPN), heads.h (RPN, box and mask heads with their targets and losses),
+ * checkpoint.h (the weights file); this header includes all but checkpoint.h. */
 #ifndef MRCNN_MODEL_H
 #define MRCNN_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "mrcnn/arena.h"
+#include "mrcnn/backbone.h"
 #include "mrcnn/backend.h"
 #include "mrcnn/config.h"
+#include "mrcnn/heads.h"
+#include "mrcnn/layers.h"
+#include "mrcnn/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,74 +40,8 @@ typedef struct mrcnn_backend_open_opts {
 } mrcnn_backend_open_opts;
 mrcnn_backend *mrcnn_backend_open(const mrcnn_backend_open_opts *o, const char **why);
 
-#define MRCNN_FROZEN_BN_EPS 1e-5f /* torchvision's FrozenBatchNorm2d default */
-#define MRCNN_FPN_LEVELS 5        /* P2..P6 */
-
-/* ---- parameter registry ---------------------------------------------------- */
-typedef struct mrcnn_params {
-    mrcnn_arena values; // fp32 master weights
-    mrcnn_arena grads;  // same names, shapes and offsets
-    bool *trainable;    // (n_entries): frozen entries get no gradient
-    char (*bn)[MRCNN_ARENA_NAME_LEN]; // (n_entries): BN prefix folded into this conv weight, or ""
-    int n_cap;
-    const mrcnn_backend *be; // owner of both blocks once committed
-} mrcnn_params;
-
-void mrcnn_params_init(mrcnn_params *p);
-/* Registers a parameter; bn names the frozen BN folded into it at load ("" none). */
-int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t *shape,
-                     bool trainable, const char *bn);
-/* Allocates both arenas on the backend's device. */
-void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be);
-int mrcnn_params_count(const mrcnn_params *p);
-int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only);
-void mrcnn_params_free(mrcnn_params *p);
-
-/* ---- layers ------------------------------------------------------------------- */
-typedef struct mrcnn_conv_layer {
-    int w, b;            // param indices: w (K, R, S, C), b (K)
-    int cin, cout, ks, stride, pad;
-    bool frozen;
-} mrcnn_conv_layer;
-
-typedef struct mrcnn_bottleneck {
-    mrcnn_conv_layer conv1, conv2, conv3, down;
-    bool has_down;
-} mrcnn_bottleneck;
-
-typedef struct mrcnn_resnet {
-    mrcnn_conv_layer stem;      // 7x7 s2 + folded BN + ReLU, then max-pool 3x3 s2
-    int n_blocks[4];            // res2..res5
-    mrcnn_bottleneck *blocks[4];
-    int out_channels[4];        // C2..C5
-    int freeze_at;              // 0 none, 1 stem, 2 stem + res2, ...
-} mrcnn_resnet;
-
-typedef struct mrcnn_fpn {
-    mrcnn_conv_layer inner[4], layer[4]; // lateral 1x1 and output 3x3, C2..C5
-    int out_channels;
-} mrcnn_fpn;
-
-typedef struct mrcnn_rpn_head {
-    mrcnn_conv_layer conv, cls, bbox; // 3x3 + ReLU; 1x1 -> A; 1x1 -> 4A
-    int num_anchors;                  // A per location
-} mrcnn_rpn_head;
-
-typedef struct mrcnn_box_head {
-    int fc6_w, fc6_b, fc7_w, fc7_b, cls_w, cls_b, bbox_w, bbox_b;
-    int in_dim, fc_dim, num_classes; // num_classes includes background
-} mrcnn_box_head;
-
-typedef struct mrcnn_mask_head {
-    int n_conv;
-    mrcnn_conv_layer conv[8];
-    int deconv_w, deconv_b; // (D, 2, 2, D)
-    mrcnn_conv_layer logits; // 1x1 -> num_classes
-    int dim;
-} mrcnn_mask_head;
-
 /* ---- the model ---------------------------------------------------------------- */
-typedef struct mrcnn_model {
+struct mrcnn_model { // typedef in layers.h
     mrcnn_config cfg;
     mrcnn_backend *be; // not owned
     mrcnn_params params;
@@ -141,7 +74,7 @@ typedef struct mrcnn_model {
     const float *pinned_proposals;
     const int64_t *pinned_counts;
     int pinned_cap;
-} mrcnn_model;
+};
 
 /* Builds the network the config describes and registers its parameters (zeros). */
 void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be);
@@ -151,125 +84,6 @@ void mrcnn_model_free(mrcnn_model *m);
 void mrcnn_model_init_random(mrcnn_model *m, uint64_t seed);
 void mrcnn_model_zero_grads(mrcnn_model *m);
 
-/* ---- activations --------------------------------------------------------------
- * Step-scoped device buffers: every tensor the forward keeps for the backward is
- * allocated here and released together by mrcnn_ws_reset. */
-typedef struct mrcnn_ws {
-    const mrcnn_backend *be;
-    void **ptrs;
-    size_t *sizes; // (cap) bytes of each allocation
-    int n, cap;
-    size_t bytes, peak_bytes;
-} mrcnn_ws;
-void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
-/* A zeroed contiguous tensor of the backend's device. */
-mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
-mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
-/* Activations (and, through mrcnn_ws_like, their gradients) are stored in the backend's
- * storage dtype on a GPU backend, in fp32 on the CPU (whose rounded-storage mode rounds
- * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */
-mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws);
-mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape);
-/* Device -> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side of
- * the model (proposals, detections) works in fp32. */
-void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host);
-/* Frees one tensor of this workspace early (backward temporaries), so the peak stays
- * near the forward's saved activations. t->data becomes NULL. */
-void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);
-void mrcnn_ws_reset(mrcnn_ws *ws);
-void mrcnn_ws_free(mrcnn_ws *ws);
-
-/* Registers a conv layer "<name>.weight" (K, R, S, C) and "<name>.bias" (K); bn is
- * the frozen BN folded into it ("" for none). */
-mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin, int cout, int ks,
-                                      int stride, int pad, bool frozen, const char *bn);
-/* Reports a parameter's gradient final (once per step; frozen ones never). */
-void mrcnn_model_grad_ready(mrcnn_model *m, int param_index);
-void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l);
-/* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
- * unless the layer is frozen, into its parameter gradients. */
-mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
-                                      const mrcnn_tensor *x, mrcnn_activation act);
-void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
-                               const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
-                               const mrcnn_tensor *dy, mrcnn_tensor *dx);
-
-/* ---- backbone + FPN ------------------------------------------------------------ */
-typedef struct mrcnn_backbone_out {
-    mrcnn_tensor stem;           // (N, H/4, W/4, C0) after max-pool
-    mrcnn_tensor stem_conv;      // (N, H/2, W/2, C0) before max-pool
-    mrcnn_tensor *block_out[4];  // per stage, per block: (N, h, w, C)
-    mrcnn_tensor *block_a1[4], *block_a2[4], *block_sc[4];
-    mrcnn_tensor c[4];           // C2..C5 (aliases of the last block outputs)
-    mrcnn_tensor inner[4];       // FPN top-down sums (N, h, w, F)
-    mrcnn_tensor p[MRCNN_FPN_LEVELS]; // P2..P6 (N, h, w, F)
-} mrcnn_backbone_out;
-
-void mrcnn_resnet_build(mrcnn_model *m);
-void mrcnn_fpn_build(mrcnn_model *m);
-/* images (N, H, W, 3), H and W divisible by 32. */
-void mrcnn_backbone_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
-                            mrcnn_backbone_out *out);
-/* dp[l] (N, h, w, F) for each P level (a NULL data pointer: no gradient there). */
-void mrcnn_backbone_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
-                             mrcnn_backbone_out *out, mrcnn_tensor *dp);
-void mrcnn_backbone_out_free(mrcnn_backbone_out *out);
-/* The two halves: ResNet fills stem..c; dc[s] (N, h, w, C) are the gradients of
- * C2..C5 (NULL data: none). FPN fills inner and p from c and returns dc. */
-void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
-                          mrcnn_backbone_out *out);
-void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images,
-                           mrcnn_backbone_out *out, mrcnn_tensor *dc);
-void mrcnn_fpn_forward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *out);
-/* Gradients of C_s are wanted only where a ResNet stage at or before s trains. */
-void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *out, mrcnn_tensor *dp,
-                        mrcnn_tensor *dc);
-/* True when some parameter before ResNet unit u (0 stem, 1..4 res2..res5) trains,
- * so the gradient of that unit's input is needed. */
-bool mrcnn_resnet_needs_input_grad(const mrcnn_model *m, int unit);
-
-/* ---- RPN head ------------------------------------------------------------------ */
-typedef struct mrcnn_rpn_out {
-    mrcnn_tensor t[MRCNN_FPN_LEVELS];      // (N, h, w, F) after the 3x3 conv + ReLU
-    mrcnn_tensor logits[MRCNN_FPN_LEVELS]; // (N, h, w, A): anchor order (h, w, a)
-    mrcnn_tensor deltas[MRCNN_FPN_LEVELS]; // (N, h, w, 4A): (h, w, a, 4)
-} mrcnn_rpn_out;
-void mrcnn_rpn_head_build(mrcnn_model *m);
-void mrcnn_rpn_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_out *bb,
-                            mrcnn_rpn_out *out);
-/* dlogits/ddeltas like the outputs; dp gets += gradients of the P levels. */
-void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_out *bb,
-                             const mrcnn_rpn_out *out, const mrcnn_tensor *dlogits,
-                             const mrcnn_tensor *ddeltas, mrcnn_tensor *dp);
-
-/* ---- box and mask heads -------------------------------------------------------- */
-void mrcnn_box_head_build(mrcnn_model *m);
-void mrcnn_mask_head_build(mrcnn_model *m);
-
-typedef struct mrcnn_box_head_out {
-    mrcnn_tensor x;      // (R, 7*7*F) pooled features
-    mrcnn_tensor h6, h7; // (R, fc_dim) after ReLU
-    mrcnn_tensor logits; // (R, num_classes)
-    mrcnn_tensor deltas; // (R, 4 * num_classes)
-} mrcnn_box_head_out;
-void mrcnn_box_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
-                            mrcnn_box_head_out *out);
-/* dx may be NULL (no gradient to the pooled features). */
-void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_out *out,
-                             const mrcnn_tensor *dlogits, const mrcnn_tensor *ddeltas,
-                             mrcnn_tensor *dx);
-
-typedef struct mrcnn_mask_head_out {
-    mrcnn_tensor x;         // (R, 14, 14, F) pooled features
-    mrcnn_tensor conv[8];   // (R, 14, 14, D) after ReLU
-    mrcnn_tensor up;        // (R, 28, 28, D) after deconv + ReLU
-    mrcnn_tensor logits;    // (R, 28, 28, num_classes)
-} mrcnn_mask_head_out;
-void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
-                             mrcnn_mask_head_out *out);
-void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
-                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx);
-
 /* ---- assembly: training step and inference ------------------------------------ */
 typedef struct mrcnn_image_gt {
     int n;                 // instances
@@ -278,13 +92,13 @@ typedef struct mrcnn_image_gt {
     const uint8_t *masks;  // (n, img_h, img_w) host, nonzero inside; img_h/w from image_hw
 } mrcnn_image_gt;
 
-typedef struct mrcnn_batch {
+struct mrcnn_batch { // typedef in heads.h
     mrcnn_tensor images;        // (N, H, W, 3) on the device: normalized and padded
     const int *image_hw;        // (N, 2) host: each image's size before padding
     const mrcnn_image_gt *gt;   // (N) training targets (NULL for inference)
     const int64_t *image_index; // (N) global image indices keying the RNG (NULL: 0..N-1)
     uint32_t epoch;
-} mrcnn_batch;
+};
 
 /* torchvision's five loss terms (dict keys loss_objectness, loss_rpn_box_reg,
  * loss_classifier, loss_box_reg, loss_mask). */
@@ -304,7 +118,7 @@ void mrcnn_losses_to_array(const mrcnn_losses *l, double *out);
  * fixed capacities, valid rows first, so the step reads nothing back. The ROI heads run
  * on the valid rows when the backend can tell the count without waiting (count_hint: the
  * CPU) and on the whole capacity otherwise (padding rows add exact zeros). */
-typedef struct mrcnn_step {
+struct mrcnn_step { // typedef in heads.h
     int n_images, img_h, img_w;
     mrcnn_tensor images;        // (N, H, W, 3) the batch's images in the activation dtype (aliased when equal)
     mrcnn_backbone_out bb;
@@ -356,7 +170,7 @@ typedef struct mrcnn_step {
      * views of its elements. Read with mrcnn_model_read_losses (one read). */
     mrcnn_tensor loss_dev;      // (5) fp32
     mrcnn_losses losses;        // host copy: filled by mrcnn_model_read_losses / read_step when asked
-} mrcnn_step;
+};
 
 /* Forward, the five losses and (when backward) the gradients, which are ADDED into
  * m->params.grads (zero them first; accumulation steps add up). */
@@ -385,23 +199,6 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
                         mrcnn_detections *det);
 void mrcnn_detections_free(mrcnn_detections *det);
 void mrcnn_step_free(mrcnn_step *st);
-
-/* ---- checkpoint schema v1 -------------------------------------------------------
- * HDF5: attribute /schema_version = 1; dataset /model/<param name> per parameter in
- * the project layout. Loading also accepts unfolded backbone convs with their BN
- * tensors (/model/<bn>.weight, .bias, .running_mean, .running_var), as written by
- * data_prep/weights.py, and folds them. */
-#define MRCNN_CHECKPOINT_SCHEMA_VERSION 1
-/* Writes path atomically (temp file, fsync, rename). Host copy of the weights. */
-void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path);
-void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path);
-/* Loads the parameters the file has (e.g. an ImageNet ResNet imported by weights.py:
- * the backbone only) and leaves the others as they are; returns how many it loaded. */
-int mrcnn_checkpoint_load_model_partial(mrcnn_model *m, const char *path);
-/* The group helpers, for the training checkpoint that adds optimizer state beside
- * /model in the same file (hid_t passed as int64_t to keep HDF5 out of this header). */
-void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id);
-void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const char *path);
 
 #ifdef __cplusplus
 }

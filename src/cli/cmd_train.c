@@ -13,6 +13,7 @@
 #include "mrcnn/dist.h"
 #include "mrcnn/infer.h"
 #include "mrcnn/log.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
 #include "mrcnn/postprocess.h"
 

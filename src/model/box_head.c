@@ -1,10 +1,14 @@
 /* Box head (torchvision's TwoMLPHead + FastRCNNPredictor): fc6 and fc7 with ReLU on
  * the NHWC-flattened (7, 7, F) pooled features, then class logits and
- * class-specific box deltas. */
+ * class-specific box deltas. Also the head's training targets (ROI sampling) and its
+ * two losses, classifier and box regression. */
+#include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
+#include "model_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int add_linear(mrcnn_model *m, const char *name, int out, int in, int *b) {
@@ -78,4 +82,74 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
     mrcnn_tensor dx2;
     if (dx) dx2 = mrcnn_tensor_reshape(dx, 2, (int64_t[]){dx->shape[0], h->in_dim});
     linear_bwd(m, ws, &out->x, &out->h6, MRCNN_ACT_RELU, h->fc6_w, h->fc6_b, &dh6, dx ? &dx2 : NULL);
+}
+
+/* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
+
+/* Samples ROIs per image into the capacity N*S (N*F fg rows), compacted over the
+ * batch, and chooses the rows the heads run on: the valid ones when the backend
+ * knows their count without waiting, the whole capacity otherwise. */
+void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
+    const mrcnn_config *c = &m->cfg;
+    int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
+    mrcnn_roi_sample_desc d = {
+        .n_images = N,
+        .prop_cap = st->prop_cap,
+        .batch_size_per_image = S,
+        .max_fg = F,
+        .positive_fraction = c->roi_positive_fraction,
+        .iou_thresh = c->roi_iou_threshold,
+        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1], c->box_reg_weights.v[2],
+                                      c->box_reg_weights.v[3]),
+    };
+    int64_t NS = (int64_t)N * S, NF = (int64_t)N * F;
+    mrcnn_tensor rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5});
+    mrcnn_tensor labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor box_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor reg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor reg_w = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor fg_rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
+    mrcnn_tensor fg_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    mrcnn_tensor fg_gt = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_ROI_SAMPLE);
+    m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, rngs, &rois, &labels,
+                          &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev, &st->n_fg_dev);
+    free(rngs);
+    // this rank's counts: taken before m->count_sum turns them into the batch's
+    int64_t R = count_hint(m->be, &st->n_rois_dev), Rf = count_hint(m->be, &st->n_fg_dev);
+    R = R >= 0 ? R : NS;
+    Rf = Rf >= 0 ? Rf : NF;
+    st->n_rois = (int)R;
+    st->n_fg = (int)Rf;
+    st->rois_dev = rows_view(&rois, R);
+    st->roi_labels_dev = rows_view(&labels, R);
+    st->roi_box_labels_dev = rows_view(&box_labels, R);
+    st->roi_reg_targets_dev = rows_view(&reg, R);
+    st->roi_reg_weights_dev = rows_view(&reg_w, R);
+    st->fg_rois_dev = rows_view(&fg_rois, Rf);
+    st->fg_labels_dev = rows_view(&fg_labels, Rf);
+    st->fg_gt_dev = rows_view(&fg_gt, Rf);
+}
+
+/* Classifier and box-regression losses into loss_dev[2] and [3], normalized by the
+ * batch's sampled ROIs. */
+void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
+    const mrcnn_backend *be = m->be;
+    int R = st->n_rois;
+    mrcnn_loss_norm norm = {.count = &st->n_rois_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
+    mrcnn_tensor lc = elem_view(&st->loss_dev, 2), lb = elem_view(&st->loss_dev, 3);
+    if (backward) {
+        st->dcls = mrcnn_ws_like(ws, &st->box.logits);
+        st->ddeltas = mrcnn_ws_like(ws, &st->box.deltas);
+    }
+    if (R == 0) return; // both terms stay zero
+    be->loss.softmax_ce(be, &st->box.logits, &st->roi_labels_dev, &norm, &lc, backward ? &st->dcls : NULL);
+    // box regression on the gt class of the foreground only, gathered on the device
+    int64_t s4[2] = {R, 4};
+    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
+    be->det.gather_class_deltas(be, &st->box.deltas, &st->roi_box_labels_dev, &gd);
+    mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
+    be->loss.smooth_l1(be, &gd, &st->roi_reg_targets_dev, &st->roi_reg_weights_dev, m->cfg.box_smooth_l1_beta, &norm,
+                  &lb, backward ? &dg : NULL);
+    if (backward) be->det.gather_class_deltas_backward(be, &dg, &st->roi_box_labels_dev, &st->ddeltas);
 }

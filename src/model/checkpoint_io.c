@@ -14,6 +14,7 @@
 #include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
 
 #include <errno.h>

@@ -1,8 +1,10 @@
 /* Mask head (torchvision's MaskRCNNHeads + MaskRCNNPredictor): NUM_CONV x (3x3 conv
  * + ReLU) on the 14x14 pooled features, a 2x2 stride-2 deconv + ReLU, and a 1x1
- * conv to one 28x28 logit map per class. */
+ * conv to one 28x28 logit map per class. Also the head's training targets (the gt
+ * masks cropped to the fg ROIs) and its loss. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
+#include "model_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -77,4 +79,28 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
         mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
         dcur = dprev;
     }
+}
+
+/* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
+
+/* Mask targets (on the device) and the mask loss into loss_dev[4], normalized by the
+ * batch's fg ROIs x M x M. */
+void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st) {
+    const mrcnn_backend *be = m->be;
+    int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
+    if (backward) st->dmask_logits = mrcnn_ws_like(ws, &st->mask.logits);
+    // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients
+    if (Rf == 0) return;
+    int64_t sh[3] = {Rf, M, M};
+    mrcnn_tensor td = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    // on the valid rows alone every weight is 1: no weights, the unweighted sum as before
+    mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    be->det.mask_targets(be, &st->gt, &st->fg_rois_dev, &st->fg_gt_dev, M, &td, trimmed ? NULL : &wd);
+    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    be->det.gather_class_masks(be, &st->mask.logits, &st->fg_labels_dev, &gd);
+    mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    mrcnn_tensor lm = elem_view(&st->loss_dev, 4);
+    mrcnn_loss_norm norm = {.count = &st->n_fg_dev, .scale = (float)(M * M), .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
+    be->loss.bce_logits(be, &gd, &td, trimmed ? NULL : &wd, &norm, &lm, backward ? &dg : NULL);
+    if (backward) be->det.gather_class_masks_backward(be, &dg, &st->fg_labels_dev, &st->dmask_logits);
 }

@@ -1,5 +1,6 @@
-/* Mask R-CNN assembly: builds the network, runs the training step (forward, the
- * five torchvision losses, backward) and inference. Everything goes through the
+/* Mask R-CNN assembly: builds the network, orders the stages of the training step
+ * (forward; each head's targets and losses, which the heads own: rpn_head.c,
+ * box_head.c, mask_head.c; backward) and runs inference. Everything goes through the
  * backend: the detection stages (anchor targets, proposals, ROI sampling, mask
  * targets, per-class gathers) are its ops (detect_ops.h), so a training step is a
  * sequence of device work with uploads only (the batch's ground truth, anchors) and no
@@ -12,6 +13,7 @@
 #include "mrcnn/proposals.h"
 #include "mrcnn/roi_align.h"
 #include "mrcnn/roi_targets.h"
+#include "model_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -100,28 +102,6 @@ static mrcnn_tensor upload(mrcnn_ws *ws, mrcnn_dtype dt, int ndim, const int64_t
     return t;
 }
 
-/* The first `rows` rows of t (valid rows come first in the detection ops' outputs). */
-static mrcnn_tensor rows_view(const mrcnn_tensor *t, int64_t rows) {
-    int64_t shape[MRCNN_MAX_DIMS];
-    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    shape[0] = rows;
-    return mrcnn_tensor_view(t->data, t->dtype, t->device, t->ndim, shape);
-}
-
-/* Element k of a 1-D fp32 vector as a (1) tensor: the loss outputs and count inputs. */
-static mrcnn_tensor elem_view(const mrcnn_tensor *v, int k) {
-    return mrcnn_tensor_view((float *)v->data + k, MRCNN_DTYPE_F32, v->device, 1, (int64_t[]){1});
-}
-
-/* The gradient multiplier (fp16 loss scaling, 1/accumulation): the loss ops scale
- * the gradients by it and leave the loss values as they are. */
-static float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? m->loss_mult : 1.0f; }
-
-/* A count the host may know without waiting (the CPU), or -1. */
-static int64_t count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
-    return be->det.count_hint ? be->det.count_hint(be, count) : -1;
-}
-
 static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, int sampling,
                                         bool aligned) {
     int lh[4], lw[4];
@@ -130,15 +110,6 @@ static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, in
         lw[l] = (int)st->bb.p[l].shape[2];
     }
     return mrcnn_roi_align_desc_make(st->n_images, F, 4, 2, lh, lw, out, sampling, aligned);
-}
-
-static int64_t image_index(const mrcnn_batch *b, int i) { return b->image_index ? b->image_index[i] : i; }
-
-/* (N) per-image streams of one purpose, keyed as the host helpers key them. */
-static mrcnn_rng *make_rngs(const mrcnn_model *m, const mrcnn_batch *b, int n, mrcnn_rng_purpose purpose) {
-    mrcnn_rng *r = MRCNN_MALLOC((size_t)n * sizeof *r, "rng streams");
-    for (int i = 0; i < n; i++) r[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, image_index(b, i), purpose);
-    return r;
 }
 
 /* ---- stages ------------------------------------------------------------------- */
@@ -270,157 +241,6 @@ static void read_proposals(const mrcnn_model *m, mrcnn_step *st) {
     free(cnt);
 }
 
-/* The RPN's targets in the head's level-major NHWC layout, and the sampled count. */
-typedef struct rpn_targets {
-    mrcnn_tensor labels[MRCNN_FPN_LEVELS], obj_w[MRCNN_FPN_LEVELS]; // (N, h, w, A) fp32
-    mrcnn_tensor reg[MRCNN_FPN_LEVELS], reg_w[MRCNN_FPN_LEVELS];    // (N, h, w, 4A) fp32
-} rpn_targets;
-
-static void make_rpn_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st, rpn_targets *t) {
-    const mrcnn_config *c = &m->cfg;
-    int N = st->n_images, A = m->rpn.num_anchors;
-    mrcnn_rpn_targets_desc d = {
-        .n_images = N,
-        .n_levels = MRCNN_FPN_LEVELS,
-        .fg_iou = c->rpn_iou_thresholds.v[1],
-        .bg_iou = c->rpn_iou_thresholds.v[0],
-        .batch_size_per_image = c->rpn_batch_size_per_image,
-        .positive_fraction = c->rpn_positive_fraction,
-    };
-    memcpy(d.level_counts, st->level_counts, sizeof d.level_counts);
-    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        const mrcnn_tensor *x = &st->rpn.logits[l], *dl = &st->rpn.deltas[l];
-        MRCNN_CHECK(mrcnn_tensor_numel(x) == N * st->level_counts[l] && x->shape[3] == A,
-                    "RPN level %d: %lld logits but %lld anchors per image", l,
-                    (long long)mrcnn_tensor_numel(x), (long long)st->level_counts[l]);
-        t->labels[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
-        t->obj_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
-        t->reg[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
-        t->reg_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
-    }
-    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_RPN_SAMPLE);
-    m->be->det.rpn_targets(m->be, &d, &st->anchors_dev, &st->gt, rngs, t->labels, t->obj_w, t->reg, t->reg_w,
-                           &st->n_sampled_dev);
-    free(rngs);
-}
-
-/* RPN losses: one BCE and one smooth-L1 per level normalized by the batch's sampled
- * count; the levels' terms are then summed into loss_dev[0] and [1]. */
-static void rpn_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st, const rpn_targets *t) {
-    const mrcnn_backend *be = m->be;
-    mrcnn_loss_norm norm = {.count = &st->n_sampled_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
-    mrcnn_tensor levels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){2, MRCNN_FPN_LEVELS});
-    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        const mrcnn_tensor *x = &st->rpn.logits[l], *d = &st->rpn.deltas[l];
-        mrcnn_tensor lo = elem_view(&levels, l), lb = elem_view(&levels, MRCNN_FPN_LEVELS + l);
-        if (backward) {
-            st->dlogits_rpn[l] = mrcnn_ws_like(ws, x);
-            st->ddeltas_rpn[l] = mrcnn_ws_like(ws, d);
-        }
-        be->loss.bce_logits(be, x, &t->labels[l], &t->obj_w[l], &norm, &lo, backward ? &st->dlogits_rpn[l] : NULL);
-        be->loss.smooth_l1(be, d, &t->reg[l], &t->reg_w[l], m->cfg.rpn_smooth_l1_beta, &norm, &lb,
-                      backward ? &st->ddeltas_rpn[l] : NULL);
-    }
-    /* The sum of the levels as a loss op: smooth-L1 with beta 0 against zeros is sum |x|,
-     * which over these nonnegative terms is their sum, accumulated in double and written
-     * in fp32 unrounded (add_forward would round to the storage dtype in the CPU's
-     * rounded-storage mode). */
-    mrcnn_tensor zeros = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){MRCNN_FPN_LEVELS});
-    mrcnn_loss_norm one = {.count = NULL, .scale = 1.0f, .grad_mult = 1.0f};
-    for (int k = 0; k < 2; k++) {
-        mrcnn_tensor row = mrcnn_tensor_view((float *)levels.data + k * MRCNN_FPN_LEVELS, MRCNN_DTYPE_F32,
-                                             levels.device, 1, (int64_t[]){MRCNN_FPN_LEVELS});
-        mrcnn_tensor out = elem_view(&st->loss_dev, k);
-        be->loss.smooth_l1(be, &row, &zeros, NULL, 0.0f, &one, &out, NULL);
-    }
-}
-
-/* Samples ROIs per image into the capacity N*S (N*F fg rows), compacted over the
- * batch, and chooses the rows the heads run on: the valid ones when the backend
- * knows their count without waiting, the whole capacity otherwise. */
-static void sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
-    const mrcnn_config *c = &m->cfg;
-    int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
-    mrcnn_roi_sample_desc d = {
-        .n_images = N,
-        .prop_cap = st->prop_cap,
-        .batch_size_per_image = S,
-        .max_fg = F,
-        .positive_fraction = c->roi_positive_fraction,
-        .iou_thresh = c->roi_iou_threshold,
-        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1], c->box_reg_weights.v[2],
-                                      c->box_reg_weights.v[3]),
-    };
-    int64_t NS = (int64_t)N * S, NF = (int64_t)N * F;
-    mrcnn_tensor rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5});
-    mrcnn_tensor labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
-    mrcnn_tensor box_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
-    mrcnn_tensor reg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
-    mrcnn_tensor reg_w = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
-    mrcnn_tensor fg_rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
-    mrcnn_tensor fg_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
-    mrcnn_tensor fg_gt = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
-    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_ROI_SAMPLE);
-    m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, rngs, &rois, &labels,
-                          &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev, &st->n_fg_dev);
-    free(rngs);
-    // this rank's counts: taken before m->count_sum turns them into the batch's
-    int64_t R = count_hint(m->be, &st->n_rois_dev), Rf = count_hint(m->be, &st->n_fg_dev);
-    R = R >= 0 ? R : NS;
-    Rf = Rf >= 0 ? Rf : NF;
-    st->n_rois = (int)R;
-    st->n_fg = (int)Rf;
-    st->rois_dev = rows_view(&rois, R);
-    st->roi_labels_dev = rows_view(&labels, R);
-    st->roi_box_labels_dev = rows_view(&box_labels, R);
-    st->roi_reg_targets_dev = rows_view(&reg, R);
-    st->roi_reg_weights_dev = rows_view(&reg_w, R);
-    st->fg_rois_dev = rows_view(&fg_rois, Rf);
-    st->fg_labels_dev = rows_view(&fg_labels, Rf);
-    st->fg_gt_dev = rows_view(&fg_gt, Rf);
-}
-
-static void box_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
-    const mrcnn_backend *be = m->be;
-    int R = st->n_rois;
-    mrcnn_loss_norm norm = {.count = &st->n_rois_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
-    mrcnn_tensor lc = elem_view(&st->loss_dev, 2), lb = elem_view(&st->loss_dev, 3);
-    if (backward) {
-        st->dcls = mrcnn_ws_like(ws, &st->box.logits);
-        st->ddeltas = mrcnn_ws_like(ws, &st->box.deltas);
-    }
-    if (R == 0) return; // both terms stay zero
-    be->loss.softmax_ce(be, &st->box.logits, &st->roi_labels_dev, &norm, &lc, backward ? &st->dcls : NULL);
-    // box regression on the gt class of the foreground only, gathered on the device
-    int64_t s4[2] = {R, 4};
-    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
-    be->det.gather_class_deltas(be, &st->box.deltas, &st->roi_box_labels_dev, &gd);
-    mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
-    be->loss.smooth_l1(be, &gd, &st->roi_reg_targets_dev, &st->roi_reg_weights_dev, m->cfg.box_smooth_l1_beta, &norm,
-                  &lb, backward ? &dg : NULL);
-    if (backward) be->det.gather_class_deltas_backward(be, &dg, &st->roi_box_labels_dev, &st->ddeltas);
-}
-
-static void mask_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st) {
-    const mrcnn_backend *be = m->be;
-    int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
-    if (backward) st->dmask_logits = mrcnn_ws_like(ws, &st->mask.logits);
-    // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients
-    if (Rf == 0) return;
-    int64_t sh[3] = {Rf, M, M};
-    mrcnn_tensor td = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    // on the valid rows alone every weight is 1: no weights, the unweighted sum as before
-    mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    be->det.mask_targets(be, &st->gt, &st->fg_rois_dev, &st->fg_gt_dev, M, &td, trimmed ? NULL : &wd);
-    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    be->det.gather_class_masks(be, &st->mask.logits, &st->fg_labels_dev, &gd);
-    mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
-    mrcnn_tensor lm = elem_view(&st->loss_dev, 4);
-    mrcnn_loss_norm norm = {.count = &st->n_fg_dev, .scale = (float)(M * M), .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
-    be->loss.bce_logits(be, &gd, &td, trimmed ? NULL : &wd, &norm, &lm, backward ? &dg : NULL);
-    if (backward) be->det.gather_class_masks_backward(be, &dg, &st->fg_labels_dev, &st->dmask_logits);
-}
-
 /* The box head on st->rois_dev (R = st->n_rois rows). */
 static void run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
@@ -451,18 +271,18 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
     st->n_sampled_dev = elem_view(&st->counts_dev, 0);
     st->n_rois_dev = elem_view(&st->counts_dev, 1);
     st->n_fg_dev = elem_view(&st->counts_dev, 2);
-    rpn_targets rt;
-    make_rpn_targets(m, ws, b, st, &rt);
+    mrcnn_rpn_head_targets rt;
+    mrcnn_rpn_head_make_targets(m, ws, b, st, &rt);
     mrcnn_model_proposals(m, ws, b, true, st);
-    sample_rois(m, ws, b, st);
+    mrcnn_box_head_sample_rois(m, ws, b, st);
     bool trimmed = count_hint(m->be, &st->n_fg_dev) >= 0;
     // the normalizers of all three losses over every rank, in one device all-reduce
     if (m->count_sum) m->count_sum(m->be, &st->counts_dev, m->count_ctx);
-    rpn_losses(m, ws, backward, st, &rt);
+    mrcnn_rpn_head_losses(m, ws, backward, st, &rt);
     run_box_head(m, ws, st);
-    box_losses(m, ws, backward, st);
+    mrcnn_box_head_losses(m, ws, backward, st);
     run_mask_head(m, ws, st);
-    mask_loss(m, ws, backward, trimmed, st);
+    mrcnn_mask_head_loss(m, ws, backward, trimmed, st);
     if (!backward) return;
 
     const mrcnn_config *c = &m->cfg;

@@ -12,6 +12,7 @@
 
 #include "fuzz_common.h"
 #include "fuzz_model.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/trainer.h"
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fuzz_model.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/trainer.h"
 

@@ -19,6 +19,7 @@
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
 
 #include "mrcnn/postprocess.h"

@@ -1,0 +1,71 @@
+/* The step-scoped workspace (mrcnn_ws) and the conv layer helpers every part of the
+ * network is built from (src/model/layers.c). */
+#ifndef MRCNN_LAYERS_H
+#define MRCNN_LAYERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mrcnn/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The model these helpers register parameters in and report gradients to (model.h). */
+typedef struct mrcnn_model mrcnn_model;
+
+/* ---- activations --------------------------------------------------------------
+ * Step-scoped device buffers: every tensor the forward keeps for the backward is
+ * allocated here and released together by mrcnn_ws_reset. */
+typedef struct mrcnn_ws {
+    const mrcnn_backend *be;
+    void **ptrs;
+    size_t *sizes; // (cap) bytes of each allocation
+    int n, cap;
+    size_t bytes, peak_bytes;
+} mrcnn_ws;
+void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
+/* A zeroed contiguous tensor of the backend's device. */
+mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
+mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
+/* Activations (and, through mrcnn_ws_like, their gradients) are stored in the backend's
+ * storage dtype on a GPU backend, in fp32 on the CPU (whose rounded-storage mode rounds
+ * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */
+mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws);
+mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape);
+/* Device -> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side of
+ * the model (proposals, detections) works in fp32. */
+void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host);
+/* Frees one tensor of this workspace early (backward temporaries), so the peak stays
+ * near the forward's saved activations. t->data becomes NULL. */
+void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);
+void mrcnn_ws_reset(mrcnn_ws *ws);
+void mrcnn_ws_free(mrcnn_ws *ws);
+
+/* ---- layers ------------------------------------------------------------------- */
+typedef struct mrcnn_conv_layer {
+    int w, b;            // param indices: w (K, R, S, C), b (K)
+    int cin, cout, ks, stride, pad;
+    bool frozen;
+} mrcnn_conv_layer;
+
+/* Registers a conv layer "<name>.weight" (K, R, S, C) and "<name>.bias" (K); bn is
+ * the frozen BN folded into it ("" for none). */
+mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin, int cout, int ks,
+                                      int stride, int pad, bool frozen, const char *bn);
+/* Reports a parameter's gradient final (once per step; frozen ones never). */
+void mrcnn_model_grad_ready(mrcnn_model *m, int param_index);
+void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l);
+/* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
+ * unless the layer is frozen, into its parameter gradients. */
+mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                                      const mrcnn_tensor *x, mrcnn_activation act);
+void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
+                               const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

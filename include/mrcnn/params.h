@@ -1,0 +1,44 @@
+/* The parameter registry: named views in ONE params arena (with a grads arena of the
+ * same layout). Names are torchvision's (new style: inner_blocks.0.0, mask_head.0.0,
+ * rpn.head.conv.0.0), with two differences documented in data_prep/weights.py:
+ *  - frozen batch-norm is folded into the conv before it at load, so a backbone
+ *    conv "X.weight" gets a bias "X.bias" and the BN entries disappear;
+ *  - tensors are in the project's layout: conv filters (K, R, S, C), deconv
+ *    (K out, 2, 2, C in), fc6 input in NHWC-flatten order (7, 7, C).
+ * src/model/params.c. */
+#ifndef MRCNN_PARAMS_H
+#define MRCNN_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "mrcnn/arena.h"
+#include "mrcnn/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameter registry ---------------------------------------------------- */
+typedef struct mrcnn_params {
+    mrcnn_arena values; // fp32 master weights
+    mrcnn_arena grads;  // same names, shapes and offsets
+    bool *trainable;    // (n_entries): frozen entries get no gradient
+    char (*bn)[MRCNN_ARENA_NAME_LEN]; // (n_entries): BN prefix folded into this conv weight, or ""
+    int n_cap;
+    const mrcnn_backend *be; // owner of both blocks once committed
+} mrcnn_params;
+
+void mrcnn_params_init(mrcnn_params *p);
+/* Registers a parameter; bn names the frozen BN folded into it at load ("" none). */
+int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t *shape,
+                     bool trainable, const char *bn);
+/* Allocates both arenas on the backend's device. */
+void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be);
+int mrcnn_params_count(const mrcnn_params *p);
+int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only);
+void mrcnn_params_free(mrcnn_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,43 @@
+/* Private helpers of src/model/ shared by the assembly (maskrcnn.c) and the heads'
+ * targets and losses (rpn_head.c, box_head.c, mask_head.c). */
+#ifndef MRCNN_MODEL_INTERNAL_H
+#define MRCNN_MODEL_INTERNAL_H
+
+#include "mrcnn/check.h"
+#include "mrcnn/model.h"
+#include "mrcnn/rng.h"
+
+#include <string.h>
+
+/* The first `rows` rows of t (valid rows come first in the detection ops' outputs). */
+static inline mrcnn_tensor rows_view(const mrcnn_tensor *t, int64_t rows) {
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[0] = rows;
+    return mrcnn_tensor_view(t->data, t->dtype, t->device, t->ndim, shape);
+}
+
+/* Element k of a 1-D fp32 vector as a (1) tensor: the loss outputs and count inputs. */
+static inline mrcnn_tensor elem_view(const mrcnn_tensor *v, int k) {
+    return mrcnn_tensor_view((float *)v->data + k, MRCNN_DTYPE_F32, v->device, 1, (int64_t[]){1});
+}
+
+/* The gradient multiplier (fp16 loss scaling, 1/accumulation): the loss ops scale
+ * the gradients by it and leave the loss values as they are. */
+static inline float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? m->loss_mult : 1.0f; }
+
+/* A count the host may know without waiting (the CPU), or -1. */
+static inline int64_t count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
+    return be->det.count_hint ? be->det.count_hint(be, count) : -1;
+}
+
+static inline int64_t image_index(const mrcnn_batch *b, int i) { return b->image_index ? b->image_index[i] : i; }
+
+/* (N) per-image streams of one purpose, keyed as the host helpers key them. */
+static inline mrcnn_rng *make_rngs(const mrcnn_model *m, const mrcnn_batch *b, int n, mrcnn_rng_purpose purpose) {
+    mrcnn_rng *r = MRCNN_MALLOC((size_t)n * sizeof *r, "rng streams");
+    for (int i = 0; i < n; i++) r[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, image_index(b, i), purpose);
+    return r;
+}
+
+#endif
