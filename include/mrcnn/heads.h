@@ -65,9 +65,8 @@ void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch
 void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st,
                            const mrcnn_rpn_head_targets *t);
 
-/* ---- box and mask heads -------------------------------------------------------- */
+/* ---- box head ------------------------------------------------------------------- */
 void mrcnn_box_head_build(mrcnn_model *m);
-void mrcnn_mask_head_build(mrcnn_model *m);
 
 typedef struct mrcnn_box_head_out {
     mrcnn_tensor x;      // (R, 7*7*F) pooled features
@@ -91,6 +90,9 @@ void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch 
  * st->n_rois_dev; when backward, st->dcls / ddeltas get their gradients. */
 void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st);
 
+/* ---- mask head ------------------------------------------------------------------ */
+void mrcnn_mask_head_build(mrcnn_model *m);
+
 typedef struct mrcnn_mask_head_out {
     mrcnn_tensor x;         // (R, 14, 14, F) pooled features
     mrcnn_tensor conv[8];   // (R, 14, 14, D) after ReLU
@@ -101,6 +103,7 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
                              mrcnn_mask_head_out *out);
 void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
                               const mrcnn_tensor *dlogits, mrcnn_tensor *dx);
+
 /* Mask targets of st's fg rows (be->det.mask_targets) and loss_mask into
  * st->loss_dev[4], normalized by st->n_fg_dev x M x M; trimmed: the head ran on the
  * valid rows only (no padding weights). When backward, st->dmask_logits gets its gradient. */
