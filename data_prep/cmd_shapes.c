@@ -28,15 +28,28 @@
 #include "mrcnn/rng.h"
 #include "prep.h"
 
-enum { SHAPE_CIRCLE, SHAPE_SQUARE, SHAPE_TRIANGLE, SHAPE_KINDS };
-static const int64_t k_cat_id[SHAPE_KINDS] = {1, 3, 7};
-static const char *k_cat_name[SHAPE_KINDS] = {"circle", "square", "triangle"};
-#define MAX_SHAPES 16
+enum { SHAPE_CIRCLE, SHAPE_SQUARE, SHAPE_TRIANGLE, SHAPE_PENTAGON, SHAPE_HEXAGON, SHAPE_STAR, SHAPE_KINDS };
+static const int64_t k_cat_id[SHAPE_KINDS] = {1, 3, 7, 8, 10, 12};
+static const char *k_cat_name[SHAPE_KINDS] = {"circle", "square", "triangle", "pentagon", "hexagon", "star"};
+static const int k_vertices[SHAPE_KINDS] = {0, 4, 3, 5, 6, 10};
+#define MAX_SHAPES 32
+
+/* The knobs of a harder set; the defaults give the original set, byte for byte
+ * (options at their defaults draw nothing extra). */
+typedef struct {
+    int classes;            // kinds used: the first `classes` of k_cat_id
+    int min_obj, max_obj;   // objects per image (drawn uniformly)
+    double scale_lo, scale_span; // radius = min side x (lo + span x u)
+    double occlusion;       // a later shape may hide up to this fraction of an earlier one
+    int empty_pct;          // percent of images without any object
+    int crowd_pct;          // percent of images with one crowd region (iscrowd 1)
+} shapes_opts;
 
 typedef struct {
     int kind;
-    double xy[8]; // polygon vertices (squares, triangles), rounded to 0.01
-    int k;        // vertex count
+    double xy[20]; // polygon vertices, rounded to 0.01
+    int k;         // vertex count
+    int crowd;     // a crowd region: a cluster of small shapes of one kind, one annotation
     uint8_t color[3];
 } shape;
 
@@ -47,6 +60,16 @@ typedef struct {
 
 static double uni(stream *s) { return mrcnn_rng_uniform(&s->rng, s->draw++); }
 static int below(stream *s, int n) { return (int)mrcnn_rng_below(&s->rng, s->draw++, (uint32_t)n); }
+
+static void polygon(shape *sh, double cx, double cy, double r, double theta) {
+    sh->k = k_vertices[sh->kind];
+    for (int v = 0; v < sh->k; v++) {
+        double a = theta + 6.283185307179586 * v / sh->k;
+        double rv = sh->kind == SHAPE_STAR && (v & 1) ? 0.45 * r : r;
+        sh->xy[2 * v] = round((cx + rv * cos(a)) * 100) / 100;
+        sh->xy[2 * v + 1] = round((cy + rv * sin(a)) * 100) / 100;
+    }
+}
 
 static void rasterize(const shape *sh, double cx, double cy, double r, int h, int w, uint8_t *mask) {
     if (sh->kind == SHAPE_CIRCLE) {
@@ -87,7 +110,40 @@ static void add_noise(uint8_t *rgb, size_t n, int amp, uint64_t seed, int split,
     }
 }
 
-static void make_image(uint64_t seed, int split, int64_t index, int h, int w, int quality, int noise,
+/* A crowd region (painted first, so that the objects may hide part of it): 5-12
+ * small shapes of one kind in one colour clustered in a disc, annotated as ONE
+ * iscrowd = 1 region (their union), as COCO annotates a crowd. Returns its area. */
+static int64_t paint_crowd(const shapes_opts *op, stream *s, shape *sh, const uint8_t c0[3], int h, int w,
+                           uint8_t *mask) {
+    const double smin = h < w ? h : w;
+    sh->crowd = 1;
+    sh->k = 0;
+    sh->kind = below(s, op->classes);
+    do {
+        for (int c = 0; c < 3; c++) sh->color[c] = (uint8_t)below(s, 256);
+    } while (abs(sh->color[0] - c0[0]) + abs(sh->color[1] - c0[1]) + abs(sh->color[2] - c0[2]) < 120);
+    const double R = smin * (0.08 + 0.08 * uni(s));
+    const double cx = R + (w - 2 * R) * uni(s), cy = R + (h - 2 * R) * uni(s);
+    const int parts = 5 + below(s, 8);
+    uint8_t *part = MRCNN_MALLOC((size_t)h * w, "crowd part");
+    memset(mask, 0, (size_t)h * w);
+    for (int q = 0; q < parts; q++) {
+        const double rp = smin * (0.015 + 0.02 * uni(s));
+        double px = cx + R * (2 * uni(s) - 1), py = cy + R * (2 * uni(s) - 1);
+        px = px < rp ? rp : px > w - rp ? w - rp : px;
+        py = py < rp ? rp : py > h - rp ? h - rp : py;
+        shape p = {.kind = sh->kind};
+        polygon(&p, px, py, rp, 6.283185307179586 * uni(s));
+        rasterize(&p, px, py, rp, h, w, part);
+        for (size_t i = 0; i < (size_t)h * w; i++) mask[i] |= part[i];
+    }
+    free(part);
+    int64_t area = 0;
+    for (size_t i = 0; i < (size_t)h * w; i++) area += mask[i];
+    return area;
+}
+
+static void make_image(const shapes_opts *op, uint64_t seed, int split, int64_t index, int h, int w, int quality, int noise,
                        const char *img_dir, split_out *o, uint8_t *rgb, int8_t *owner, uint8_t *mask) {
     stream s = {mrcnn_rng_make(seed, (uint32_t)split, index, MRCNN_RNG_SYNTH), 0};
     const int64_t image_id = (split == 0 ? 1 : 500001) + 3 * index;
@@ -103,21 +159,32 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
     memset(owner, -1, (size_t)h * w);
     shape shapes[MAX_SHAPES];
     int64_t visible[MAX_SHAPES], full[MAX_SHAPES];
-    const int want = 2 + below(&s, 5);
+    const int empty = op->empty_pct > 0 && below(&s, 100) < op->empty_pct;
+    const int crowd = op->crowd_pct > 0 && below(&s, 100) < op->crowd_pct;
+    const int want = empty ? 0 : op->min_obj + below(&s, op->max_obj - op->min_obj + 1);
     int n = 0;
+    if (crowd && !empty) {
+        const int64_t area = paint_crowd(op, &s, &shapes[0], c0, h, w, mask);
+        if (area >= 16) {
+            visible[0] = full[0] = area;
+            for (size_t p = 0; p < (size_t)h * w; p++)
+                if (mask[p]) {
+                    owner[p] = 0;
+                    memcpy(rgb + 3 * p, shapes[0].color, 3);
+                }
+            n = 1;
+        }
+    }
+    const int base = n;
     const double smin = h < w ? h : w;
-    for (int attempt = 0; attempt < 12 * want && n < want; attempt++) {
+    for (int attempt = 0; attempt < 12 * want && n - base < want; attempt++) {
         shape *sh = &shapes[n];
-        sh->kind = below(&s, SHAPE_KINDS);
-        const double r = smin * (0.08 + 0.17 * uni(&s));
+        sh->kind = below(&s, op->classes);
+        const double r = smin * (op->scale_lo + op->scale_span * uni(&s));
         const double cx = r + (w - 2 * r) * uni(&s), cy = r + (h - 2 * r) * uni(&s);
         const double theta = 6.283185307179586 * uni(&s);
-        sh->k = sh->kind == SHAPE_SQUARE ? 4 : sh->kind == SHAPE_TRIANGLE ? 3 : 0;
-        for (int v = 0; v < sh->k; v++) {
-            double a = theta + 6.283185307179586 * v / sh->k;
-            sh->xy[2 * v] = round((cx + r * cos(a)) * 100) / 100;
-            sh->xy[2 * v + 1] = round((cy + r * sin(a)) * 100) / 100;
-        }
+        sh->crowd = 0;
+        polygon(sh, cx, cy, r, theta);
         do {
             for (int c = 0; c < 3; c++) sh->color[c] = (uint8_t)below(&s, 256);
         } while (abs(sh->color[0] - c0[0]) + abs(sh->color[1] - c0[1]) + abs(sh->color[2] - c0[2]) < 120);
@@ -129,7 +196,9 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
                 if (owner[p] >= 0) lost[owner[p]]++;
             }
         int ok = area >= 16;
-        for (int j = 0; j < n && ok; j++) ok = 2 * (visible[j] - lost[j]) >= visible[j];
+        for (int j = 0; j < n && ok; j++)
+            ok = op->occlusion == 0.5 ? 2 * (visible[j] - lost[j]) >= visible[j]
+                                      : (double)(visible[j] - lost[j]) >= (1.0 - op->occlusion) * (double)visible[j];
         if (!ok) continue;
         for (int j = 0; j < n; j++) visible[j] -= lost[j];
         visible[n] = full[n] = area;
@@ -156,13 +225,15 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
         mrcnn_rle_from_mask(&rle, mask, h, w);
         double bbox[4];
         mrcnn_rle_to_bbox(&rle, bbox);
-        fprintf(o->anns, "%s{\"id\": %lld, \"image_id\": %lld, \"category_id\": %lld, \"iscrowd\": 0, ",
+        fprintf(o->anns, "%s{\"id\": %lld, \"image_id\": %lld, \"category_id\": %lld, \"iscrowd\": %d, ",
                 o->n_anns ? ",\n  " : "\n  ", (long long)o->next_ann_id++, (long long)image_id,
-                (long long)k_cat_id[shapes[j].kind]);
+                (long long)k_cat_id[shapes[j].kind], shapes[j].crowd);
         fprintf(o->anns, "\"area\": %llu, \"bbox\": [%g, %g, %g, %g], \"segmentation\": ",
                 (unsigned long long)mrcnn_rle_area(&rle), bbox[0], bbox[1], bbox[2], bbox[3]);
         const int occluded = visible[j] != full[j];
-        if (!occluded && shapes[j].kind != SHAPE_CIRCLE) {
+        if (shapes[j].crowd) {
+            write_rle_counts(o->anns, &rle); // COCO writes crowd regions as uncompressed RLE
+        } else if (!occluded && shapes[j].kind != SHAPE_CIRCLE) {
             fprintf(o->anns, "[[");
             for (int v = 0; v < 2 * shapes[j].k; v++) fprintf(o->anns, "%s%.2f", v ? ", " : "", shapes[j].xy[v]);
             fprintf(o->anns, "]]");
@@ -181,7 +252,7 @@ static void make_image(uint64_t seed, int split, int64_t index, int h, int w, in
     }
 }
 
-static void write_split(const char *out, const char *split_name, int split, int64_t count, int h, int w,
+static void write_split(const shapes_opts *op, const char *out, const char *split_name, int split, int64_t count, int h, int w,
                         uint64_t seed, int quality, int noise) {
     char img_dir[4096], ann_dir[4096], json_path[4096], tmp_path[4200];
     snprintf(img_dir, sizeof img_dir, "%s/%s", out, split_name);
@@ -198,7 +269,7 @@ static void write_split(const char *out, const char *split_name, int split, int6
     uint8_t *rgb = MRCNN_MALLOC((size_t)h * w * 3, "shapes image");
     int8_t *owner = MRCNN_MALLOC((size_t)h * w, "shapes owner map");
     uint8_t *mask = MRCNN_MALLOC((size_t)h * w, "shapes mask");
-    for (int64_t i = 0; i < count; i++) make_image(seed, split, i, h, w, quality, noise, img_dir, &o, rgb, owner, mask);
+    for (int64_t i = 0; i < count; i++) make_image(op, seed, split, i, h, w, quality, noise, img_dir, &o, rgb, owner, mask);
     fclose(o.images);
     fclose(o.anns);
     free(rgb);
@@ -212,7 +283,7 @@ static void write_split(const char *out, const char *split_name, int split, int6
     fprintf(f, "{\"info\": {\"description\": \"mrcnn synthetic shapes\", \"seed\": %llu},\n", (unsigned long long)seed);
     char cats[512];
     int cl = snprintf(cats, sizeof cats, "\"categories\": [");
-    for (int k = 0; k < SHAPE_KINDS; k++)
+    for (int k = 0; k < op->classes; k++)
         cl += snprintf(cats + cl, sizeof cats - cl, "%s{\"id\": %lld, \"name\": \"%s\", \"supercategory\": \"shape\"}",
                        k ? ", " : "", (long long)k_cat_id[k], k_cat_name[k]);
     snprintf(cats + cl, sizeof cats - cl, "]");
@@ -239,13 +310,24 @@ static void shapes_usage(FILE *f) {
             "  --seed S      seed; the same seed gives the same files (default 42)\n"
             "  --quality Q   JPEG quality (default 90)\n"
             "  --noise A     add uniform pixel noise in [-A, A] (default 0): photo-like JPEG sizes\n"
-            "Masks are the visible parts of occluded shapes; categories have ids 1, 3, 7.\n");
+            "A harder set (the defaults give the original one, byte for byte):\n"
+            "  --classes K   shape kinds 1-6: circle, square, triangle, pentagon, hexagon, star\n"
+            "                (category ids 1, 3, 7, 8, 10, 12; default 3)\n"
+            "  --objects A:B objects per image, uniform in [A, B] (default 2:6)\n"
+            "  --scale L:H   radius as a fraction of the short side, uniform in [L, H] (default 0.08:0.25)\n"
+            "  --occlusion F a later shape may hide up to F of an earlier one's visible pixels (default 0.5)\n"
+            "  --empty P     P%% of the images have no object at all (default 0)\n"
+            "  --crowd P     P%% of the images have one crowd region (iscrowd 1: a cluster of small\n"
+            "                shapes of one kind, one annotation, uncompressed RLE; default 0)\n"
+            "Masks are the visible parts of occluded shapes; categories have ids 1, 3, 7 (8, 10, 12).\n");
 }
 
 int prep_cmd_shapes(int argc, char **argv) {
     const char *out = NULL;
     long long n_train = 64, n_val = 16, seed = 42, quality = 90, noise = 0;
     int h = 240, w = 320;
+    shapes_opts op = {.classes = 3, .min_obj = 2, .max_obj = 6, .scale_lo = 0.08, .scale_span = 0.17,
+                      .occlusion = 0.5, .empty_pct = 0, .crowd_pct = 0};
     for (int i = 1; i < argc; i++) {
         if (prep_is_help(argv[i])) {
             shapes_usage(stdout);
@@ -262,6 +344,34 @@ int prep_cmd_shapes(int argc, char **argv) {
             noise = prep_arg_int(argc, argv, &i, 0, 127);
         } else if (!strcmp(argv[i], "--quality")) {
             quality = prep_arg_int(argc, argv, &i, 1, 100);
+        } else if (!strcmp(argv[i], "--classes")) {
+            op.classes = (int)prep_arg_int(argc, argv, &i, 1, SHAPE_KINDS);
+        } else if (!strcmp(argv[i], "--empty")) {
+            op.empty_pct = (int)prep_arg_int(argc, argv, &i, 0, 100);
+        } else if (!strcmp(argv[i], "--crowd")) {
+            op.crowd_pct = (int)prep_arg_int(argc, argv, &i, 0, 100);
+        } else if (!strcmp(argv[i], "--objects")) {
+            const char *v = prep_arg_value(argc, argv, &i);
+            char tail;
+            MRCNN_CHECK(sscanf(v, "%d:%d%c", &op.min_obj, &op.max_obj, &tail) == 2 && op.min_obj >= 0 &&
+                            op.min_obj <= op.max_obj && op.max_obj <= MAX_SHAPES - 2,
+                        "--objects: '%s' is not MIN:MAX with 0 <= MIN <= MAX <= %d", v, MAX_SHAPES - 2);
+        } else if (!strcmp(argv[i], "--scale")) {
+            const char *v = prep_arg_value(argc, argv, &i);
+            double lo, hi;
+            char tail;
+            MRCNN_CHECK(sscanf(v, "%lf:%lf%c", &lo, &hi, &tail) == 2 && lo >= 0.01 && lo <= hi && hi <= 0.5,
+                        "--scale: '%s' is not LO:HI with 0.01 <= LO <= HI <= 0.5", v);
+            op.scale_lo = lo;
+            // the default written out keeps the default's span literal (0.25 - 0.08 != 0.17 in
+            // binary), so `--scale 0.08:0.25` gives the default set byte for byte
+            op.scale_span = lo == 0.08 && hi == 0.25 ? 0.17 : hi - lo;
+        } else if (!strcmp(argv[i], "--occlusion")) {
+            const char *v = prep_arg_value(argc, argv, &i);
+            char *end;
+            op.occlusion = strtod(v, &end);
+            MRCNN_CHECK(*v && !*end && op.occlusion >= 0 && op.occlusion <= 0.95,
+                        "--occlusion: '%s' is not a fraction in [0, 0.95]", v);
         } else if (!strcmp(argv[i], "--size")) {
             const char *v = prep_arg_value(argc, argv, &i);
             MRCNN_CHECK(sscanf(v, "%dx%d", &h, &w) == 2 && h >= 32 && w >= 32 && h <= 8192 && w <= 8192,
@@ -277,7 +387,7 @@ int prep_cmd_shapes(int argc, char **argv) {
         shapes_usage(stderr);
         return 2;
     }
-    write_split(out, "train", 0, n_train, h, w, (uint64_t)seed, (int)quality, (int)noise);
-    write_split(out, "val", 1, n_val, h, w, (uint64_t)seed, (int)quality, (int)noise);
+    write_split(&op, out, "train", 0, n_train, h, w, (uint64_t)seed, (int)quality, (int)noise);
+    write_split(&op, out, "val", 1, n_val, h, w, (uint64_t)seed, (int)quality, (int)noise);
     return 0;
 }

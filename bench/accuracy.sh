@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Trains as well as torchvision? (issue 15)
+#
+# Trains mrcnn and torchvision's Mask R-CNN on the same synthetic COCO-format set, from
+# the same initial weights, with the same schedule, and scores both result files with
+# the same evaluator (`mrcnn eval --gt`, pycocotools' COCOeval numbers):
+#   1. data: `mrcnn-prep shapes` with the harder options (6 classes, 2-10 objects of many
+#      sizes with heavy occlusion, crowd regions, images without objects), converted to
+#      shards for mrcnn and exported back to COCO JSON (compressed RLE) for torchvision;
+#   2. weights: per seed, torchvision builds the model (tests/model/net_tv_models.py:
+#      build_tiny, build_r50) and data_prep/weights.py imports it for mrcnn. R50's
+#      backbone is an "ImageNet" resnet50 (seeded; nothing can be downloaded here) that
+#      both sides load, stem + res2 frozen (FREEZE_AT 2 / trainable_layers 3); one extra
+#      mrcnn run loads that ImageNet file alone (MODEL.WEIGHTS) and logs which tensors
+#      were loaded, initialized and unused;
+#   3. training: SGD momentum 0.9, weight decay on every trainable tensor (biases too),
+#      linear warmup, multistep, batch 2, one image size, horizontal flip, clipping by
+#      global norm; mrcnn in fp32, bf16 and fp16 (dynamic loss scale), torchvision fp32;
+#   4. evaluation: each side's own inference on the val images -> COCO results JSON ->
+#      `mrcnn eval --gt instances_val.json --results ... --json`;
+#   5. report: OUT/report.md (box/mask AP mean, std and range per side, wall time per
+#      run) and OUT/loss_curves.png (bench/accuracy_report.py).
+#
+# Usage:  bash bench/accuracy.sh                 # the full run (sized for < 60 min on 2 cores)
+#         QUICK=1 bash bench/accuracy.sh         # a few minutes: a smoke test of every step
+# Every size is an environment variable (defaults below); OUT (default
+# /tmp/mrcnn-accuracy) holds everything; PAR processes run at once (default 2).
+# REPORT_ONLY=1 redoes only the evaluation and the report from what OUT holds.
+# AB_SEEDS="1 2 3" adds torchvision tiny runs with trainable frozen-BN biases (side
+# torchvision-bnbias), mrcnn's semantics for a folded conv, as an A/B check.
+# DEADLINE_MIN: jobs not started that many minutes after the start are skipped and
+# listed as missing in the report, so the script always ends with a report.
+# Needs: BUILD (default build/release-cpu, falls back to build/release) with mrcnn and
+# mrcnn-prep, mpirun, /usr/bin/python3 with torch + torchvision + h5py (PY_TORCH), and
+# python3 with matplotlib (PY_PLOT) for the PNG.
+set -euo pipefail
+
+ROOT=${MRCNN_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+BUILD=${BUILD:-build/release-cpu}
+[ -x "$ROOT/$BUILD/mrcnn" ] || [ -x "$BUILD/mrcnn" ] || BUILD=build/release
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PY_TORCH=${PY_TORCH:-/usr/bin/python3}
+PY_PLOT=${PY_PLOT:-python3}
+OUT=${OUT:-/tmp/mrcnn-accuracy}
+PAR=${PAR:-2}
+QUICK=${QUICK:-0}
+
+if [ "$QUICK" = 1 ]; then
+    : "${TRAIN_IMAGES:=40}" "${VAL_IMAGES:=10}" "${TINY_ITERS:=20}" "${TINY_SEEDS:=1 2}"
+    : "${R50_ITERS:=2}" "${R50_SEEDS:=1}" "${R50_SIZE:=96}" "${R50_VAL_IMAGES:=3}" "${DEADLINE_MIN:=15}"
+fi
+: "${TRAIN_IMAGES:=300}"                  # training images (>= 320 px)
+: "${VAL_IMAGES:=50}"                     # validation images
+: "${IMAGE_SIZE:=320}"                    # images are IMAGE_SIZE x IMAGE_SIZE
+: "${SHAPES_OPTS:=--classes 6 --objects 2:10 --scale 0.03:0.28 --occlusion 0.7 --empty 8 --crowd 20}"
+: "${TINY_ITERS:=600}"                    # iterations of the tiny model
+: "${TINY_SEEDS=1 2 3}"                   # (empty: none)
+: "${TINY_PRECISIONS:=fp32 bf16 fp16}"    # mrcnn side
+: "${TINY_SIZE:=192}"                     # train and test short side (resized from IMAGE_SIZE)
+: "${TINY_LR:=0.01}"
+: "${R50_ITERS:=6}"                       # iterations of R50-FPN (15-25 s each on the shared 2 cores)
+: "${R50_SEEDS=1 2 3}"                    # (empty: none)
+: "${R50_PRECISIONS:=fp32 bf16}"
+: "${R50_SIZE:=128}"                      # R50 short side (resized from IMAGE_SIZE)
+: "${R50_LR:=0.01}"
+: "${R50_VAL_IMAGES:=10}"                 # R50 inference is slow on the CPU: the first N val images
+: "${BATCH:=2}"
+: "${WD:=0.0001}"
+: "${CLIP:=5.0}"
+: "${WARMUP_FACTOR:=0.001}"
+: "${DEADLINE_MIN:=48}"
+: "${SCORE_THRESH:=0.001}"               # test score threshold, both sides (0.05 leaves weak models with no detections)
+: "${IMAGENET_SEED:=1000}"
+TINY_WARMUP=${TINY_WARMUP:-$((TINY_ITERS / 6))}
+R50_WARMUP=${R50_WARMUP:-$((R50_ITERS / 4))}
+TINY_STEPS=${TINY_STEPS:-$((TINY_ITERS * 2 / 3)),$((TINY_ITERS * 8 / 9))}
+R50_STEPS=${R50_STEPS:-$((R50_ITERS * 3 / 4))}
+CLASSES=$(sed -n 's/.*--classes \([0-9]*\).*/\1/p' <<<"$SHAPES_OPTS")
+CLASSES=${CLASSES:-3}
+# R50's RPN/ROI sizes, cut from detectron2's 2000/1000 proposals and 512 ROIs so a step fits the CPU
+R50_PRE_TRAIN=${R50_PRE_TRAIN:-1000} R50_POST_TRAIN=${R50_POST_TRAIN:-500}
+R50_PRE_TEST=${R50_PRE_TEST:-500} R50_POST_TEST=${R50_POST_TEST:-250} R50_ROIS=${R50_ROIS:-64}
+R50_DETS=${R50_DETS:-50}
+
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+T_START=$(date +%s)
+mkdir -p "$OUT/runs" "$OUT/bin" "$OUT/init"
+# Private copies of the binaries: a rebuild during the run does not change them.
+cp "$BUILD/mrcnn" "$BUILD/mrcnn-prep" "$OUT/bin/"
+M=$OUT/bin/mrcnn
+PREP=$OUT/bin/mrcnn-prep
+MPIRUN=(mpirun --oversubscribe -np 1)
+[ "$(id -u)" = 0 ] && MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 1)
+log() { echo "[accuracy $(date +%H:%M:%S) +$(($(date +%s) - T_START))s] $*"; }
+
+# ---- 1. data ----
+D=$OUT/data
+if [ ! -f "$D/done" ]; then
+    rm -rf "$D"
+    log "data: $TRAIN_IMAGES + $VAL_IMAGES images ${IMAGE_SIZE}x$IMAGE_SIZE, $SHAPES_OPTS"
+    # shellcheck disable=SC2086
+    "$PREP" shapes --out "$D" --train "$TRAIN_IMAGES" --val "$VAL_IMAGES" --size "${IMAGE_SIZE}x$IMAGE_SIZE" \
+        --seed 7 $SHAPES_OPTS > "$D.log" 2>&1
+    for s in train val; do
+        "${MPIRUN[@]}" "$PREP" coco --annotations "$D/annotations/instances_$s.json" --images "$D/$s" \
+            --out "$D/shards" --shards 1 --name "$s" --strict >> "$D.log" 2>&1
+    done
+    "$PREP" export "$D/shards/train-index.h5" --out "$D/train_export.json" >> "$D.log" 2>&1
+    # the R50 evaluation set: the first R50_VAL_IMAGES val images
+    "$PY_TORCH" - "$D/annotations/instances_val.json" "$D/annotations/instances_val_r50.json" "$R50_VAL_IMAGES" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["images"] = d["images"][:int(sys.argv[3])]
+keep = {im["id"] for im in d["images"]}
+d["annotations"] = [a for a in d["annotations"] if a["image_id"] in keep]
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+    "${MPIRUN[@]}" "$PREP" coco --annotations "$D/annotations/instances_val_r50.json" --images "$D/val" \
+        --out "$D/shards" --shards 1 --name val_r50 --strict >> "$D.log" 2>&1
+    grep -E "shapes:|annotations +[0-9]|image without" "$D.log" | sed 's/^/  /' || true
+    touch "$D/done"
+fi
+
+# ---- 2. initial weights ----
+I=$OUT/init
+if [ ! -f "$I/done" ]; then
+    log "init: ImageNet stand-in (resnet50 seed $IMAGENET_SEED), tiny and R50 per seed"
+    "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init-imagenet --out "$I/imagenet_r50.pth" --json "$D/train_export.json" \
+        --images "$D/train" --seed "$IMAGENET_SEED" --size "$R50_SIZE" > "$I/log" 2>&1
+    "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/imagenet_r50.pth" "$I/imagenet_r50.h5" >> "$I/log" 2>&1
+    for s in $TINY_SEEDS; do
+        "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model tiny --seed "$s" --classes "$CLASSES" \
+            --size "$TINY_SIZE" --out "$I/tiny_s$s.pth" >> "$I/log" 2>&1
+        "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/tiny_s$s.pth" "$I/tiny_s$s.h5" >> "$I/log" 2>&1
+    done
+    for s in $R50_SEEDS; do
+        "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model r50 --seed "$s" --classes "$CLASSES" --size "$R50_SIZE" \
+            --imagenet "$I/imagenet_r50.pth" --out "$I/r50_s$s.pth" >> "$I/log" 2>&1
+        "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/r50_s$s.pth" "$I/r50_s$s.h5" >> "$I/log" 2>&1
+    done
+    touch "$I/done"
+fi
+
+# ---- 3. the two sides' settings ----
+common_sets() { # model
+    local size iters lr warm steps
+    if [ "$1" = tiny ]; then
+        size=$TINY_SIZE iters=$TINY_ITERS lr=$TINY_LR warm=$TINY_WARMUP steps=$TINY_STEPS
+    else
+        size=$R50_SIZE iters=$R50_ITERS lr=$R50_LR warm=$R50_WARMUP steps=$R50_STEPS
+    fi
+    echo "--set INPUT.MIN_SIZE_TRAIN=$size --set INPUT.MAX_SIZE_TRAIN=$size --set INPUT.MIN_SIZE_TEST=$size"
+    echo "--set INPUT.MAX_SIZE_TEST=$size --set INPUT.RANDOM_FLIP=horizontal --set SOLVER.IMS_PER_BATCH=$BATCH"
+    echo "--set SOLVER.BASE_LR=$lr --set SOLVER.MAX_ITER=$iters --set SOLVER.STEPS=$steps --set SOLVER.GAMMA=0.1"
+    echo "--set SOLVER.WARMUP_ITERS=$warm --set SOLVER.WARMUP_FACTOR=$WARMUP_FACTOR --set SOLVER.MOMENTUM=0.9"
+    echo "--set SOLVER.WEIGHT_DECAY=$WD --set SOLVER.WEIGHT_DECAY_BIAS=$WD --set SOLVER.CLIP_GRADIENTS.ENABLED=true"
+    echo "--set SOLVER.CLIP_GRADIENTS.CLIP_VALUE=$CLIP --set SOLVER.CHECKPOINT_PERIOD=$iters --set LOG_PERIOD=$(log_period "$1")"
+    echo "--set DATALOADER.NUM_WORKERS=1 --set MODEL.ROI_HEADS.NUM_CLASSES=$CLASSES"
+    echo "--set MODEL.ROI_HEADS.SCORE_THRESH_TEST=$SCORE_THRESH"
+    if [ "$1" = tiny ]; then
+        echo "--set MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE=100"
+    else
+        echo "--set MODEL.RPN.PRE_NMS_TOPK_TRAIN=$R50_PRE_TRAIN --set MODEL.RPN.POST_NMS_TOPK_TRAIN=$R50_POST_TRAIN"
+        echo "--set MODEL.RPN.PRE_NMS_TOPK_TEST=$R50_PRE_TEST --set MODEL.RPN.POST_NMS_TOPK_TEST=$R50_POST_TEST"
+        echo "--set MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE=$R50_ROIS --set MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE=$R50_DETS"
+    fi
+}
+log_period() { [ "$1" = tiny ] && echo 10 || echo 2; } # loss-curve points: window means
+config_of() { [ "$1" = tiny ] && echo "$ROOT/configs/tiny.yaml" || echo "$ROOT/configs/r50_fpn_1x.yaml"; }
+val_of() { [ "$1" = tiny ] && echo val || echo val_r50; }
+
+meta() { # dir side model precision seed status
+    printf '{"side": "%s", "model": "%s", "precision": "%s", "seed": %s, "status": "%s", "train_s": %s, "eval_s": %s}\n' \
+        "$2" "$3" "$4" "$5" "$6" "${7:-0}" "${8:-0}" > "$1/meta.json"
+}
+
+mrcnn_job() { # model precision seed
+    local model=$1 prec=$2 seed=$3 dir=$OUT/runs/mrcnn-$1-$2-s$3 iters t0 t1 t2
+    iters=$([ "$model" = tiny ] && echo "$TINY_ITERS" || echo "$R50_ITERS")
+    rm -rf "$dir" && mkdir -p "$dir"
+    # shellcheck disable=SC2046
+    local sets=($(common_sets "$model") --set "SEED=$seed" --set "SOLVER.PRECISION=$prec"
+                --set "MODEL.WEIGHTS=$I/${model}_s$seed.h5")
+    t0=$(date +%s.%N)
+    if ! "$M" train --config "$(config_of "$model")" --set "DATASETS.TRAIN=$D/shards/train-index.h5" \
+            --set "OUTPUT_DIR=$dir/train" "${sets[@]}" > "$dir/train.log" 2>&1; then
+        meta "$dir" mrcnn "$model" "$prec" "$seed" failed; log "FAILED $dir (train.log)"; return
+    fi
+    t1=$(date +%s.%N)
+    "$M" eval --config "$(config_of "$model")" "${sets[@]}" --weights "$dir/train/model_$(printf %07d "$iters").h5" \
+        --shards "$D/shards/$(val_of "$model")-index.h5" --out "$dir/inference" --threads 1 > "$dir/eval.log" 2>&1 ||
+        { meta "$dir" mrcnn "$model" "$prec" "$seed" failed; log "FAILED $dir (eval.log)"; return; }
+    t2=$(date +%s.%N)
+    cp "$dir/inference/coco_instances_results.json" "$dir/results.json"
+    meta "$dir" mrcnn "$model" "$prec" "$seed" ok "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
+    log "done $dir: train $(echo "$t1 - $t0" | bc | cut -d. -f1) s, eval $(echo "$t2 - $t1" | bc | cut -d. -f1) s"
+}
+
+tv_job() { # model seed [bnbias]
+    local model=$1 seed=$2 side=torchvision${3:+-$3} size iters lr warm steps kw t0 t1 vj ab=()
+    local dir=$OUT/runs/$side-$1-fp32-s$2
+    [ "${3:-}" = bnbias ] && ab=(--bn-bias-trainable)
+    rm -rf "$dir" && mkdir -p "$dir"
+    if [ "$model" = tiny ]; then
+        size=$TINY_SIZE iters=$TINY_ITERS lr=$TINY_LR warm=$TINY_WARMUP steps=$TINY_STEPS kw="box_score_thresh=$SCORE_THRESH" vj=instances_val.json
+    else
+        size=$R50_SIZE iters=$R50_ITERS lr=$R50_LR warm=$R50_WARMUP steps=$R50_STEPS vj=instances_val_r50.json
+        kw="box_score_thresh=$SCORE_THRESH,rpn_pre_nms_top_n_train=$R50_PRE_TRAIN,rpn_post_nms_top_n_train=$R50_POST_TRAIN"
+        kw+=",rpn_pre_nms_top_n_test=$R50_PRE_TEST,rpn_post_nms_top_n_test=$R50_POST_TEST"
+        kw+=",box_batch_size_per_image=$R50_ROIS"
+    fi
+    t0=$(date +%s.%N)
+    if ! "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" train --model "$model" --init "$I/${model}_s$seed.pth" \
+            --classes "$CLASSES" --train-json "$D/train_export.json" --train-dir "$D/train" \
+            --val-json "$D/annotations/$vj" --val-dir "$D/val" --out "$dir" --seed "$seed" --iters "$iters" \
+            --batch "$BATCH" --lr "$lr" --momentum 0.9 --wd "$WD" --steps "$steps" --warmup-iters "$warm" \
+            --warmup-factor "$WARMUP_FACTOR" --clip "$CLIP" --size "$size" --max-size "$size" --flip 1 \
+            --det-per-img "$([ "$model" = tiny ] && echo 100 || echo "$R50_DETS")" --kw "$kw" --log-period "$(log_period "$model")" \
+            "${ab[@]}" > "$dir/train.log" 2>&1; then
+        meta "$dir" "$side" "$model" fp32 "$seed" failed; log "FAILED $dir (train.log)"; return
+    fi
+    t1=$(date +%s.%N)
+    cp "$dir/coco_instances_results.json" "$dir/results.json"
+    meta "$dir" "$side" "$model" fp32 "$seed" ok \
+        "$("$PY_TORCH" -c "import json;print(json.load(open('$dir/timing.json'))['train_s'])")" \
+        "$("$PY_TORCH" -c "import json;print(json.load(open('$dir/timing.json'))['eval_s'])")"
+    log "done $dir: $(echo "$t1 - $t0" | bc | cut -d. -f1) s"
+}
+
+imagenet_job() { # the fine-tuning load: MODEL.WEIGHTS = the ImageNet file alone, one step
+    local dir=$OUT/runs/imagenet-load
+    rm -rf "$dir" && mkdir -p "$dir"
+    # shellcheck disable=SC2046
+    "$M" train --config "$ROOT/configs/r50_fpn_1x.yaml" --set "DATASETS.TRAIN=$D/shards/train-index.h5" \
+        --set "OUTPUT_DIR=$dir/train" $(common_sets r50) --set SEED=1 --set SOLVER.PRECISION=fp32 \
+        --set "MODEL.WEIGHTS=$I/imagenet_r50.h5" --set MODEL.BACKBONE.FREEZE_AT=2 --max-steps 1 \
+        > "$dir/train.log" 2>&1 && log "done $dir" || log "FAILED $dir"
+}
+
+# ---- 4. the queue, PAR at a time: the ImageNet load (short), R50's first seed, the
+# tiny runs seed by seed, then R50's other seeds, so that a deadline cuts whole seeds
+# of the slow model last ----
+JOBS_LIST=("imagenet_job")
+r50_seed() { JOBS_LIST+=("tv_job r50 $1"); for p in $R50_PRECISIONS; do JOBS_LIST+=("mrcnn_job r50 $p $1"); done; }
+# shellcheck disable=SC2086
+set -- $R50_SEEDS
+if [ $# -gt 0 ]; then r50_seed "$1"; shift; fi
+for s in $TINY_SEEDS; do
+    JOBS_LIST+=("tv_job tiny $s")
+    for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $s"); done
+done
+for s in "$@"; do r50_seed "$s"; done
+# AB_SEEDS: torchvision tiny runs whose frozen-BN biases train, as mrcnn's folded convs'
+# biases do (src/model/layers.c): an A/B check of that difference
+for s in ${AB_SEEDS:-}; do JOBS_LIST+=("tv_job tiny $s bnbias"); done
+# REPORT_ONLY=1: only step 5 on what OUT holds (e.g. after an interrupted run)
+[ "${REPORT_ONLY:-0}" = 1 ] && JOBS_LIST=() || : > "$OUT/skipped.txt"
+log "${#JOBS_LIST[@]} jobs, $PAR at a time; tiny: $TINY_ITERS iters (warmup $TINY_WARMUP, steps $TINY_STEPS) at $TINY_SIZE; r50: $R50_ITERS iters (warmup $R50_WARMUP, steps $R50_STEPS) at $R50_SIZE"
+for job in "${JOBS_LIST[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n || true; done
+    if [ $(($(date +%s) - T_START)) -ge $((DEADLINE_MIN * 60)) ]; then
+        log "skipped (past DEADLINE_MIN=$DEADLINE_MIN): $job"
+        echo "$job" >> "$OUT/skipped.txt"
+        continue
+    fi
+    log "start: $job"
+    $job &
+done
+wait
+
+# ---- 5. one evaluator for both sides, then the report ----
+for dir in "$OUT"/runs/*/; do
+    [ -f "$dir/results.json" ] || continue
+    case $dir in *-r50-*) gt=$D/annotations/instances_val_r50.json ;; *) gt=$D/annotations/instances_val.json ;; esac
+    "$M" eval --gt "$gt" --results "$dir/results.json" --iou-type both --json "$dir/stats.json" --threads 1 \
+        > "$dir/coco_eval.txt" 2>&1 || log "eval failed: $dir"
+done
+T_END=$(date +%s)
+[ "${REPORT_ONLY:-0}" = 1 ] && [ -f "$OUT/run.json" ] ||
+echo "{\"wall_s\": $((T_END - T_START)), \"par\": $PAR, \"quick\": $QUICK, \"tiny_iters\": $TINY_ITERS, \"r50_iters\": $R50_ITERS, \"tiny_size\": $TINY_SIZE, \"r50_size\": $R50_SIZE, \"train_images\": $TRAIN_IMAGES, \"val_images\": $VAL_IMAGES, \"r50_val_images\": $R50_VAL_IMAGES, \"shapes\": \"$SHAPES_OPTS\"}" > "$OUT/run.json"
+"$PY_PLOT" "$ROOT/bench/accuracy_report.py" "$OUT" || log "report failed (python3 with matplotlib?)"
+log "total wall time $((T_END - T_START)) s; report: $OUT/report.md, curves: $OUT/loss_curves.png"
