@@ -112,7 +112,7 @@ typedef struct mrcnn_backend_detect {
                          const mrcnn_tensor *fg_gt,   // (rows) int32
                          int m,
                          mrcnn_tensor *targets,       // (rows, m, m) fp32
-                         mrcnn_tensor *weights);      // (rows, m, m) fp32
+                         mrcnn_tensor *weights);      // (rows, m, m) fp32, or NULL (rows trimmed: no padding)
     /* Per-ROI slices of the predicted class for the box and mask losses: labels (R)
      * int32 (< 0: zeros, no gradient); masks x (R, M, M, K) -> y (R, M, M), deltas
      * x (R, 4K) -> y (R, 4); x in any float dtype, y fp32. Backward adds dy into the
