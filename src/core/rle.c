@@ -256,8 +256,12 @@ void mrcnn_rle_merge(const mrcnn_rle *rs, int n, mrcnn_rle *out, int intersect) 
         mrcnn_rle_init(out, h, w, 1, &zero);
         return;
     }
-    uint32_t *acc = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)(h * w + 1), "rle merge runs");
-    uint32_t *tmp = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)(h * w + 1), "rle merge runs");
+    /* Zero-length runs are legal, so a mask may hold more runs than pixels, and a fold
+     * emits at most as many runs as its two inputs hold: size for that, not for h * w. */
+    int64_t cap = h * w + 1;
+    for (int i = 0; i < n; i++) cap += rs[i].m;
+    uint32_t *acc = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)cap, "rle merge runs");
+    uint32_t *tmp = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)cap, "rle merge runs");
     if (m > 0) memcpy(acc, rs[0].cnts, sizeof(uint32_t) * (size_t)m);
     for (int i = 1; i < n; i++) {
         const mrcnn_rle *B = &rs[i];
