@@ -11,37 +11,47 @@
 /* PyTorch's SGD with momentum (dampening 0, no Nesterov), on fp32 master weights:
  * g = grad * grad_scale + wd * mask * p; v = momentum * v + g; p -= lr * v.
  * mask: NULL (decay everything), fp32 (a factor per element) or uint8 (0 or 1). */
+static __device__ __forceinline__ void sgd_elem(float *p, const void *g, int gt, float *v, const void *mask, int mt,
+                                                int64_t i, float lr, float mom, float wd, float scale) {
+    float pi = p[i];
+    float m = 1.0f;
+    if (mask) m = mt == MRCNN_DTYPE_U8 ? (float)((const uint8_t *)mask)[i] : cu_load(mask, i, mt);
+    float gi = cu_load(g, i, gt) * scale + wd * m * pi;
+    float vi = mom * v[i] + gi;
+    v[i] = vi;
+    p[i] = pi - lr * vi;
+}
+
 __global__ void k_sgd(float *p, const void *g, int gt, float *v, const void *mask, int mt, int64_t n, float lr,
                       float mom, float wd, float scale) {
-    CU_GRID_STRIDE(i, n) {
-        float pi = p[i];
-        float m = 1.0f;
-        if (mask) m = mt == MRCNN_DTYPE_U8 ? (float)((const uint8_t *)mask)[i] : cu_load(mask, i, mt);
-        float gi = cu_load(g, i, gt) * scale + wd * m * pi;
-        float vi = mom * v[i] + gi;
-        v[i] = vi;
-        p[i] = pi - lr * vi;
+    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, i, lr, mom, wd, scale); }
+}
+
+/* The arguments both SGD entries take, checked alike; returns the element count. */
+static int64_t check_sgd(const char *op, const mrcnn_tensor *params, const mrcnn_tensor *grads,
+                         const mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask) {
+    cu_check_gpu(params, op);
+    MRCNN_CHECK(params->dtype == MRCNN_DTYPE_F32, "%s: params must be fp32 master weights", op);
+    const int64_t n = cu_numel(params);
+    cu_check_float(grads, op);
+    cu_check_numel(grads, n, op);
+    cu_check_gpu(momentum, op);
+    MRCNN_CHECK(momentum->dtype == MRCNN_DTYPE_F32, "%s: momentum must be fp32", op);
+    cu_check_numel(momentum, n, op);
+    if (decay_mask) {
+        cu_check_gpu(decay_mask, op);
+        MRCNN_CHECK(decay_mask->dtype == MRCNN_DTYPE_U8 || decay_mask->dtype == MRCNN_DTYPE_F32 ||
+                        decay_mask->dtype == MRCNN_DTYPE_F16 || decay_mask->dtype == MRCNN_DTYPE_BF16,
+                    "%s: decay_mask must be uint8 or a float dtype", op);
+        cu_check_numel(decay_mask, n, op);
     }
+    return n;
 }
 
 static void cu_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
                           float weight_decay, float grad_scale) {
-    cu_check_gpu(params, "sgd_update params");
-    MRCNN_CHECK(params->dtype == MRCNN_DTYPE_F32, "sgd_update: params must be fp32 master weights");
-    const int64_t n = cu_numel(params);
-    cu_check_float(grads, "sgd_update grads");
-    cu_check_numel(grads, n, "sgd_update grads");
-    cu_check_gpu(momentum, "sgd_update momentum");
-    MRCNN_CHECK(momentum->dtype == MRCNN_DTYPE_F32, "sgd_update: momentum must be fp32");
-    cu_check_numel(momentum, n, "sgd_update momentum");
-    if (decay_mask) {
-        cu_check_gpu(decay_mask, "sgd_update decay_mask");
-        MRCNN_CHECK(decay_mask->dtype == MRCNN_DTYPE_U8 || decay_mask->dtype == MRCNN_DTYPE_F32 ||
-                        decay_mask->dtype == MRCNN_DTYPE_F16 || decay_mask->dtype == MRCNN_DTYPE_BF16,
-                    "sgd_update: decay_mask must be uint8 or a float dtype");
-        cu_check_numel(decay_mask, n, "sgd_update decay_mask");
-    }
+    const int64_t n = check_sgd("sgd_update", params, grads, momentum, decay_mask);
     if (n == 0) return;
     k_sgd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         (float *)params->data, grads->data, grads->dtype, (float *)momentum->data, decay_mask ? decay_mask->data : NULL,
@@ -174,36 +184,15 @@ __global__ void k_sgd_ctl(float *p, const void *g, int gt, float *v, const void 
                           float mom, float wd, const float *ctl2) {
     if (ctl2[0] == 0.0f) return;
     const float scale = ctl2[1];
-    CU_GRID_STRIDE(i, n) {
-        float pi = p[i];
-        float m = 1.0f;
-        if (mask) m = mt == MRCNN_DTYPE_U8 ? (float)((const uint8_t *)mask)[i] : cu_load(mask, i, mt);
-        float gi = cu_load(g, i, gt) * scale + wd * m * pi;
-        float vi = mom * v[i] + gi;
-        v[i] = vi;
-        p[i] = pi - lr * vi;
-    }
+    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, i, lr, mom, wd, scale); }
 }
 
 static void cu_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                                mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
                                float weight_decay, const mrcnn_tensor *ctl2) {
-    cu_check_gpu(params, "step sgd_update params");
-    MRCNN_CHECK(params->dtype == MRCNN_DTYPE_F32, "step sgd_update: params must be fp32 master weights");
-    const int64_t n = cu_numel(params);
-    cu_check_float(grads, "step sgd_update grads");
-    cu_check_numel(grads, n, "step sgd_update grads");
-    cu_check_f32(momentum, "step sgd_update momentum");
-    cu_check_numel(momentum, n, "step sgd_update momentum");
+    const int64_t n = check_sgd("step sgd_update", params, grads, momentum, decay_mask);
     cu_check_f32(ctl2, "step sgd_update ctl2");
     MRCNN_CHECK(cu_numel(ctl2) >= 2, "step sgd_update: ctl2 needs (apply, grad_scale)");
-    if (decay_mask) {
-        cu_check_gpu(decay_mask, "step sgd_update decay_mask");
-        MRCNN_CHECK(decay_mask->dtype == MRCNN_DTYPE_U8 || decay_mask->dtype == MRCNN_DTYPE_F32 ||
-                        decay_mask->dtype == MRCNN_DTYPE_F16 || decay_mask->dtype == MRCNN_DTYPE_BF16,
-                    "step sgd_update: decay_mask must be uint8 or a float dtype");
-        cu_check_numel(decay_mask, n, "step sgd_update decay_mask");
-    }
     if (n == 0) return;
     k_sgd_ctl<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         (float *)params->data, grads->data, grads->dtype, (float *)momentum->data, decay_mask ? decay_mask->data : NULL,
