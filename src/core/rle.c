@@ -273,11 +273,13 @@ void mrcnn_rle_merge(const mrcnn_rle *rs, int n, mrcnn_rle *out, int intersect) 
             uint32_t c = ca < cb ? ca : cb;
             cc += c;
             ct = 0;
+            /* Skip every zero-length run, not just one: two masks both between runs would
+             * otherwise read ct == 0 and end the walk early. */
             ca -= c;
-            if (!ca && a < am) ca = acc[a++], va = !va;
+            while (!ca && a < am) ca = acc[a++], va = !va;
             ct += ca;
             cb -= c;
-            if (!cb && b < B->m) cb = B->cnts[b++], vb = !vb;
+            while (!cb && b < B->m) cb = B->cnts[b++], vb = !vb;
             ct += cb;
             if ((!ca && a >= am && cb) || (!cb && b >= B->m && ca)) break; // sums differ: no progress possible
             int vp = v;
