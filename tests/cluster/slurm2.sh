@@ -7,13 +7,7 @@
 # inside the hosts' namespaces and are ended with them (th_down), so no stop is needed;
 # the slurm client commands must run on a host too (`on "$h1" sbatch ...`): nothing
 # outside the namespaces can reach the daemons.
-slurm2_plugin_dir() {
-    local d
-    for d in /usr/lib/x86_64-linux-gnu/slurm-wlm /usr/lib/aarch64-linux-gnu/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
-        [ -d "$d" ] && { echo "$d"; return; }
-    done
-    echo /usr/lib/slurm-wlm
-}
+. "$ROOT/tests/common/slurm_conf.sh"
 
 slurm2_logs() {
     local f
@@ -25,12 +19,10 @@ slurm2_logs() {
 }
 
 slurm2_up() {
-    local p
-    for p in munged slurmctld slurmd sinfo scontrol srun sbatch; do
-        command -v "$p" > /dev/null 2>&1 || [ -x "/usr/sbin/$p" ] || fail "$p is missing (make deps installs Slurm and munge)"
-    done
-    local plug
-    plug=$(slurm2_plugin_dir)
+    local missing plug
+    missing=$(slurm_missing_programs)
+    [ -z "$missing" ] || fail "missing: $missing (make deps installs Slurm and munge)"
+    plug=$(slurm_plugin_dir)
     [ -e "$plug/mpi_pmix.so" ] || fail "the Slurm PMIx plugin $plug/mpi_pmix.so is missing"
     SD=$TH_DIR/slurm
     mkdir -p "$SD/state"
@@ -45,41 +37,13 @@ ClusterName=mrcnntwo
 SlurmctldHost=$h1(${TH_IPS[0]})
 SlurmctldPort=6817
 SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-# Each node's own munged, on its node-local socket; cred_expire=10: a requeued job may start
-# again 11 s after it ended (120 s by default).
-AuthInfo=socket=$TH_DIR/local/munge.socket,cred_expire=10
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=pmix
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-SwitchType=switch/none
-ReturnToService=2
-JobRequeue=1
-MinJobAge=600
-KillWait=10
-InactiveLimit=0
-MailProg=/bin/true
-SlurmctldTimeout=30
-SlurmdTimeout=60
+$(slurm_conf_policy "$TH_DIR/local/munge.socket")
 StateSaveLocation=$SD/state
 SlurmdSpoolDir=$TH_DIR/local/spool
 SlurmctldPidFile=$TH_DIR/local/slurmctld.pid
 SlurmdPidFile=$TH_DIR/local/slurmd.pid
 SlurmctldLogFile=$TH_DIR/local/slurmctld.log
 SlurmdLogFile=$TH_DIR/local/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PluginDir=$plug
 NodeName=$h1 NodeAddr=${TH_IPS[0]} CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
 NodeName=$h2 NodeAddr=${TH_IPS[1]} CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
 PartitionName=two Nodes=$h1,$h2 Default=YES MaxTime=INFINITE State=UP

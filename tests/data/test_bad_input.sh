@@ -2,18 +2,7 @@
 # Every kind of bad input: reported with a message and a count (and skipped, or kept
 # and flagged), and fatal with --strict; malformed JSON always fatal with its position.
 set -u -o pipefail
-PREP=$ROOT/$BUILD/mrcnn-prep
-[ -x "$PREP" ] || { echo "not built: $PREP"; exit 1; }
-. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
-$PY_COCO -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools not importable by $PY_COCO"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
-# tests/lsan.supp; full unwinding lets the suppressions match.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-. "$ROOT/tests/common/exit_codes.sh"
+. "${ROOT:-$(dirname "$0")/../..}/tests/data/prep_env.sh" pycocotools
 
 "$PREP" shapes --out "$T/a" --train 6 --val 1 --size 64x96 --seed 9 >/dev/null || fail "shapes"
 $PY_COCO "$ROOT/tests/data/make_cases.py" "$T/a/annotations/instances_train.json" "$T/a/train" "$T/c" >/dev/null || fail "make_cases.py"

@@ -2,18 +2,7 @@
 # COCO -> shards -> export: the same annotations and pycocotools-identical masks;
 # 1, 2 and 3 ranks give the same content; the shapes generator is deterministic.
 set -u -o pipefail
-PREP=$ROOT/$BUILD/mrcnn-prep
-[ -x "$PREP" ] || { echo "not built: $PREP"; exit 1; }
-. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
-$PY_COCO -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools not importable by $PY_COCO"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
-# tests/lsan.supp; full unwinding lets the suppressions match.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-. "$ROOT/tests/common/exit_codes.sh"
+. "${ROOT:-$(dirname "$0")/../..}/tests/data/prep_env.sh" pycocotools
 
 for c in coco shapes inspect export; do
     "$PREP" $c --help > "$T/help.txt" || fail "$c --help exits non-zero"

@@ -3,19 +3,8 @@
 # across 1-3 ranks with equal step counts, flips consistently, resumes exactly, and
 # refuses an MPI without MPI_THREAD_MULTIPLE (exit 1).
 set -u -o pipefail
-PREP=$ROOT/$BUILD/mrcnn-prep
+. "${ROOT:-$(dirname "$0")/../..}/tests/data/prep_env.sh" "pycocotools, PIL" "$ROOT/$BUILD/tests/data/prog_loader"
 PROG=$ROOT/$BUILD/tests/data/prog_loader
-[ -x "$PREP" ] && [ -x "$PROG" ] || { echo "not built: $PREP or $PROG"; exit 1; }
-. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
-$PY_COCO -c 'import pycocotools, PIL' 2>/dev/null || skip coco "pycocotools/PIL not importable by $PY_COCO"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# Under ASan, the fast unwinder stops inside Open MPI and its leaks then escape
-# tests/lsan.supp; full unwinding lets the suppressions match.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-. "$ROOT/tests/common/exit_codes.sh"
 MPI="mpirun --oversubscribe"
 
 # 20 training images: not divisible by 3 (ranks) nor by 6 (global batch).

@@ -5,16 +5,7 @@
 # images without objects, object counts and sizes asked for; it converts with --strict,
 # passes inspect --check, and its export matches the source through pycocotools.
 set -u -o pipefail
-PREP=$ROOT/$BUILD/mrcnn-prep
-[ -x "$PREP" ] || { echo "not built: $PREP"; exit 1; }
-. "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
-$PY_COCO -c 'import pycocotools' 2>/dev/null || skip coco "pycocotools not importable by $PY_COCO"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}fast_unwind_on_malloc=0"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-. "$ROOT/tests/common/exit_codes.sh"
+. "${ROOT:-$(dirname "$0")/../..}/tests/data/prep_env.sh" pycocotools
 
 "$PREP" shapes --out "$T/d" --train 12 --val 4 --size 96x128 --seed 5 >/dev/null || fail "shapes (defaults)"
 "$PREP" shapes --out "$T/e" --train 12 --val 4 --size 96x128 --seed 5 --classes 3 --objects 2:6 --scale 0.08:0.25 \

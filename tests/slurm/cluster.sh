@@ -16,29 +16,21 @@ set -u
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+. "$(dirname "${BASH_SOURCE[0]}")/../common/slurm_conf.sh"
+
 need_programs() {
-    local missing=""
-    for p in munged slurmctld slurmd sinfo scontrol srun sbatch; do
-        command -v "$p" >/dev/null 2>&1 || [ -x "/usr/sbin/$p" ] || missing="$missing $p"
-    done
+    local missing
+    missing=$(slurm_missing_programs)
     if [ -n "$missing" ]; then
-        log "missing programs:$missing (install the Makefile's DEB_PKGS with 'make deps')"
+        log "missing programs: $missing (install the Makefile's DEB_PKGS with 'make deps')"
         exit 3
     fi
     local plugdir
-    plugdir=$(plugin_dir)
+    plugdir=$(slurm_plugin_dir)
     if [ ! -e "$plugdir/mpi_pmix.so" ]; then
         log "the Slurm PMIx plugin ($plugdir/mpi_pmix.so) is missing: install slurm-wlm-basic-plugins and libpmix2"
         exit 3
     fi
-}
-
-plugin_dir() {
-    local d
-    for d in /usr/lib/x86_64-linux-gnu/slurm-wlm /usr/lib/aarch64-linux-gnu/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
-        [ -d "$d" ] && { echo "$d"; return; }
-    done
-    echo /usr/lib/slurm-wlm
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -85,46 +77,13 @@ ClusterName=mrcnntest
 SlurmctldHost=localhost
 SlurmctldPort=$ctl_port
 SlurmdPort=$node_port
-SlurmUser=root
-SlurmdUser=root
-# Our own munged, on its own socket. cred_expire=10: a requeued job waits cred_expire+1 s
-# before it may start again (120 s by default, too long for a test).
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=10
-# No cgroups here (containers, CI): track processes through /proc, no task binding.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-# Debian's Open MPI talks PMIx to srun; pmi2 does not work with it.
-MpiDefault=pmix
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-# Look at pending jobs every 2 s (defaults: 60 s main loop, 30 s backfill), so that a
-# requeued job starts as soon as its cred_expire hold ends.
-SchedulerParameters=sched_interval=2,bf_interval=2
-SwitchType=switch/none
-ReturnToService=2
-JobRequeue=1
-# Finished jobs stay visible to 'scontrol show job' long enough for the tests to read them.
-MinJobAge=600
-KillWait=10
-InactiveLimit=0
-MailProg=/bin/true
-SlurmctldTimeout=30
-SlurmdTimeout=60
+$(slurm_conf_policy "$DIR/munge/munge.socket")
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PluginDir=$(plugin_dir)
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
