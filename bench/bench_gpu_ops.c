@@ -3,12 +3,14 @@
  * against the ceiling measured on the project's H200 (shared/device/README.md).
  * Correctness is test_cuda_ops' job; gpu_check.sh runs that first.
  *
- * usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N]
+ * usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N] [--cpu-check] [--only GROUP]
+ * GROUP: conv, gemm, elementwise, roi_align, misc, upload, workspace or graph.
  * Inputs are random (never constant: constant data flatters tensor cores). Weights
  * are given in the compute dtype, as cuDNN's ceiling was measured; the training
  * path's fp32 master weights add one cast per call. Without a GPU it prints
  * "skip [gpu]: no GPU (...)" and exits 77. --cpu-check runs every case on the CPU backend
- * at fp32 with shapes divided by 8 (a check of the harness, not a benchmark). */
+ * at fp32 with shapes divided by 8 (a check of the harness, one call per case; with
+ * --iters N the memory-bound rows give CPU timings of the same ops). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,10 @@ static mrcnn_dtype DT = MRCNN_DTYPE_BF16;
 static int ITERS = 20;
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static int g_div = 1; // --cpu-check: shape divisor
+static const char *g_only; // --only GROUP: that group of cases alone
+
+/* 1 when the group runs (every group without --only). */
+static int group_on(const char *group) { return !g_only || !strcmp(g_only, group); }
 
 /* A spatial extent or a count, divided for --cpu-check. */
 static int sz(int v) { return v / g_div > 0 ? v / g_div : 1; }
@@ -249,7 +255,7 @@ static void relu_bwd(void *c_) {
 }
 static void add_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->nn.add_forward(be, &c->a, &c->b, &c->y);
+    be->nn.add_forward(be, &c->a, &c->b, MRCNN_ACT_NONE, &c->y);
 }
 static void pool_fwd(void *c_) {
     mem_ctx *c = c_;
@@ -268,15 +274,35 @@ static void up_bwd(void *c_) {
     be->nn.upsample_add_backward(be, &c->dy, &c->top, &c->dx);
 }
 
-/* The bottleneck's residual join as the model calls it: y = a + b then relu in place. */
+/* The bottleneck's residual join as the model called it before: y = a + b, then relu
+ * in place (two passes over y) ... */
 static void add_relu_fwd(void *c_) {
     mem_ctx *c = c_;
-    be->nn.add_forward(be, &c->a, &c->b, &c->y);
+    be->nn.add_forward(be, &c->a, &c->b, MRCNN_ACT_NONE, &c->y);
     be->nn.relu_forward(be, &c->y, &c->y);
+}
+/* ... and as it calls it now (resnet.c): one fused pass, in place on conv3's output. */
+static void add_relu_fused(void *c_) {
+    mem_ctx *c = c_;
+    be->nn.add_forward(be, &c->y, &c->b, MRCNN_ACT_RELU, &c->y);
 }
 static void zero_fwd(void *c_) {
     mem_ctx *c = c_;
     be->mem.zero(be, &c->y);
+}
+/* One activation from the model's workspace and back, zeroed (mrcnn_ws_act: what every
+ * forward output cost before) and not (mrcnn_ws_act_uninit: outputs an op overwrites;
+ * on the CPU it writes the NaN poison instead, so there it costs the same). */
+static mrcnn_ws bench_ws;
+static void ws_act_zeroed(void *c_) {
+    mem_ctx *c = c_;
+    mrcnn_tensor t = mrcnn_ws_act(&bench_ws, c->y.ndim, c->y.shape);
+    mrcnn_ws_release(&bench_ws, &t);
+}
+static void ws_act_uninit(void *c_) {
+    mem_ctx *c = c_;
+    mrcnn_tensor t = mrcnn_ws_act_uninit(&bench_ws, c->y.ndim, c->y.shape);
+    mrcnn_ws_release(&bench_ws, &t);
 }
 static void acc_fwd(void *c_) {
     mem_ctx *c = c_;
@@ -298,10 +324,16 @@ static void bench_elementwise(void) {
     add_result("relu bwd 8x200x304x256", time_ms(relu_bwd, &c), 4 * n * es, 0, CEIL_COPY_GBS);
     add_result("add fwd 8x200x304x256", time_ms(add_fwd, &c), 3 * n * es, 0, CEIL_COPY_GBS);
     add_result("add+relu (2 calls) 8x200x304x256", time_ms(add_relu_fwd, &c), 5 * n * es, 0, CEIL_COPY_GBS);
+    /* Bytes of the fused pass (read a, b, write y): the two-call form moves 5n. */
+    add_result("add+relu fused 8x200x304x256", time_ms(add_relu_fused, &c), 3 * n * es, 0, CEIL_COPY_GBS);
     add_result("accumulate dx += dy 8x200x304x256", time_ms(acc_fwd, &c), 3 * n * es, 0, CEIL_COPY_GBS);
     /* What zeroing one activation costs (the model zeroes every buffer it allocates,
      * also outputs an op overwrites whole). */
     add_result("zero 8x200x304x256", time_ms(zero_fwd, &c), n * es, 0, CEIL_COPY_GBS);
+    mrcnn_ws_init(&bench_ws, be);
+    add_result("ws activation alloc+free, zeroed", time_ms(ws_act_zeroed, &c), n * es, 0, 0);
+    add_result("ws activation alloc+free, uninit", time_ms(ws_act_uninit, &c), n * es, 0, 0);
+    mrcnn_ws_free(&bench_ws);
     {
         /* The same ops on views one element off 16-byte alignment: the scalar loops, for
          * the gain of the 16-byte path above. */
@@ -553,6 +585,7 @@ static void bench_graph(void) {
 }
 
 int main(int argc, char **argv) {
+    int iters_given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             int dt = mrcnn_dtype_parse(argv[++i]);
@@ -561,11 +594,18 @@ int main(int argc, char **argv) {
             DT = (mrcnn_dtype)dt;
         } else if (!strcmp(argv[i], "--cpu-check")) {
             g_div = 8;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            g_only = argv[++i];
+            const char *groups = " conv gemm elementwise roi_align misc upload workspace graph ";
+            char key[48];
+            snprintf(key, sizeof key, " %s ", g_only);
+            MRCNN_CHECK(strstr(groups, key) != NULL, "--only %s: expected one of%s", g_only, groups);
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             ITERS = atoi(argv[++i]);
             MRCNN_CHECK(ITERS > 0, "--iters must be positive");
+            iters_given = 1;
         } else {
-            fprintf(stderr, "usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N]\n");
+            fprintf(stderr, "usage: bench_gpu_ops [--dtype bf16|fp16|fp32] [--iters N] [--cpu-check] [--only GROUP]\n");
             return 2;
         }
     }
@@ -573,7 +613,7 @@ int main(int argc, char **argv) {
     if (g_div > 1) {
         be = mrcnn_backend_cpu_create();
         DT = MRCNN_DTYPE_F32;
-        ITERS = 1;
+        if (!iters_given) ITERS = 1; // --iters N: CPU timings worth reading (still shapes / 8)
         printf("cpu-check: every case on the CPU backend, shapes / %d (not a benchmark)\n", g_div);
     } else {
         be = mrcnn_backend_cuda_create(0, &why);
@@ -584,22 +624,28 @@ int main(int argc, char **argv) {
     }
     be->set_precision(be, DT);
     printf("%-46s %-5s %12s %17s %s\n", "op", "dtype", "time", "rate", "of measured ceiling");
-    bench_conv("res2 3x3 64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 64, 64, 3, 1, 1), 64);
-    bench_conv("1x1 256->64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 64, 1, 1, 0), 256);
-    bench_conv("FPN P2 3x3 256@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
-    bench_conv("stem 7x7s2 C4(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 4, 64, 7, 2, 3), 3);
-    bench_conv("stem 7x7s2 C8(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 8, 64, 7, 2, 3), 3);
-    bench_conv("mask 3x3 256@14x14 x1024", mrcnn_conv2d_desc_make(sz(1024), 14, 14, 256, 256, 3, 1, 1), 256);
-    bench_linear(sz(4096), 256 * 7 * 7, 1024);
-    bench_linear(sz(4096), 1024, 1024);
-    bench_deconv(sz(1024), 14, 256, 256);
-    bench_elementwise();
-    bench_roi_align(sz(4096), 7);
-    bench_roi_align(sz(1024), 14);
-    bench_misc();
-    bench_upload();
-    bench_workspace_cap();
-    bench_graph();
+    if (group_on("conv")) {
+        bench_conv("res2 3x3 64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 64, 64, 3, 1, 1), 64);
+        bench_conv("1x1 256->64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 64, 1, 1, 0), 256);
+        bench_conv("FPN P2 3x3 256@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
+        bench_conv("stem 7x7s2 C4(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 4, 64, 7, 2, 3), 3);
+        bench_conv("stem 7x7s2 C8(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 8, 64, 7, 2, 3), 3);
+        bench_conv("mask 3x3 256@14x14 x1024", mrcnn_conv2d_desc_make(sz(1024), 14, 14, 256, 256, 3, 1, 1), 256);
+    }
+    if (group_on("gemm")) {
+        bench_linear(sz(4096), 256 * 7 * 7, 1024);
+        bench_linear(sz(4096), 1024, 1024);
+        bench_deconv(sz(1024), 14, 256, 256);
+    }
+    if (group_on("elementwise")) bench_elementwise();
+    if (group_on("roi_align")) {
+        bench_roi_align(sz(4096), 7);
+        bench_roi_align(sz(1024), 14);
+    }
+    if (group_on("misc")) bench_misc();
+    if (group_on("upload")) bench_upload();
+    if (group_on("workspace")) bench_workspace_cap();
+    if (group_on("graph")) bench_graph();
     mrcnn_backend_destroy(be);
     printf("bench_gpu_ops: %d results (%s, %d iterations each)\n", n_results, mrcnn_dtype_name(DT), ITERS);
     return 0;

@@ -19,8 +19,8 @@
 #   5. gradient buckets over GPU arenas (tests/mpi/prog_buckets check-gpu, 1 and 2 ranks);
 #   6. a training smoke run: `mrcnn train` on configs/tiny.yaml, MODEL.DEVICE=cuda,
 #      SMOKE_STEPS (20) steps on a synthetic shapes set made on the spot;
-#   7. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32), then the
-#      scaling model (`mrcnn bench scaling --model`) from the timelines at hand;
+#   7. `mrcnn bench train` at the other precisions of TRAIN_DTYPES (fp32) and at the first
+#      one with SOLVER.CUDA_GRAPH=off (SKIP_NOGRAPH=1 skips it), then the scaling model (`mrcnn bench scaling --model`) from the timelines at hand;
 #   8. the op benchmark at R50-FPN shapes (bench_gpu_ops), per dtype in BENCH_DTYPES.
 # GPU_CHECK_STAGE=all runs both in one call (budget 570 s, stage 1 within 290 s of it).
 #
@@ -190,14 +190,16 @@ done
 have_bench_train=0
 [ -x "$BUILD/mrcnn" ] && "$BUILD/mrcnn" bench train --help > /dev/null 2>&1 && have_bench_train=1
 
-# bench_train DTYPE LIMIT: one `mrcnn bench train` run; the human and JSON lines go to
-# $TMPD/bench_train_DTYPE.txt (and the log), the timeline to $OUTDIR/timeline_1gpu_DTYPE.json.
+# bench_train DTYPE LIMIT [TAG [ARGS...]]: one `mrcnn bench train` run; the human and JSON
+# lines go to $TMPD/bench_train_TAG.txt (TAG defaults to DTYPE; and the log), the timeline
+# to $OUTDIR/timeline_1gpu_TAG.json; ARGS are more arguments of bench train.
 bench_train() {
-    local dt=$1 limit=$2
-    local out=$TMPD/bench_train_$dt.txt
+    local dt=$1 limit=$2 tag=${3:-$1}
+    shift 3 2> /dev/null || shift $#
+    local out=$TMPD/bench_train_$tag.txt
     : > "$out"
-    step "mrcnn bench train $dt" "$limit" env ${TRAIN_FIND:+MRCNN_CUDNN_FIND=$TRAIN_FIND} bash -c "set -o pipefail; '$BUILD/mrcnn' bench train \
-        --precision $dt --timeline '$OUTDIR/timeline_1gpu_$dt.json' ${TRAIN_ARGS:-} | tee '$out'"
+    step "mrcnn bench train $tag" "$limit" env ${TRAIN_FIND:+MRCNN_CUDNN_FIND=$TRAIN_FIND} bash -c "set -o pipefail; '$BUILD/mrcnn' bench train \
+        --precision $dt --timeline '$OUTDIR/timeline_1gpu_$tag.json' ${TRAIN_ARGS:-} $* | tee '$out'"
 }
 # gpu_model_test STEPS LIMIT
 gpu_model_test() {
@@ -322,6 +324,8 @@ if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
             [ "$dt" = "$first_dt" ] && continue
             bench_train "$dt" 150
         done
+        # the same as stage 1's first run without CUDA graphs: what the replayed step gains
+        [ "${SKIP_NOGRAPH:-0}" = 1 ] || bench_train "$first_dt" 150 "$first_dt-nograph" --set SOLVER.CUDA_GRAPH=off
         tl=${SCALING_TIMELINE:-}
         if [ -z "$tl" ]; then
             for dt in $TRAIN_DTYPES; do
@@ -371,7 +375,7 @@ fi
         else
             echo "  torchvision: $tv_line"
         fi
-        for dt in $TRAIN_DTYPES; do
+        for dt in $TRAIN_DTYPES "$first_dt-nograph"; do
             f=$TMPD/bench_train_$dt.txt
             [ -f "$f" ] || continue
             j=$(grep '^{"bench": "train"' "$f" 2>/dev/null | tail -1)
@@ -382,10 +386,10 @@ fi
             "${PY_ENV[@]}" python3 -c 'import json, sys
 j = json.loads(sys.argv[1])
 f = lambda v: v if isinstance(v, float) else float("nan")
-print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s  (syncs/step %s, reads %s, uploads %s)" % ("mrcnn " + j["precision"],
+print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s  (syncs/step %s, reads %s, uploads %s, graphs %s)" % ("mrcnn " + sys.argv[2],
       j["img_per_s"], j["step_ms"], j["peak_mem_mb"] / 1024, f(j["loss_first"]), f(j["loss_last"]),
       "" if j["finite"] else "  NOT FINITE", j.get("syncs_per_step", "?"), j.get("reads_per_step", "?"),
-      j.get("uploads_per_step", "?")))' "$j"
+      j.get("uploads_per_step", "?"), j.get("cuda_graph", "?")))' "$j" "$dt"
             if [ "$dt" = "$first_dt" ] && [ -n "$tv_rate" ]; then
                 mr=$("${PY_ENV[@]}" python3 -c 'import json, sys; print(json.loads(sys.argv[1])["img_per_s"])' "$j")
                 echo "  ratio mrcnn $first_dt / torchvision (first row): $(awk -v a="$mr" -v b="$tv_rate" 'BEGIN { printf "%.2f", a / b }') (milestone >= 1, goal >= 2.5)"

@@ -110,8 +110,11 @@ struct mrcnn_backend {
         void (*relu_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
         void (*relu_backward)(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy,
                               mrcnn_tensor *dx);
+        /* y = act(a + b), overwritten (y may alias a or b). act = RELU is the bottleneck's
+         * residual join in one pass, bit-identical to add then relu_forward; its backward
+         * is relu_backward on this y (y > 0 where the stored sum is), then add_backward. */
         void (*add_forward)(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b,
-                            mrcnn_tensor *y);
+                            mrcnn_activation act, mrcnn_tensor *y);
         void (*add_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da,
                              mrcnn_tensor *db);
         void (*maxpool2d_forward)(const mrcnn_backend *be, const mrcnn_pool2d_desc *d,
@@ -183,11 +186,20 @@ struct mrcnn_backend {
      * Graphs: graph_begin returns 1 when it started recording the compute stream (the
      * region's ops are captured, not run), 0 when the backend cannot (CPU), and then the
      * caller runs the region directly every time. graph_end returns the instantiated
-     * region; graph_launch replays it on the compute stream. The region must be capture-
-     * safe: no host read or sync, no buffer growth or algorithm search (run it once
-     * uncaptured first), the same device addresses each replay. Caller's pattern:
+     * region, or NULL with a warning when the capture failed at its end (the capture was
+     * invalidated, work forked to another stream was never joined, or the graph does not
+     * instantiate; the stream is usable again and nothing of the region ran: run it
+     * directly; a CUDA call that fails inside the region still stops the run);
+     * graph_launch replays it on the compute stream. The region
+     * must be capture-safe: no host read or sync, no buffer growth or algorithm search
+     * (run it once uncaptured first), the same device addresses each replay. Caller's
+     * pattern:
      *   if (!g && be->stream.graph_begin(be)) { region(); g = be->stream.graph_end(be); }
-     *   if (g) be->stream.graph_launch(be, g); else region(); */
+     *   if (g) be->stream.graph_launch(be, g); else region();
+     * graph_epoch: a counter that changes whenever the backend reallocated an internal
+     * buffer (CUDA: cuDNN workspace, scratch), after which every graph captured before
+     * points at freed memory and must be destroyed and captured again. NULL (CPU, test
+     * backends): 0, never changes. */
     struct {
         void *(*event_create)(const mrcnn_backend *be);
         void (*event_destroy)(const mrcnn_backend *be, void *ev);
@@ -197,6 +209,7 @@ struct mrcnn_backend {
         void *(*graph_end)(const mrcnn_backend *be);
         void (*graph_launch)(const mrcnn_backend *be, void *graph);
         void (*graph_destroy)(const mrcnn_backend *be, void *graph);
+        uint64_t (*graph_epoch)(const mrcnn_backend *be);
     } stream;
 
     /* The training step's bookkeeping on the device (issue 12), so that a step has no
@@ -209,17 +222,22 @@ struct mrcnn_backend {
      *   sum_squares:   out (1) fp32 = sum of t's squares (t fp32; clipping's norm)
      *   decide:        mrcnn_step_decide (step_ctl.h) on ctl (MRCNN_CTL_SIZE(n)) fp32:
      *                  apply or skip, clip coefficient, fp16 loss scaler, log window
-     *   sgd_update:    sgd_update above, with the skip flag and the gradient multiplier
-     *                  taken from ctl2 (2) fp32 = (apply, grad_scale) on the device: a
-     *                  skipped step leaves params and momentum untouched */
+     *                  (the newest skipped step's index from ctl[MRCNN_CTL_STEP_INDEX])
+     *   sgd_update:    sgd_update above, with the skip flag, the gradient multiplier and
+     *                  the learning rate taken from the control vector ctl (at least
+     *                  MRCNN_CTL_STEP elements) fp32 on the device: ctl[MRCNN_CTL_APPLY],
+     *                  ctl[MRCNN_CTL_GRAD_SCALE] (decide wrote them) and ctl[MRCNN_CTL_LR]
+     *                  (the host wrote it before the step): a skipped step leaves params
+     *                  and momentum untouched, and a captured update replays with each
+     *                  step's lr */
     struct {
         void (*axpy)(const mrcnn_backend *be, float mult, const mrcnn_tensor *x, mrcnn_tensor *acc);
         void (*nonfinite_or)(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *flag);
         void (*sum_squares)(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out);
         void (*decide)(const mrcnn_backend *be, const struct mrcnn_step_desc *d, mrcnn_tensor *ctl);
         void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
-                           float weight_decay, const mrcnn_tensor *ctl2);
+                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
+                           float weight_decay, const mrcnn_tensor *ctl);
     } step;
 
     void *state;              // backend-private (handles, caches)

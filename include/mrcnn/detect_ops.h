@@ -63,15 +63,21 @@ typedef struct mrcnn_roi_sample_desc {
     mrcnn_box_coder coder;    // (10, 10, 5, 5)
 } mrcnn_roi_sample_desc;
 
-/* RNG: rngs is a host array of N per-image streams, keyed as the host helpers key them
- * (mrcnn_rng_make(seed, epoch, image index, MRCNN_RNG_RPN_SAMPLE / MRCNN_RNG_ROI_SAMPLE));
- * a backend passes them by value into its kernels, which is no device read. */
+/* RNG: rngs is an (N, MRCNN_RNG_WORDS) int32 tensor on the backend's device, row i the
+ * five words of image i's mrcnn_rng (key[0], key[1], ctr[0], ctr[1], ctr[2], the struct's
+ * bytes), keyed as the host helpers key them (mrcnn_rng_make(seed, epoch, image index,
+ * MRCNN_RNG_RPN_SAMPLE / MRCNN_RNG_ROI_SAMPLE)). Device data rather than host values
+ * passed into the kernels: the streams change every batch, and a captured step (a CUDA
+ * graph) replays the same calls, so the host stages them into device memory instead.
+ * Same streams, same draws: the results equal the host helpers' exactly. */
+#define MRCNN_RNG_WORDS 5
 typedef struct mrcnn_backend_detect {
     /* RPN: assign targets (IoU fg / bg, low-quality matches), encode (1, 1, 1, 1),
      * balanced sampling, then scatter level-major as the RPN head's NHWC outputs. */
     void (*rpn_targets)(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d,
                         const mrcnn_tensor *anchors,   // (A_total, 4) fp32, all levels of one image
-                        const mrcnn_gt_batch *gt, const mrcnn_rng *rngs,
+                        const mrcnn_gt_batch *gt,
+                        const mrcnn_tensor *rngs,      // (N, MRCNN_RNG_WORDS) int32: MRCNN_RNG_RPN_SAMPLE streams
                         mrcnn_tensor *labels,          // [n_levels] each (N, H_l, W_l, A) fp32 0/1
                         mrcnn_tensor *obj_weights,     // [n_levels] same shape, 1 = sampled
                         mrcnn_tensor *reg_targets,     // [n_levels] (N, H_l, W_l, 4A) fp32
@@ -92,7 +98,8 @@ typedef struct mrcnn_backend_detect {
     void (*roi_sample)(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d,
                        const mrcnn_tensor *proposals, // (N, P, 4) fp32
                        const mrcnn_tensor *counts,    // (N) int32
-                       const mrcnn_gt_batch *gt, const mrcnn_rng *rngs,
+                       const mrcnn_gt_batch *gt,
+                       const mrcnn_tensor *rngs,   // (N, MRCNN_RNG_WORDS) int32: MRCNN_RNG_ROI_SAMPLE streams
                        mrcnn_tensor *rois,         // (N*S, 5) fp32 (image, x1, y1, x2, y2); padding image -1
                        mrcnn_tensor *labels,       // (N*S) int32: 0 bg, 1..K-1 fg, -1 padding
                        mrcnn_tensor *box_labels,   // (N*S) int32: the label on fg rows, -1 elsewhere
@@ -128,7 +135,9 @@ typedef struct mrcnn_backend_detect {
     /* The value of a 1-element count tensor when the host can see it WITHOUT waiting
      * for the device (the CPU backend, whose memory is the host's: not a read), else -1
      * (CUDA). The model trims the ROI heads to the valid rows when it can and runs the
-     * full capacity otherwise, so no step waits on a count. NULL entry: -1. */
+     * full capacity otherwise, so no step waits on a count. NULL entry: -1. A backend
+     * that answers (>= 0) makes the step's calls depend on the data, so its shape key
+     * (mrcnn_model_stage) is 0: such a step is never replayed as a graph. */
     int64_t (*count_hint)(const mrcnn_backend *be, const mrcnn_tensor *count);
 } mrcnn_backend_detect;
 

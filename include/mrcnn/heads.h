@@ -57,9 +57,8 @@ typedef struct mrcnn_rpn_head_targets {
     mrcnn_tensor reg[MRCNN_FPN_LEVELS], reg_w[MRCNN_FPN_LEVELS];    // (N, h, w, 4A) fp32
 } mrcnn_rpn_head_targets;
 /* Anchor targets of st's anchors against the batch's ground truth (st->gt), sampled
- * with the per-image RPN streams (be->det.rpn_targets). */
-void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
-                                 mrcnn_rpn_head_targets *t);
+ * with the per-image RPN streams st->rng_rpn (be->det.rpn_targets). Device data only. */
+void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, mrcnn_rpn_head_targets *t);
 /* loss_objectness and loss_rpn_box_reg into st->loss_dev[0] and [1], normalized by
  * st->n_sampled_dev; when backward, st->dlogits_rpn / ddeltas_rpn get their gradients. */
 void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st,
@@ -81,11 +80,12 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
                              const mrcnn_tensor *dlogits, const mrcnn_tensor *ddeltas,
                              mrcnn_tensor *dx);
 
-/* Samples the training ROIs of st's proposals (be->det.roi_sample): fills st->rois_dev,
+/* Samples the training ROIs of st's proposals (be->det.roi_sample, with the per-image
+ * ROI streams st->rng_roi): fills st->rois_dev,
  * the box targets, the fg rows the mask head trains on, and the counts n_rois_dev,
  * n_fg_dev; st->n_rois / n_fg are the rows the heads run on (the valid rows when the
  * backend knows their count without waiting, the whole capacity otherwise). */
-void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st);
+void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
 /* loss_classifier and loss_box_reg into st->loss_dev[2] and [3], normalized by
  * st->n_rois_dev; when backward, st->dcls / ddeltas get their gradients. */
 void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st);

@@ -26,9 +26,17 @@ typedef struct mrcnn_ws {
     size_t bytes, peak_bytes;
 } mrcnn_ws;
 void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be);
-/* A zeroed contiguous tensor of the backend's device. */
+/* A zeroed contiguous tensor of the backend's device: for buffers an op ADDS into
+ * (every backward output, ops.h). */
 mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
 mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t);
+/* The same, not zeroed: only for an output the next op overwrites whole before anything
+ * reads it (a forward's y, ops_decl.inc's "overwritten"), which saves a memset per
+ * activation on the GPU. The CPU backend fills it with all-ones bytes instead (NaN in
+ * fp32), so a read before the write turns the tests' results NaN rather than passing
+ * on the zeros fresh host pages would hold. */
+mrcnn_tensor mrcnn_ws_tensor_uninit(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape);
+mrcnn_tensor mrcnn_ws_act_uninit(mrcnn_ws *ws, int ndim, const int64_t *shape);
 /* Activations (and, through mrcnn_ws_like, their gradients) are stored in the backend's
  * storage dtype on a GPU backend, in fp32 on the CPU (whose rounded-storage mode rounds
  * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */

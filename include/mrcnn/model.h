@@ -40,6 +40,43 @@ typedef struct mrcnn_backend_open_opts {
 } mrcnn_backend_open_opts;
 mrcnn_backend *mrcnn_backend_open(const mrcnn_backend_open_opts *o, const char **why);
 
+/* ---- staging: the host half of a training step ---------------------------------- */
+/* Anchors of one padded batch size, generated and uploaded once (the model keeps a few,
+ * least recently used first out). */
+typedef struct mrcnn_model_anchors {
+    int img_h, img_w;                       // the padded batch size they are for (0: a free entry)
+    int64_t n;                              // per image, all levels
+    int64_t level_counts[MRCNN_FPN_LEVELS]; // H_l * W_l * A
+    float *host;                            // (n, 4) host, as generated
+    mrcnn_tensor dev;                       // (n, 4) fp32 on the device, its own allocation
+    uint64_t used;                          // the cache's clock at its last use
+} mrcnn_model_anchors;
+#define MRCNN_MODEL_ANCHOR_CACHE 8
+
+/* One staged micro-batch (mrcnn_model_stage): everything the device half reads, as views
+ * into one device buffer that persists across steps. Its layout is a function of the
+ * shapes alone (bump offsets from the base, reset each stage), so equal shapes give
+ * equal addresses and a captured device half stays valid for the next batch of the
+ * same shape. The buffer only grows (a new base changes the shape key). */
+typedef struct mrcnn_staged {
+    void *buf;                  // the staging buffer (be->mem.alloc), cap bytes
+    size_t cap;
+    uint8_t *host;              // host mirror of everything after the images: one upload
+    size_t host_cap;
+    bool ready;                 // staged at least once
+    int n_images, img_h, img_w; // N, H, W
+    int gt_cap;                 // G: the ground-truth capacity bucket (max(8, next power of 2 of the max count))
+    mrcnn_tensor images;        // (N, H, W, 3) fp32
+    mrcnn_tensor image_hw;      // (N, 2) int32: sizes before padding
+    mrcnn_tensor rngs;          // (2, N, MRCNN_RNG_WORDS) int32: RPN streams, then ROI streams (detect_ops.h)
+    mrcnn_gt_batch gt;          // (N, G, ...) views; gt.image_hw = image_hw
+    int pinned_cap;             // P of the pinned proposals (m->pinned_proposals), 0: none
+    mrcnn_tensor pinned_proposals; // (N, P, 4) fp32
+    mrcnn_tensor pinned_counts;    // (N) int32
+    const mrcnn_model_anchors *anchors; // the model's cached anchors of (H, W)
+    uint64_t shape_key;         // what mrcnn_model_stage returned
+} mrcnn_staged;
+
 /* ---- the model ---------------------------------------------------------------- */
 struct mrcnn_model { // typedef in layers.h
     mrcnn_config cfg;
@@ -74,6 +111,13 @@ struct mrcnn_model { // typedef in layers.h
     const float *pinned_proposals;
     const int64_t *pinned_counts;
     int pinned_cap;
+    /* private to maskrcnn.c: the staging slots (one per micro-batch index), the anchors
+     * cache and a (1) fp32 zero that asks be->det.count_hint whether it trims rows */
+    mrcnn_staged *staged;       // (n_staged)
+    int n_staged;
+    mrcnn_model_anchors anchors[MRCNN_MODEL_ANCHOR_CACHE];
+    uint64_t anchors_clock;
+    mrcnn_tensor hint_probe;    // (1) fp32 on the device
 };
 
 /* Builds the network the config describes and registers its parameters (zeros). */
@@ -93,7 +137,10 @@ typedef struct mrcnn_image_gt {
 } mrcnn_image_gt;
 
 struct mrcnn_batch { // typedef in heads.h
-    mrcnn_tensor images;        // (N, H, W, 3) on the device: normalized and padded
+    mrcnn_tensor images;        // (N, H, W, 3) fp32 on the device: normalized and padded; with
+                                // host_images only its shape counts (data may be NULL)
+    const float *host_images;   // (N, H, W, 3) fp32 host, or NULL: training (mrcnn_model_stage)
+                                // uploads it straight into its staging buffer
     const int *image_hw;        // (N, 2) host: each image's size before padding
     const mrcnn_image_gt *gt;   // (N) training targets (NULL for inference)
     const int64_t *image_index; // (N) global image indices keying the RNG (NULL: 0..N-1)
@@ -113,7 +160,8 @@ extern const char *const mrcnn_loss_names[MRCNN_N_LOSSES];
 void mrcnn_losses_to_array(const mrcnn_losses *l, double *out);
 
 /* Everything one step computed: kept for the backward and readable by tests. Device
- * tensors live in the ws; host arrays are owned here (freed by mrcnn_step_free).
+ * tensors live in the ws (the batch's inputs in the model's staging buffer and anchors
+ * cache); host arrays are owned here (freed by mrcnn_step_free).
  * Training is device-resident: the detection stages are backend ops (detect_ops.h) with
  * fixed capacities, valid rows first, so the step reads nothing back. The ROI heads run
  * on the valid rows when the backend can tell the count without waiting (count_hint: the
@@ -125,10 +173,14 @@ struct mrcnn_step { // typedef in heads.h
     mrcnn_rpn_out rpn;
     int64_t level_counts[MRCNN_FPN_LEVELS];
     int64_t n_anchors;          // per image, all levels
-    float *anchors;             // (n_anchors, 4) host, as generated
+    const float *anchors;       // (n_anchors, 4) host, as generated (the model's cache: not owned)
     mrcnn_tensor anchors_dev;   // (n_anchors, 4) fp32
     mrcnn_tensor image_hw_dev;  // (N, 2) int32: sizes before padding
     mrcnn_gt_batch gt;          // the batch's ground truth on the device (training)
+    mrcnn_tensor rng_rpn, rng_roi; // (N, MRCNN_RNG_WORDS) int32 per-image sampling streams (training)
+    int pinned_cap;             // P of the staged pinned proposals (m->pinned_proposals), 0: none
+    mrcnn_tensor pinned_proposals; // (N, P, 4) fp32 in the staging buffer
+    mrcnn_tensor pinned_counts;    // (N) int32 in the staging buffer
     /* proposals (device; inference and mrcnn_model_read_step also fill the host copies) */
     int prop_cap;               // P
     mrcnn_tensor proposals_dev; // (N, P, 4) fp32
@@ -172,13 +224,36 @@ struct mrcnn_step { // typedef in heads.h
     mrcnn_losses losses;        // host copy: filled by mrcnn_model_read_losses / read_step when asked
 };
 
-/* Forward, the five losses and (when backward) the gradients, which are ADDED into
- * m->params.grads (zero them first; accumulation steps add up). */
+/* The training step in two halves, so that the device half can be captured once and
+ * replayed (a CUDA graph, trainer.h):
+ *
+ * mrcnn_model_stage, the host half: uploads batch b into staging slot `slot` (one per
+ * micro-batch index; mrcnn_staged): the images (host_images, or a device copy of
+ * b->images), the image sizes, the ground truth padded to a capacity bucket (so G changes
+ * only when the bucket does), the per-image RNG streams (keyed by b->image_index and
+ * b->epoch) and the pinned proposals when set; the anchors come from the model's cache
+ * (generated and uploaded once per (H, W)). Returns the shape key: a nonzero hash of
+ * everything that decides the device half's calls and addresses (N, H, W, G, the
+ * activation dtype, the staging buffer, the anchors, ...), so that equal keys mean the
+ * same backend calls with the same arguments; 0 when the calls depend on the data (a
+ * backend whose count_hint trims the ROI heads to the valid rows: the CPU's; with
+ * count_hint NULL, or one that answers -1 as CUDA's does, the key is nonzero). Uploads
+ * only: no read, no sync.
+ *
+ * mrcnn_model_run, the device half of the staged slot: forward, targets, the five
+ * losses and (when backward) the gradients, ADDED into m->params.grads (zero them
+ * first; accumulation steps add up). Reads only device data and the shapes stage
+ * recorded: no upload, no read, no host data. Its temporaries go into ws (the caller
+ * resets it after using st; st's tensors live there). */
+uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b);
+void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcnn_step *st);
+/* Both halves in one call (slot 0): tests and tools. */
 void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward,
                             mrcnn_step *st);
-/* The stages of the training step, for tests that compare them one by one. */
+/* The first stages of inference: backbone, RPN head (anchors from the model's cache,
+ * b->image_hw uploaded into ws), then the proposals. */
 void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st);
-void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool training, mrcnn_step *st);
+void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_step *st);
 /* The five terms of a training step: one read of st->loss_dev (total = their sum). out
  * may be &st->losses. */
 void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_step *st, mrcnn_losses *out);

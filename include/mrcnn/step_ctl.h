@@ -11,7 +11,8 @@
  * GradScaler), clipping by the global L2 norm (SOLVER.CLIP_GRADIENTS) and the
  * counting of skipped steps toward SOLVER.MAX_NONFINITE.
  *
- * Counts are fp32: exact below 2^24 (16.7M steps), far beyond any run's length. */
+ * Counts and the step index are fp32: exact below 2^24 (16.7M steps), far beyond any
+ * run's length (the 90k-step 1x schedule uses 0.5% of it). */
 #ifndef MRCNN_STEP_CTL_H
 #define MRCNN_STEP_CTL_H
 
@@ -37,7 +38,13 @@ enum {
     MRCNN_CTL_SKIPPED = 5,    // state: steps the scaler skipped, in total (scaler.skipped)
     MRCNN_CTL_NONFINITE = 6,  // state: non-finite steps counted toward MAX_NONFINITE, in total
     MRCNN_CTL_USED_SCALE = 7, // out: the loss scale this step's gradients carried
-    MRCNN_CTL_STEP = 8,       // (n) this step's loss terms (forward_backward adds into them), then
+    /* in: what changes every step, written by the host with one be->mem.write before the
+     * step's device region (trainer_step.c), so that the region's backend calls take the
+     * same arguments every step and can be replayed as one CUDA graph: */
+    MRCNN_CTL_LR = 8,         // the step's learning rate (be->step.sgd_update reads it)
+    MRCNN_CTL_STEP_INDEX = 9, // the step's index (decide's newest-skipped-step bookkeeping);
+                              // fp32, exact below 2^24 steps (the window stores it + 1)
+    MRCNN_CTL_STEP = 10,      // (n) this step's loss terms (the trainable's run adds into them), then
                               // the flag: 0 finite; after the all-reduce, the ranks that saw Inf/NaN
 };
 #define MRCNN_CTL_FLAG(n) (MRCNN_CTL_STEP + (n))
@@ -54,7 +61,7 @@ enum {
 #define MRCNN_CTL_WIN_SIZE(n) (5 + 3 * (n))
 #define MRCNN_CTL_SIZE(n) (MRCNN_CTL_WIN(n) + MRCNN_CTL_WIN_SIZE(n))
 
-/* What the decision needs from the host: all of it known before the step runs. */
+/* What the decision needs from the host: fixed for the whole run. */
 typedef struct mrcnn_step_desc {
     int n_losses;
     int scaler_enabled;  // fp16 dynamic loss scaling (the scaler's state then moves)
@@ -64,11 +71,13 @@ typedef struct mrcnn_step_desc {
     float clip_value;
     float inv_world;     // 1 / ranks: the step's terms are sums over the ranks
     float inv_accum;     // 1 / ACCUM_STEPS: the multiplier when the model does not scale
-    float step;          // the step's index
+    /* Nothing here changes from step to step (the step index and the lr are in the
+     * control vector, MRCNN_CTL_STEP_INDEX and MRCNN_CTL_LR): a captured decide replays. */
 } mrcnn_step_desc;
 
 /* One step's decision on c (the control vector), after the step's terms and flag were
- * summed over the ranks and SUMSQ was computed (when clipping). The policies are those
+ * summed over the ranks, SUMSQ was computed (when clipping) and the host wrote
+ * STEP_INDEX. The policies are those
  * the host applied before (trainer_step.c, loss_scaler.c), in the same float/double
  * arithmetic, so fp16 runs keep their scale trajectory. */
 MRCNN_STEP_HD static inline void mrcnn_step_decide(const mrcnn_step_desc *d, float *c) {
@@ -106,7 +115,7 @@ MRCNN_STEP_HD static inline void mrcnn_step_decide(const mrcnn_step_desc *d, flo
             c[MRCNN_CTL_WIN_COUNTED(n)] += 1.0f;
             c[MRCNN_CTL_NONFINITE] += 1.0f;
         }
-        c[MRCNN_CTL_WIN_BAD_STEP(n)] = d->step + 1.0f;
+        c[MRCNN_CTL_WIN_BAD_STEP(n)] = c[MRCNN_CTL_STEP_INDEX] + 1.0f; // exact below 2^24 - 1
         c[MRCNN_CTL_WIN_BAD_SCALE(n)] = c[MRCNN_CTL_SCALE];
     } else
         c[MRCNN_CTL_WIN_FINITE(n)] += 1.0f;

@@ -1,5 +1,5 @@
 /* The training loop and its HDF5 checkpoints, over any model that exposes its
- * parameters as a flat fp32 arena and a forward+backward callback (the Mask R-CNN
+ * parameters as a flat fp32 arena and a stage + run callback pair (the Mask R-CNN
  * binding is src/cli/cmd_train.c; tests bind small stand-ins).
  *
  * One optimizer step = ACCUM_STEPS micro-batches of IMS_PER_BATCH / (ranks x
@@ -54,21 +54,32 @@ typedef struct mrcnn_trainable {
     const bool *trainable; // (params->n_entries) or NULL: all
     int n_losses;
     const char *const *loss_names; // (n_losses)
-    /* 1 when forward_backward applies loss_mult to its gradients. 0: it always
+    /* 1 when run applies loss_mult to its gradients. 0: it always
      * computes plain gradients; then the trainer passes loss_mult = 1, divides by
      * ACCUM_STEPS in the update, and an fp16 run has no loss scaling (the scaler
      * still skips Inf/NaN steps). */
     int scales_loss;
-    /* One micro-batch of this rank: loads it (the loader's next batch), runs forward
-     * and backward, and ADDS the gradients of loss_mult x loss_scale x (sum of the loss
-     * terms) into grads; loss_scale is (1) fp32 on the device (the fp16 loss scale the
-     * device decides), or NULL for 1. It ADDS acc_mult x the unscaled terms into loss_acc, (n_losses) fp32
-     * on the backend's device, on the device (be->step.axpy): the step never reads
-     * them back. When bk is not NULL (the last micro-batch) it calls
-     * mrcnn_buckets_mark_ready for each parameter whose gradient is final. Returns the
-     * seconds it waited for data. */
-    double (*forward_backward)(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
-                               float acc_mult, mrcnn_buckets *bk);
+    /* One micro-batch of this rank in two halves (issue 12), so that the device half
+     * can be captured once and replayed as a CUDA graph:
+     * stage: the host half. Takes the loader's next batch and uploads everything the
+     * device half reads (images, ground truth padded to a capacity bucket, per-image rng
+     * keys, image sizes, anchors) into device buffers whose addresses depend only on the
+     * shapes. Sets *shape_key to a nonzero hash of those shapes (equal keys: the device
+     * half makes the same backend calls with the same arguments), or 0 when the device
+     * half cannot be replayed. Returns the seconds it waited for data. No device work
+     * other than uploads. */
+    double (*stage)(void *ctx, int64_t step, int micro, uint64_t *shape_key);
+    /* run: the device half of the staged micro-batch: forward, targets, losses,
+     * backward. ADDS the gradients of loss_mult x loss_scale x (sum of the loss terms)
+     * into grads; loss_scale is (1) fp32 on the device (the fp16 loss scale the device
+     * decides), or NULL for 1. ADDS acc_mult x the unscaled terms into loss_acc, (n_losses)
+     * fp32 on the device (be->step.axpy): the step never reads them back. When bk is not
+     * NULL (the last micro-batch) it calls mrcnn_buckets_mark_ready for each parameter
+     * whose gradient is final. No host reads, no uploads, no host data (only shapes
+     * recorded by stage); its temporaries are allocated and released inside it, so a
+     * captured replay owns them. */
+    void (*run)(void *ctx, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                float acc_mult, mrcnn_buckets *bk);
     /* The loader position of the next micro-batch, for checkpoints, and a way to set
      * it at resume (both may be NULL when the model has no loader). */
     void (*get_cursor)(void *ctx, int64_t *epoch, int64_t *loader_step);
@@ -130,28 +141,84 @@ void mrcnn_output_dir_release(void);
 
 /* ---- one training step (src/train/trainer_step.c) ----
  * The step that `mrcnn train` (mrcnn_trainer_run), `mrcnn bench train` and the GPU
- * model test all run, so that what is timed and tested is what trains. One call:
- * LR from the schedule; gradients zeroed; ACCUM_STEPS micro-batches through the
- * model's forward_backward (batch in, forward, backward, the model's batch-wide loss
- * normalizers; the last micro-batch starts the gradient buckets' all-reduce as
- * parameters become ready); the bucket wait (gradients averaged over ranks); a device
- * all-reduce of the loss terms and the Inf/NaN flag; the non-finite check, gradient
- * clipping (SOLVER.CLIP_GRADIENTS) and the loss scaler's decision, on the device
- * (step_ctl.h); the fused SGD update, which a skipped step leaves out on the device;
- * one host all-reduce of the preemption flag and the data wait; st.step + 1.
+ * model test all run, so that what is timed and tested is what trains. One call, in
+ * three parts:
+ *  - stage (host): the step's lr (from the schedule) and index to the device control
+ *    vector with one be->mem.write, and the model's stage of the first micro-batch (its
+ *    uploads, its shape key);
+ *  - region (device): gradients zeroed; ACCUM_STEPS micro-batches through the model's
+ *    run (forward, backward, the model's batch-wide loss normalizers; the last
+ *    micro-batch starts the gradient buckets' all-reduce as parameters become ready;
+ *    with ACCUM_STEPS > 1 the later micro-batches' stage runs here too); the bucket wait
+ *    (gradients averaged over ranks); a device all-reduce of the loss terms and the
+ *    Inf/NaN flag; the non-finite check, gradient clipping (SOLVER.CLIP_GRADIENTS) and
+ *    the loss scaler's decision, on the device (step_ctl.h); the fused SGD update, which
+ *    a skipped step leaves out on the device. Its backend calls take the same arguments
+ *    every step of a shape key: nothing in it is a per-step host value;
+ *  - tail (host): one host all-reduce of the preemption flag and the data wait;
+ *    st.step + 1.
  * It does not: log the window, write metrics, checkpoint, evaluate, act on a
  * preemption signal or stop at SOLVER.MAX_NONFINITE (mrcnn_trainer_take_losses reports
  * what the caller needs for those), broadcast or load weights, or synchronize the
  * device at its end.
  *
+ * CUDA graphs (SOLVER.CUDA_GRAPH, mrcnn_config_cuda_graph): the region is captured and
+ * replayed when the config says so for the backend, ACCUM_STEPS is 1, the all-reduces
+ * are capturable (one rank, or NCCL) and stage gave a nonzero shape key. A cache of MRCNN_GRAPH_CACHE_SIZE keys (least recently used
+ * evicted): a key's first step runs the region directly (the warm-up: every lazily
+ * sized buffer, cuDNN algorithm choice and workspace reaches its size), its second
+ * captures and launches it, later ones replay it. When the backend's graph_epoch
+ * changes (it reallocated a buffer that graphs point at), every graph is destroyed and
+ * its key captured again at its next step. A backend that cannot capture (CPU:
+ * graph_begin returns 0) or a capture that fails (one warning) turns graphs off for
+ * the run; the step then runs directly, with the same results.
+ *
  * Issue 12: a step performs no host read. The loss terms, the skipped steps, the
  * non-finite count and the fp16 scaler's state stay in the trainer's device control
  * vector; mrcnn_trainer_take_losses reads it once (LOG_PERIOD, or every step for a
  * caller that wants each step's loss), names the skipped steps in log lines and
- * brings st up to date; mrcnn_trainer_sync_state reads it for a checkpoint. The one
- * exception: fp16 with a model that scales its loss reads the loss scale (4 bytes)
- * before each step, because the model takes its gradient multiplier as a host float
- * (mrcnn_loss_norm.grad_mult). */
+ * brings st up to date; mrcnn_trainer_sync_state reads it for a checkpoint. */
+
+/* ---- the graph cache (pure bookkeeping; the trainer makes the backend calls) ---- */
+#define MRCNN_GRAPH_CACHE_SIZE 4
+typedef struct mrcnn_graph_entry {
+    uint64_t key;  // shape key (0: free)
+    void *graph;   // the captured region, NULL while the key is only warmed up
+    uint64_t used; // the cache's clock at its last use (LRU)
+} mrcnn_graph_entry;
+
+typedef struct mrcnn_graph_cache {
+    uint64_t epoch; // the backend's graph_epoch the graphs were captured at
+    uint64_t clock;
+    mrcnn_graph_entry e[MRCNN_GRAPH_CACHE_SIZE];
+} mrcnn_graph_cache;
+
+typedef enum {
+    MRCNN_GRAPH_DIRECT = 0, // graphs off, or a step that cannot be replayed: run the region
+    MRCNN_GRAPH_WARMUP,     // a key's first step: run the region directly
+    MRCNN_GRAPH_CAPTURE,    // its second: capture the region, store the graph, launch it
+    MRCNN_GRAPH_REPLAY,     // later: launch the stored graph
+} mrcnn_graph_action;
+
+typedef struct mrcnn_graph_plan {
+    mrcnn_graph_action action;
+    int slot;                              // the key's entry (-1 with DIRECT)
+    int flushed;                           // the epoch changed: every graph was forgotten
+    int n_destroy;                         // graphs the caller destroys before acting:
+    void *destroy[MRCNN_GRAPH_CACHE_SIZE]; //   all of them on a new epoch, else the evicted one
+} mrcnn_graph_plan;
+
+/* Whether a run may use graphs: config_on (mrcnn_config_cuda_graph), ACCUM_STEPS, the
+ * world size and whether the all-reduces go through NCCL (capturable). 0 with the
+ * reason in *why (a static string) when not. */
+int mrcnn_graph_allowed(int config_on, int accum_steps, int world_size, int nccl, const char **why);
+/* The step's action for shape key under the backend's current epoch, with the cache
+ * updated (the key's entry made or refreshed, an LRU entry evicted, graphs forgotten on
+ * a new epoch: their keys stay warmed up, since buffers only grow). allowed = 0 or
+ * key = 0: DIRECT and the cache untouched. After CAPTURE the caller stores the graph in
+ * c->e[slot].graph (NULL when the capture failed). */
+mrcnn_graph_plan mrcnn_graph_cache_plan(mrcnn_graph_cache *c, int allowed, uint64_t key, uint64_t epoch);
+
 typedef struct mrcnn_trainer {
     const mrcnn_config *cfg; // resolved (SOLVER.* drive the step); SOLVER.PRECISION a mode, not auto
     mrcnn_dist *dist;
@@ -161,6 +228,10 @@ typedef struct mrcnn_trainer {
     mrcnn_sgd sgd;           // its momentum is checkpointed too
     mrcnn_lr_schedule sched;
     mrcnn_buckets bk;
+    /* Test hook: called with begin = 1 right before the step's device region and 0 right
+     * after it (whether run, captured and launched, or replayed). NULL: none. */
+    void (*on_region)(void *ctx, int begin);
+    void *on_region_ctx;
     /* private to trainer_step.c */
     mrcnn_tensor gflat;
     mrcnn_tensor ctl;   // (MRCNN_CTL_SIZE(n_losses)) fp32 on the device: step_ctl.h
@@ -169,16 +240,19 @@ typedef struct mrcnn_trainer {
     int ctl_uploaded;   // st's scaler and non-finite count went to the device (first step)
     double win_data;    // data wait (mean over ranks), summed over the window's steps
     int64_t win_steps;
+    int graphs;         // graphs allowed for this run (mrcnn_graph_allowed; 0 after a failure)
+    mrcnn_graph_cache gc;
+    struct { int64_t direct, warmup, capture, replay, flush; } graph_stats; // steps by action, epoch flushes
 } mrcnn_trainer;
 
 /* What the caller of one step needs every step; all of it agreed over the ranks. */
 typedef struct mrcnn_step_result {
     int64_t step;     // the step's index (st.step before it; st.step is one more now)
     float lr;         // the learning rate it used
-    float loss_scale; // the loss scale its gradients carried as the host knows it (1 unless
-                      // fp16 scales; fp16 reads it each step, trainer_step above)
+    float loss_scale; // the loss scale as the host knows it (1 unless fp16 scales): as of the
+                      // last read of the control vector; the device decides the current one
     int stop_signal;  // SIGTERM/SIGUSR1 arrived on some rank (mrcnn_signals_pending)
-    double data_s;    // seconds forward_backward waited for data, mean over ranks
+    double data_s;    // seconds the model's stage waited for data, mean over ranks
     /* Whether the step was applied or skipped is decided on the device: it is known
      * at the next mrcnn_trainer_take_losses (mrcnn_loss_window). */
 } mrcnn_step_result;

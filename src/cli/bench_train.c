@@ -24,6 +24,7 @@
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
 #include "mrcnn/model.h"
+#include "mrcnn/model_trainable.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/trainer.h"
@@ -113,20 +114,19 @@ static void batch_free(bt_batch *b, const mrcnn_backend *be) {
 /* Gradient-ready reports: marks the step's buckets and, in the timeline step, the time
  * each parameter's gradient became final on the device. */
 typedef struct {
-    mrcnn_buckets *bk;
     const mrcnn_backend *be;
     double *ready_t; // (n params) or NULL
     double mem_mb;   // device memory in use at the first report (activations all held)
     int reported;
 } bt_ready;
 
-static void on_ready(int i, void *ctx) {
+static void on_ready(int i, mrcnn_buckets *bk, void *ctx) {
     bt_ready *r = ctx;
     if (!r->reported++ && r->be->device == MRCNN_DEVICE_GPU) {
         double mb = r->be->info.memory_used_mb(r->be);
         if (mb > r->mem_mb) r->mem_mb = mb;
     }
-    mrcnn_buckets_mark_ready(r->bk, i);
+    mrcnn_buckets_mark_ready(bk, i);
     if (r->ready_t) {
         r->be->mem.sync(r->be);
         r->ready_t[i] = mrcnn_time_now();
@@ -135,10 +135,9 @@ static void on_ready(int i, void *ctx) {
 
 typedef struct {
     mrcnn_model m;
-    mrcnn_ws ws;
+    mrcnn_model_trainable mt; // the model as the trainer's trainable, over bt_next (its ws: the activations)
     mrcnn_config step_cfg; // the solver settings of the step (lr 0, above)
     mrcnn_dist one;        // a single rank: the all-reduces return at once
-    mrcnn_trainable tm;
     mrcnn_trainer tr;
     bt_batch *batches;     // (BT_BATCHES)
     int batch;             // the next step's batch (cycled)
@@ -146,23 +145,14 @@ typedef struct {
     int skipped;           // steps not applied (fp16: the scaler halved the scale)
 } bt_state;
 
-/* The trainable's forward_backward: the step's one micro-batch is batch s->batch
- * (cycled); no data wait. */
-static double bt_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
-                                  float acc_mult, mrcnn_buckets *bk) {
+/* The trainable's batch source: the step's one micro-batch is batch s->batch (cycled),
+ * already on the device (the model's stage copies it into its staging buffer, so every
+ * batch has the same addresses); no data wait. */
+static double bt_next(void *ctx, int64_t step, int micro, mrcnn_batch *out) {
     bt_state *s = ctx;
     const bt_batch *b = &s->batches[s->batch % BT_BATCHES];
-    s->m.loss_mult = loss_mult;
-    s->m.loss_scale = loss_scale;
-    s->m.grad_ready = bk ? on_ready : NULL;
-    s->ready.bk = bk;
     s->ready.reported = 0;
-    mrcnn_ws_reset(&s->ws);
-    mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
-    mrcnn_step st;
-    mrcnn_model_train_step(&s->m, &s->ws, &batch, true, &st);
-    s->m.be->step.axpy(s->m.be, acc_mult, &st.loss_dev, loss_acc); // the terms stay on the device
-    mrcnn_step_free(&st);
+    *out = (mrcnn_batch){.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
     return 0;
 }
 
@@ -184,12 +174,13 @@ static double train_step(bt_state *s, int i) {
 /* The forward pass alone (the timeline's forward time), synchronized. */
 static void forward_only(bt_state *s, const bt_batch *b) {
     s->m.loss_mult = 1.0f;
+    s->m.loss_scale = NULL;
     s->m.grad_ready = NULL;
-    mrcnn_ws_reset(&s->ws);
     mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
     mrcnn_step st;
-    mrcnn_model_train_step(&s->m, &s->ws, &batch, false, &st);
+    mrcnn_model_train_step(&s->m, &s->mt.ws, &batch, false, &st);
     mrcnn_step_free(&st);
+    mrcnn_ws_reset(&s->mt.ws);
     s->m.be->mem.sync(s->m.be);
 }
 
@@ -324,7 +315,6 @@ int bench_train_main(int argc, char **argv) {
     bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
     mrcnn_model_init(&s->m, &cfg, be);
     mrcnn_model_init_random(&s->m, (uint64_t)seed);
-    mrcnn_ws_init(&s->ws, be);
     /* One rank, one micro-batch of N images per step (as torchvision_bench.py; the
      * timeline's forward and backward are of that one micro-batch). */
     s->step_cfg = cfg;
@@ -336,12 +326,11 @@ int bench_train_main(int argc, char **argv) {
     snprintf(s->step_cfg.solver_precision, sizeof s->step_cfg.solver_precision, "%s", mode);
     s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1,
                           .device = be->device == MRCNN_DEVICE_GPU ? gpu : -1};
-    s->tm = (mrcnn_trainable){.ctx = s, .params = &s->m.params.values, .grads = &s->m.params.grads,
-                              .trainable = s->m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
-                              .scales_loss = 1, .forward_backward = bt_forward_backward};
-    mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->tm, MRCNN_BUCKET_BYTES_DEFAULT);
+    mrcnn_model_trainable_init(&s->mt, &s->m, bt_next, s);
     s->ready = (bt_ready){.be = be};
-    s->m.grad_ready_ctx = &s->ready;
+    s->mt.on_ready = on_ready;
+    s->mt.on_ready_ctx = &s->ready;
+    mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->mt.tm, MRCNN_BUCKET_BYTES_DEFAULT);
 
     double t_data = mrcnn_time_now();
     bt_batch batches[BT_BATCHES];
@@ -380,7 +369,7 @@ int bench_train_main(int argc, char **argv) {
     const double syncs = (double)(c1.syncs - c0.syncs) / steps, reads = (double)(c1.reads - c0.reads) / steps,
                  uploads = (double)(c1.uploads - c0.uploads) / steps;
     double img_s = N / (step_ms / 1e3);
-    double ws_peak_mb = (double)s->ws.peak_bytes / (1 << 20);
+    double ws_peak_mb = (double)s->mt.ws.peak_bytes / (1 << 20);
     double arenas_mb =
         (double)(s->m.params.values.size + s->m.params.grads.size + s->tr.sgd.momentum.size) / (1 << 20);
     double dev_mb = s->ready.mem_mb;
@@ -444,7 +433,7 @@ int bench_train_main(int argc, char **argv) {
 
     for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);
     mrcnn_trainer_free(&s->tr);
-    mrcnn_ws_free(&s->ws);
+    mrcnn_model_trainable_free(&s->mt);
     mrcnn_model_free(&s->m);
     free(s);
     mrcnn_backend_destroy(be);

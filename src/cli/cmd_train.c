@@ -15,6 +15,7 @@
 #include "mrcnn/log.h"
 #include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
+#include "mrcnn/model_trainable.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"
 #include "eval_shards.h"
@@ -69,7 +70,7 @@ typedef struct {
     mrcnn_dist *dist;
     mrcnn_backend *be;
     mrcnn_model model;
-    mrcnn_ws ws;
+    mrcnn_model_trainable mt; // the trainer's view of the model, over train_batch
     mrcnn_train_feed *feed;
     int per_rank;
     int64_t epoch0, step0; // loader cursor to start from
@@ -92,17 +93,10 @@ static void count_sum(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx) 
     mrcnn_dist_allreduce_tensor(b->dist, be, counts, 1, "loss normalizer all-reduce");
 }
 
-/* The model reports each parameter's gradient final during backward: its bucket
- * can start its all-reduce while backward goes on. */
-static void on_grad_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
-
-static double forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
-                               float acc_mult, mrcnn_buckets *bk) {
+/* The trainable's batch source: the loader's next batch of this rank, its images
+ * uploaded by the model's stage straight from the feed's buffer. */
+static double train_batch(void *ctx, int64_t step, int micro, mrcnn_batch *out) {
     binding *b = ctx;
-    b->model.loss_mult = loss_mult;
-    b->model.loss_scale = loss_scale;
-    b->model.grad_ready = bk ? on_grad_ready : NULL;
-    b->model.grad_ready_ctx = bk;
     if (!b->feed) b->feed = mrcnn_train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
     double wait_s = 0;
     const mrcnn_train_feed_batch *fb = mrcnn_train_feed_next(b->feed, &wait_s);
@@ -113,22 +107,20 @@ static double forward_backward(void *ctx, int64_t step, int micro, float loss_mu
     for (int i = 0; i < fb->n; i++)
         b->gt[i] = (mrcnn_image_gt){.n = fb->img[i].n, .boxes = fb->img[i].boxes, .labels = fb->img[i].labels,
                                     .masks = fb->img[i].masks};
-    mrcnn_ws_reset(&b->ws);
-    mrcnn_batch batch = {.image_hw = fb->image_hw, .gt = b->gt, .image_index = fb->image_index,
+    *out = (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, b->be->device, 4,
+                                                     (int64_t[]){fb->n, fb->height, fb->width, 3}),
+                         .host_images = fb->images,
+                         .image_hw = fb->image_hw,
+                         .gt = b->gt,
+                         .image_index = fb->image_index,
                          .epoch = (uint32_t)fb->epoch};
-    batch.images = mrcnn_ws_tensor(&b->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){fb->n, fb->height, fb->width, 3});
-    b->be->mem.write(b->be, &batch.images, fb->images);
-    mrcnn_step st;
-    mrcnn_model_train_step(&b->model, &b->ws, &batch, true, &st);
-    b->be->step.axpy(b->be, acc_mult, &st.loss_dev, loss_acc); // the terms stay on the device
-    mrcnn_step_free(&st);
     return wait_s;
 }
 
 /* The current weights through the same inference and COCO evaluation as `mrcnn eval`
  * (so the last one equals `mrcnn eval --weights <final checkpoint>`). */
 static void evaluate(void *ctx, mrcnn_eval_metrics *e) {
-    binding *b = ctx;
+    binding *b = ((mrcnn_model_trainable *)ctx)->source_ctx;
     const mrcnn_config *cfg = b->cfg;
     const char *index = cfg->datasets_test;
     const int root = b->dist->rank == 0;
@@ -176,7 +168,7 @@ static void eval_free(binding *b) {
 }
 
 static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
-    binding *b = ctx;
+    binding *b = ((mrcnn_model_trainable *)ctx)->source_ctx;
     if (b->feed) mrcnn_train_feed_cursor(b->feed, epoch, step);
     else {
         *epoch = b->epoch0;
@@ -185,7 +177,7 @@ static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
 }
 
 static void set_cursor(void *ctx, int64_t epoch, int64_t step) {
-    binding *b = ctx;
+    binding *b = ((mrcnn_model_trainable *)ctx)->source_ctx;
     MRCNN_CHECK(b->feed == NULL, "the loader cursor can only be set before the first batch");
     b->epoch0 = epoch;
     b->step0 = step;
@@ -299,27 +291,26 @@ int mrcnn_cmd_train(int argc, char **argv) {
     }
     b.model.count_sum = count_sum;
     b.model.count_ctx = &b;
-    mrcnn_ws_init(&b.ws, be);
+    mrcnn_model_trainable_init(&b.mt, &b.model, train_batch, &b);
+    b.mt.tm.get_cursor = get_cursor;
+    b.mt.tm.set_cursor = set_cursor;
+    b.mt.tm.evaluate = cfg.test_eval_period > 0 ? evaluate : NULL;
     mrcnn_checkpoint_set_lock(mrcnn_hdf5_lock, mrcnn_hdf5_unlock);
 
     mrcnn_info("mrcnn train: %d ranks (%s), %lld parameters (%lld trainable), config %s", dist.world_size, be->name,
                (long long)mrcnn_params_numel(&b.model.params, false), (long long)mrcnn_params_numel(&b.model.params, true),
                config_path ? config_path : "(defaults)");
-    mrcnn_trainable tm = {.ctx = &b, .params = &b.model.params.values, .grads = &b.model.params.grads,
-                          .trainable = b.model.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
-                          .scales_loss = 1, .forward_backward = forward_backward, .get_cursor = get_cursor,
-                          .set_cursor = set_cursor, .evaluate = cfg.test_eval_period > 0 ? evaluate : NULL};
     mrcnn_trainer_opts opts = {.resume = resume, .max_steps = max_steps,
                                .bucket_bytes = (size_t)(bucket_mb * 1024 * 1024)};
     if (opts.bucket_bytes == 0) opts.bucket_bytes = 1;
-    int rc = mrcnn_trainer_run(&cfg, &opts, &dist, be, &tm);
+    int rc = mrcnn_trainer_run(&cfg, &opts, &dist, be, &b.mt.tm);
     if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
                    cfg.output_dir, cfg.output_dir, rc == 0 ? ", loss.png" : "");
     mrcnn_train_feed_destroy(b.feed);
     eval_free(&b);
     free(b.gt);
-    mrcnn_ws_free(&b.ws);
+    mrcnn_model_trainable_free(&b.mt);
     mrcnn_model_free(&b.model);
     mrcnn_backend_destroy(be);
     mrcnn_set_fail_hint(NULL);

@@ -211,9 +211,29 @@ static void cpu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, co
     round_out(be, dx);
 }
 
-static void cpu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *y) {
+/* The residual join y = relu(round(a + b)) in one pass over memory. Bit-identical to
+ * add_forward, round_out, relu_forward: rounding keeps the sign and 0, and relu's
+ * `v < 0 ? 0 : v` (ops' form: -0 and NaN pass) is applied to the rounded sum. */
+static void add_relu(int64_t n, const float *a, const float *b, float *y, mrcnn_dtype storage) {
+#pragma omp parallel for schedule(static) if (n >= 32768)
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i] + b[i];
+        if (storage != MRCNN_DTYPE_F32) v = mrcnn_round_to(v, storage);
+        y[i] = v < 0 ? 0 : v;
+    }
+}
+
+static void cpu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
+                            mrcnn_tensor *y) {
     const float *pa = f32(a, "add_forward a");
-    mrcnn_add_forward(mrcnn_tensor_numel(a), pa, f32_like(b, "add_forward b", a), f32_like(y, "add_forward y", a));
+    const float *pb = f32_like(b, "add_forward b", a);
+    float *py = f32_like(y, "add_forward y", a);
+    MRCNN_CHECK(act == MRCNN_ACT_NONE || act == MRCNN_ACT_RELU, "add_forward: unknown activation %d", (int)act);
+    if (act == MRCNN_ACT_RELU) {
+        add_relu(mrcnn_tensor_numel(a), pa, pb, py, be->storage);
+        return;
+    }
+    mrcnn_add_forward(mrcnn_tensor_numel(a), pa, pb, py);
     round_out(be, y);
 }
 
@@ -429,6 +449,7 @@ static void cpu_event_nop(const mrcnn_backend *be, void *ev) {}
 static int cpu_graph_begin(const mrcnn_backend *be) { return 0; }
 static void *cpu_graph_end(const mrcnn_backend *be) { return NULL; }
 static void cpu_graph_nop(const mrcnn_backend *be, void *graph) {}
+static uint64_t cpu_graph_epoch(const mrcnn_backend *be) { return 0; } // no graphs: never stale
 
 /* ---- device options and statistics: the host's memory is the process's ---- */
 
@@ -497,6 +518,7 @@ mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     be->stream.graph_end = cpu_graph_end;
     be->stream.graph_launch = cpu_graph_nop;
     be->stream.graph_destroy = cpu_graph_nop;
+    be->stream.graph_epoch = cpu_graph_epoch;
     be->info.set_tf32 = cpu_set_tf32;
     be->info.compute_capability = cpu_compute_capability;
     be->info.device_name = cpu_device_name;

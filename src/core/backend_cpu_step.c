@@ -64,15 +64,18 @@ static void cpu_step_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, m
     mrcnn_step_decide(d, c);
 }
 
-/* be->opt.sgd_update with (apply, grad_scale) from the device: the same arithmetic, or
- * nothing when the step is skipped. */
+/* be->opt.sgd_update with apply, grad_scale and lr from the control vector: the same
+ * arithmetic, or nothing when the step is skipped. */
 static void cpu_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                                mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
-                                float weight_decay, const mrcnn_tensor *ctl2) {
-    const float *c = f32_of(ctl2, "sgd_update ctl2");
-    MRCNN_CHECK(mrcnn_tensor_numel(ctl2) >= 2, "step op sgd_update: ctl2 needs (apply, grad_scale)");
-    if (c[0] == 0.0f) return;
-    be->opt.sgd_update(be, params, grads, momentum, decay_mask, lr, momentum_coef, weight_decay, c[1]);
+                                mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
+                                float weight_decay, const mrcnn_tensor *ctl) {
+    const float *c = f32_of(ctl, "sgd_update ctl");
+    MRCNN_CHECK(mrcnn_tensor_numel(ctl) >= MRCNN_CTL_STEP,
+                "step op sgd_update: control vector of %lld elements, %d needed (apply, grad_scale, lr)",
+                (long long)mrcnn_tensor_numel(ctl), (int)MRCNN_CTL_STEP);
+    if (c[MRCNN_CTL_APPLY] == 0.0f) return;
+    be->opt.sgd_update(be, params, grads, momentum, decay_mask, c[MRCNN_CTL_LR], momentum_coef, weight_decay,
+                       c[MRCNN_CTL_GRAD_SCALE]);
 }
 
 void mrcnn_backend_cpu_fill_step(mrcnn_backend *be) {

@@ -138,11 +138,13 @@ static void v_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, cons
     be->unchecked->nn.relu_backward(be, y, dy, dx);
 }
 
-static void v_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *y) {
+static void v_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
+                          mrcnn_tensor *y) {
     check_any(be, a, "add_forward a");
     check_like(be, b, "add_forward b", a);
     check_like(be, y, "add_forward y", a);
-    be->unchecked->nn.add_forward(be, a, b, y);
+    check_act(act, "add_forward");
+    be->unchecked->nn.add_forward(be, a, b, act, y);
 }
 
 static void v_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {

@@ -6,6 +6,7 @@
 
 #include "cuda_internal.h"
 #include "detect_internal.h"
+#include "mrcnn/log.h"
 
 /* cuDNN workspace cap: on an H200 the fastest algorithms of R50-FPN's large convs
  * (8 x 800x1216) want hundreds of MB to a few GB, and 256 MB excluded them. The one
@@ -81,6 +82,7 @@ static void *cu_grow(cu_state *s, void **buf, size_t *size, size_t bytes, const 
         MRCNN_CHECK(0, "cudaMalloc of %zu bytes for %s failed: %s", want, what, cudaGetErrorString(e));
     }
     *size = want;
+    s->graph_epoch++; // a new address: captured graphs that used this buffer are stale (stream.graph_epoch)
     return *buf;
 }
 
@@ -390,7 +392,10 @@ static int cu_graph_begin(const mrcnn_backend *be) {
 }
 
 /* Allocations made inside the region (stream-ordered be->mem.alloc) become graph memory
- * nodes; AutoFreeOnLaunch releases one left unfreed before the next replay. */
+ * nodes; AutoFreeOnLaunch releases one left unfreed before the next replay. A capture
+ * that failed (cudaStreamEndCapture's errors, e.g. an invalidated capture, are not
+ * sticky: the stream is usable again) or does not instantiate returns NULL with a
+ * warning, and the caller runs the region directly: nothing of it ran while capturing. */
 static void *cu_graph_end(const mrcnn_backend *be) {
     cu_state *s = cu_st(be);
     MRCNN_CHECK(s->capturing, "graph_end without graph_begin");
@@ -398,13 +403,23 @@ static void *cu_graph_end(const mrcnn_backend *be) {
     cudaError_t e = cudaStreamEndCapture(s->stream, &g);
     s->capturing = 0;
     cu_captures_open--;
-    if (e != cudaSuccess)
-        mrcnn_failf("CUDA", "cudaStreamEndCapture", __FILE__, __LINE__,
-                    "CUDA graph capture failed: %s: %s (an op in the region synchronised, read to the host, or "
-                    "used another stream without an event)", cudaGetErrorName(e), cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); // clear it, so the next launch check does not report it
+        if (g) cudaGraphDestroy(g);
+        mrcnn_warn("CUDA graph capture failed: %s: %s (an op in the region synchronised, read to the host, or "
+                   "used another stream without an event); the region runs uncaptured",
+                   cudaGetErrorName(e), cudaGetErrorString(e));
+        return NULL;
+    }
     cudaGraphExec_t x = NULL;
-    MRCNN_CHECK_CUDA(cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
-    MRCNN_CHECK_CUDA(cudaGraphDestroy(g));
+    e = cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        mrcnn_warn("CUDA graph instantiation failed: %s: %s; the region runs uncaptured", cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+        return NULL;
+    }
     return (void *)x;
 }
 
@@ -417,6 +432,8 @@ static void cu_graph_launch(const mrcnn_backend *be, void *graph) {
 static void cu_graph_destroy(const mrcnn_backend *be, void *graph) {
     if (graph) MRCNN_CHECK_CUDA(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
+
+static uint64_t cu_graph_epoch(const mrcnn_backend *be) { return cu_st(be)->graph_epoch; }
 
 static void cu_destroy(mrcnn_backend *be) {
     if (!be) return;
@@ -519,6 +536,7 @@ extern "C" mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why) {
     be->stream.graph_end = cu_graph_end;
     be->stream.graph_launch = cu_graph_launch;
     be->stream.graph_destroy = cu_graph_destroy;
+    be->stream.graph_epoch = cu_graph_epoch;
     cu_fill_conv_ops(be);
     cu_fill_gemm_ops(be);
     cu_fill_elementwise_ops(be);

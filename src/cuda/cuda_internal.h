@@ -54,6 +54,7 @@ typedef struct cu_state {
     struct { size_t lo, hi; cudaEvent_t ev; } pinned_pend[CU_PINNED_SLOTS];
     int pinned_first, pinned_count;
     int capturing;     // inside stream.graph_begin / graph_end
+    uint64_t graph_epoch; // bumped by every scratch/workspace (re)allocation: graphs captured before are stale
 } cu_state;
 
 static inline cu_state *cu_st(const mrcnn_backend *be) { return (cu_state *)be->state; }

@@ -6,8 +6,8 @@
  * Nothing here waits for the device or copies device memory to the host: every buffer
  * has a fixed capacity known from the descriptors and tensor shapes, data-dependent
  * counts (gt per image, proposals per image, sampled rows) stay in device memory and
- * the kernels that need one read it there. The per-image RNG streams travel as kernel
- * parameters. So a step's detection work queues without a host round trip and can be
+ * the kernels that need one read it there, and so do the per-image RNG streams (a device
+ * tensor the host staged with the batch). So a step's detection work queues without a host round trip and can be
  * captured in a CUDA graph (after one uncaptured run has grown the scratch slot).
  *
  * Temporaries come from one scratch slot (CU_SCRATCH_GEMM), carved once per entry
@@ -22,6 +22,8 @@
 #include "mrcnn/box_math.h"
 
 #define DT 256 // threads per block of the elementwise kernels here
+
+static_assert(sizeof(mrcnn_rng) == MRCNN_RNG_WORDS * sizeof(int32_t), "mrcnn_rng is the five words of detect_ops.h");
 
 static size_t al256(size_t b) { return (b + 255) / 256 * 256; }
 
@@ -174,7 +176,7 @@ __global__ void k_rpn_weights(const int64_t *pos, int pos_cap, const int64_t *ne
 }
 
 static void cu_det_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d, const mrcnn_tensor *anchors,
-                               const mrcnn_gt_batch *gt, const mrcnn_rng *rngs, mrcnn_tensor *labels,
+                               const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs, mrcnn_tensor *labels,
                                mrcnn_tensor *obj_weights, mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights,
                                mrcnn_tensor *n_sampled) {
     cu_state *s = cu_st(be);
@@ -189,6 +191,7 @@ static void cu_det_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_
     MRCNN_CHECK(rngs && labels && obj_weights && reg_targets && reg_weights && n_sampled, "rpn_targets: NULL argument");
     const int N = d->n_images, G = gt ? gt->max_gt : 0;
     check_gt(gt, N, 0, "rpn_targets");
+    need(rngs, MRCNN_DTYPE_I32, (int64_t)N * MRCNN_RNG_WORDS, "rpn_targets rngs");
     rpn_out out;
     memset(&out, 0, sizeof out);
     out.n_levels = d->n_levels;
@@ -239,8 +242,8 @@ static void cu_det_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_
                                                      (const int32_t *)gt->counts.data, G, best, lab, gt_max, rpn_coder, out);
             MRCNN_CHECK_LAUNCH("rpn_targets finish");
         }
-        cu_sample_balanced_batched(be, N, lab, na, d->batch_size_per_image, d->positive_fraction, rngs, work, pos,
-                                   pos_cap, neg, neg_cap, cnt);
+        cu_sample_balanced_batched(be, N, lab, na, d->batch_size_per_image, d->positive_fraction,
+                                   (const mrcnn_rng *)rngs->data, work, pos, pos_cap, neg, neg_cap, cnt);
         const int span = pos_cap > neg_cap ? pos_cap : neg_cap;
         k_rpn_weights<<<dim3(cu_blocks(span, DT), (unsigned)N), DT, 0, s->stream>>>(pos, pos_cap, neg, neg_cap, cnt, N,
                                                                                   out, (float *)n_sampled->data);
@@ -478,7 +481,7 @@ __global__ void k_roi_pad(int n_rows, int n_fg_rows, const int32_t *off, const i
 }
 
 static void cu_det_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d, const mrcnn_tensor *proposals,
-                              const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_rng *rngs,
+                              const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs,
                               mrcnn_tensor *rois, mrcnn_tensor *labels, mrcnn_tensor *box_labels,
                               mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights, mrcnn_tensor *fg_rois,
                               mrcnn_tensor *fg_labels, mrcnn_tensor *fg_gt, mrcnn_tensor *n_rois, mrcnn_tensor *n_fg) {
@@ -493,6 +496,7 @@ static void cu_det_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_de
                 "roi_sample: NULL argument");
     const int N = d->n_images, P = d->prop_cap, S = d->batch_size_per_image, F = d->max_fg;
     check_gt(gt, N, 0, "roi_sample");
+    need(rngs, MRCNN_DTYPE_I32, (int64_t)N * MRCNN_RNG_WORDS, "roi_sample rngs");
     const int G = gt->max_gt, C = P + G;
     /* The host fails when an image samples more than F positives; the sampler takes at
      * most (int)(S * fraction), so a capacity at least that never overflows, and one
@@ -532,7 +536,8 @@ static void cu_det_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_de
             (const float *)proposals->data, (const int32_t *)counts->data, P, (const float *)gt->boxes.data,
             (const int32_t *)gt->labels.data, (const int32_t *)gt->counts.data, G, d->iou_thresh, lab, match);
         MRCNN_CHECK_LAUNCH("roi_sample match");
-        cu_sample_balanced_batched(be, N, lab, C, S, d->positive_fraction, rngs, work, pos, pos_cap, neg, S, cnt);
+        cu_sample_balanced_batched(be, N, lab, C, S, d->positive_fraction, (const mrcnn_rng *)rngs->data, work, pos,
+                                   pos_cap, neg, S, cnt);
         k_roi_prefix<<<1, 1, 0, s->stream>>>(cnt, N, off, foff, (float *)n_rois->data, (float *)n_fg->data);
         MRCNN_CHECK_LAUNCH("roi_sample prefix");
         k_roi_rows<<<(unsigned)N, DT, 0, s->stream>>>((const float *)proposals->data, P,

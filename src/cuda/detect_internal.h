@@ -59,8 +59,8 @@ void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, const float 
 void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
                              const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
 
-/* As mrcnn_sample_balanced for one image, with the same Philox draws (rng is the host
- * struct, passed by value): labels (n) -> pos_idx (capacity min(n, (int)(batch *
+/* As mrcnn_sample_balanced for one image, with the same Philox draws (rng points to the
+ * stream's mrcnn_rng in device memory): labels (n) -> pos_idx (capacity min(n, (int)(batch *
  * fraction))) and neg_idx (capacity batch_size) ascending, counts (2 device int64:
  * n_pos, n_neg). n < 2^31. A one-image call of cu_sample_balanced_batched. */
 void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
@@ -68,7 +68,8 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
                                 int64_t *counts);
 
 /* The sampler as a grid over images (one block each): image i's labels are
- * labels[i * n .. (i + 1) * n), its stream rngs[i] (a host array, passed by value);
+ * labels[i * n .. (i + 1) * n), its stream rngs[i] (n_images structs in device memory:
+ * the (N, MRCNN_RNG_WORDS) int32 tensor of detect_ops.h, read by the kernel);
  * pos_idx (n_images, pos_cap) and neg_idx (n_images, neg_cap) int64 ascending, counts
  * (n_images, 2) int64. pos_cap >= min(n, (int)(batch * fraction)), neg_cap >= batch.
  * work: cu_sample_work_bytes(n_images, n) bytes of device scratch. */

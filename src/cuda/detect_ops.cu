@@ -384,11 +384,6 @@ extern "C" void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *
 /* ---- balanced sampling ---------------------------------------------------------------------------------- */
 
 #define SAMPLE_THREADS 1024
-#define SAMPLE_RNG_CHUNK 64 // images per launch: their streams travel as kernel parameters
-
-typedef struct {
-    mrcnn_rng r[SAMPLE_RNG_CHUNK];
-} sample_rngs;
 
 /* k of cand[0..m) by the host's partial Fisher-Yates (thread 0; k is a few hundred),
  * then written ascending to out by a parallel rank sort (the indices are distinct). */
@@ -416,12 +411,12 @@ static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, const 
 
 /* A grid over images, one block each: stable compaction of the image's positives
  * (label > 0) and negatives (== 0) in index order, then the draws on its own stream. */
-__global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos, sample_rngs rngs,
-                                  int img0, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
+__global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos,
+                                  const mrcnn_rng *rngs, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
                                   int neg_cap, int64_t *counts) {
     __shared__ int warp_pos[SAMPLE_THREADS / 32], warp_neg[SAMPLE_THREADS / 32];
     __shared__ int64_t total_pos, total_neg;
-    const int img = img0 + (int)blockIdx.x;
+    const int img = (int)blockIdx.x;
     const int32_t *lab = labels + (int64_t)img * n;
     int32_t *pos = work + (int64_t)img * 2 * n, *neg = pos + n;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -456,7 +451,7 @@ __global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_si
     const int64_t kp = np < want_pos ? np : want_pos;
     const int64_t want_neg = batch_size - kp;
     const int64_t kn = nn < want_neg ? nn : want_neg;
-    const mrcnn_rng rng = rngs.r[blockIdx.x];
+    const mrcnn_rng rng = rngs[img]; // device data: the host staged this batch's streams
     sample_choose(pos, np, kp, &rng, 0, pos_idx + (int64_t)img * pos_cap);
     __syncthreads();
     sample_choose(neg, nn, kn, &rng, (uint64_t)1 << 40, neg_idx + (int64_t)img * neg_cap);
@@ -485,16 +480,11 @@ extern "C" void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images
     MRCNN_CHECK(pos_cap >= (want_pos < n ? want_pos : n) && neg_cap >= batch_size,
                 "cuda_sample_balanced: capacities %d/%d below %lld/%d", pos_cap, neg_cap,
                 (long long)(want_pos < n ? want_pos : n), batch_size);
-    for (int i0 = 0; i0 < n_images; i0 += SAMPLE_RNG_CHUNK) {
-        const int cnt = n_images - i0 < SAMPLE_RNG_CHUNK ? n_images - i0 : SAMPLE_RNG_CHUNK;
-        sample_rngs r;
-        memset(&r, 0, sizeof r);
-        for (int i = 0; i < cnt; i++) r.r[i] = rngs[i0 + i];
-        k_sample_balanced<<<(unsigned)cnt, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, r, i0,
-                                                                            (int32_t *)work, pos_idx, pos_cap,
-                                                                            neg_idx, neg_cap, counts);
-        MRCNN_CHECK_LAUNCH("sample_balanced");
-    }
+    if (n_images == 0) return;
+    k_sample_balanced<<<(unsigned)n_images, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, rngs,
+                                                                             (int32_t *)work, pos_idx, pos_cap, neg_idx,
+                                                                             neg_cap, counts);
+    MRCNN_CHECK_LAUNCH("sample_balanced");
 }
 
 extern "C" void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,

@@ -168,7 +168,8 @@ static void cu_step_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, 
     MRCNN_CHECK_LAUNCH("step sum_squares");
 }
 
-/* The decision is a handful of scalars: one thread runs the CPU's function. */
+/* The decision is a handful of scalars: one thread runs the CPU's function. d is the
+ * same every step (the step index is read from ctl), so a captured decide replays. */
 __global__ void k_step_decide(mrcnn_step_desc d, float *ctl) { mrcnn_step_decide(&d, ctl); }
 
 static void cu_step_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, mrcnn_tensor *ctl) {
@@ -179,25 +180,28 @@ static void cu_step_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, mr
     MRCNN_CHECK_LAUNCH("step decide");
 }
 
-/* k_sgd with (apply, grad_scale) read on the device: a skipped step writes nothing. */
-__global__ void k_sgd_ctl(float *p, const void *g, int gt, float *v, const void *mask, int mt, int64_t n, float lr,
-                          float mom, float wd, const float *ctl2) {
-    if (ctl2[0] == 0.0f) return;
-    const float scale = ctl2[1];
+/* k_sgd with apply, grad_scale and lr read from the control vector on the device (none of
+ * them a kernel argument, so a captured update replays with each step's values): a
+ * skipped step writes nothing. */
+__global__ void k_sgd_ctl(float *p, const void *g, int gt, float *v, const void *mask, int mt, int64_t n, float mom,
+                          float wd, const float *ctl) {
+    if (ctl[MRCNN_CTL_APPLY] == 0.0f) return;
+    const float scale = ctl[MRCNN_CTL_GRAD_SCALE], lr = ctl[MRCNN_CTL_LR];
     CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, i, lr, mom, wd, scale); }
 }
 
 static void cu_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                               mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
-                               float weight_decay, const mrcnn_tensor *ctl2) {
+                               mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
+                               float weight_decay, const mrcnn_tensor *ctl) {
     const int64_t n = check_sgd("step sgd_update", params, grads, momentum, decay_mask);
-    cu_check_f32(ctl2, "step sgd_update ctl2");
-    MRCNN_CHECK(cu_numel(ctl2) >= 2, "step sgd_update: ctl2 needs (apply, grad_scale)");
+    cu_check_f32(ctl, "step sgd_update ctl");
+    MRCNN_CHECK(cu_numel(ctl) >= MRCNN_CTL_STEP,
+                "step sgd_update: control vector of %lld elements, %d needed (apply, grad_scale, lr)",
+                (long long)cu_numel(ctl), (int)MRCNN_CTL_STEP);
     if (n == 0) return;
     k_sgd_ctl<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         (float *)params->data, grads->data, grads->dtype, (float *)momentum->data, decay_mask ? decay_mask->data : NULL,
-        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, n, lr, momentum_coef, weight_decay,
-        (const float *)ctl2->data);
+        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, n, momentum_coef, weight_decay, (const float *)ctl->data);
     MRCNN_CHECK_LAUNCH("step sgd_update");
 }
 

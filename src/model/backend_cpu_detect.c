@@ -53,8 +53,16 @@ static void check_gt(const mrcnn_gt_batch *gt, int n_images, const char *op) {
                     gt->max_gt);
 }
 
+/* Image i's stream of an (N, MRCNN_RNG_WORDS) int32 host tensor: the struct's bytes. */
+_Static_assert(sizeof(mrcnn_rng) == MRCNN_RNG_WORDS * sizeof(int32_t), "mrcnn_rng is the five words of detect_ops.h");
+static mrcnn_rng rng_row(const mrcnn_tensor *rngs, int i) {
+    mrcnn_rng r;
+    memcpy(&r, (const int32_t *)rngs->data + (size_t)i * MRCNN_RNG_WORDS, sizeof r);
+    return r;
+}
+
 static void cpu_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d, const mrcnn_tensor *anchors,
-                            const mrcnn_gt_batch *gt, const mrcnn_rng *rngs, mrcnn_tensor *labels,
+                            const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs, mrcnn_tensor *labels,
                             mrcnn_tensor *obj_weights, mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights,
                             mrcnn_tensor *n_sampled) {
     const char *op = "rpn_targets";
@@ -64,6 +72,7 @@ static void cpu_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_des
     for (int l = 0; l < L; l++) nA += d->level_counts[l];
     check_host(anchors, MRCNN_DTYPE_F32, nA * 4, op, "anchors");
     check_gt(gt, N, op);
+    check_host(rngs, MRCNN_DTYPE_I32, (int64_t)N * MRCNN_RNG_WORDS, op, "rng streams");
     for (int l = 0; l < L; l++) {
         int64_t c = d->level_counts[l];
         check_host(&labels[l], MRCNN_DTYPE_F32, N * c, op, "labels");
@@ -84,7 +93,7 @@ static void cpu_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_des
         mrcnn_rpn_assign_targets((const float *)anchors->data, nA,
                                  (const float *)gt->boxes.data + (size_t)i * gt->max_gt * 4, cnt[i], d->fg_iou,
                                  d->bg_iou, lab, reg);
-        mrcnn_rng rng = rngs[i];
+        mrcnn_rng rng = rng_row(rngs, i);
         sampled += (double)mrcnn_rpn_sample(lab, nA, d->batch_size_per_image, d->positive_fraction, &rng, ow, bw);
         // the image-major anchors (all levels) regrouped level-major, as the head's NHWC outputs
         int64_t off = 0;
@@ -145,7 +154,7 @@ static void cpu_proposals(const mrcnn_backend *be, const mrcnn_proposals_desc *d
 }
 
 static void cpu_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d, const mrcnn_tensor *proposals,
-                           const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_rng *rngs,
+                           const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs,
                            mrcnn_tensor *rois, mrcnn_tensor *labels, mrcnn_tensor *box_labels,
                            mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights, mrcnn_tensor *fg_rois,
                            mrcnn_tensor *fg_labels, mrcnn_tensor *fg_gt, mrcnn_tensor *n_rois, mrcnn_tensor *n_fg) {
@@ -153,6 +162,7 @@ static void cpu_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc 
     int N = d->n_images, P = d->prop_cap, S = d->batch_size_per_image, F = d->max_fg, G;
     check_gt(gt, N, op);
     G = gt->max_gt;
+    check_host(rngs, MRCNN_DTYPE_I32, (int64_t)N * MRCNN_RNG_WORDS, op, "rng streams");
     check_host(proposals, MRCNN_DTYPE_F32, (int64_t)N * P * 4, op, "proposals");
     check_host(counts, MRCNN_DTYPE_I32, N, op, "proposal counts");
     int64_t NS = (int64_t)N * S, NF = (int64_t)N * F;
@@ -184,7 +194,7 @@ static void cpu_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc 
     int64_t R = 0, Rf = 0;
     for (int i = 0; i < N; i++) {
         MRCNN_CHECK(pc[i] >= 0 && pc[i] <= P, "%s: image %d has %d proposals, capacity %d", op, i, pc[i], P);
-        mrcnn_rng rng = rngs[i];
+        mrcnn_rng rng = rng_row(rngs, i);
         int nf = 0;
         int cnt = mrcnn_roi_sample(&sp, (const float *)proposals->data + (size_t)i * P * 4, pc[i],
                                    (const float *)gt->boxes.data + (size_t)i * G * 4,

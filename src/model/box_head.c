@@ -89,7 +89,7 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
 /* Samples ROIs per image into the capacity N*S (N*F fg rows), compacted over the
  * batch, and chooses the rows the heads run on: the valid ones when the backend
  * knows their count without waiting, the whole capacity otherwise. */
-void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
+void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
     mrcnn_roi_sample_desc d = {
@@ -111,10 +111,9 @@ void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch 
     mrcnn_tensor fg_rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
     mrcnn_tensor fg_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
     mrcnn_tensor fg_gt = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
-    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_ROI_SAMPLE);
-    m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, rngs, &rois, &labels,
-                          &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev, &st->n_fg_dev);
-    free(rngs);
+    m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, &st->rng_roi, &rois,
+                          &labels, &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev,
+                          &st->n_fg_dev);
     // this rank's counts: taken before m->count_sum turns them into the batch's
     int64_t R = count_hint(m->be, &st->n_rois_dev), Rf = count_hint(m->be, &st->n_fg_dev);
     R = R >= 0 ? R : NS;

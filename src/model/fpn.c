@@ -40,8 +40,8 @@ void mrcnn_fpn_forward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o) {
         o->p[i] = mrcnn_conv_layer_forward(m, ws, &f->layer[i], &o->inner[i], MRCNN_ACT_NONE);
     }
     mrcnn_pool2d_desc pd = p6_desc(&o->p[3]);
-    o->p[4] = mrcnn_ws_act(ws, 4,
-                              (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
+    // maxpool2d_forward overwrites P6 whole
+    o->p[4] = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
     be->nn.maxpool2d_forward(be, &pd, &o->p[3], &o->p[4]);
 }
 
@@ -49,8 +49,9 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
                         mrcnn_tensor *dc) {
     const mrcnn_backend *be = m->be;
     mrcnn_fpn *f = &m->fpn;
+    // P5's gradient gathers the head's and P6's (maxpool2d_backward adds): zeroed
     mrcnn_tensor dp5 = mrcnn_ws_like(ws, &o->p[3]);
-    if (dp[3].data) be->nn.add_forward(be, &dp5, &dp[3], &dp5);
+    if (dp[3].data) be->nn.add_forward(be, &dp5, &dp[3], MRCNN_ACT_NONE, &dp5);
     if (dp[4].data) {
         mrcnn_pool2d_desc pd = p6_desc(&o->p[3]);
         be->nn.maxpool2d_backward(be, &pd, &o->p[3], &dp[4], &dp5);

@@ -13,7 +13,8 @@ void mrcnn_ws_init(mrcnn_ws *ws, const mrcnn_backend *be) {
     ws->be = be;
 }
 
-mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape) {
+/* zero: 1 zeroes the buffer, 0 leaves it as allocated (poisoned on the CPU, layers.h). */
+static mrcnn_tensor ws_alloc(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape, int zero) {
     mrcnn_tensor t = mrcnn_tensor_view(NULL, dtype, ws->be->device, ndim, shape);
     size_t bytes = mrcnn_tensor_nbytes(&t);
     if (ws->n == ws->cap) {
@@ -26,8 +27,17 @@ mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const in
     ws->ptrs[ws->n++] = t.data;
     ws->bytes += bytes;
     if (ws->bytes > ws->peak_bytes) ws->peak_bytes = ws->bytes;
-    if (bytes) ws->be->mem.zero(ws->be, &t);
+    if (bytes && zero) ws->be->mem.zero(ws->be, &t);
+    else if (bytes && ws->be->device == MRCNN_DEVICE_CPU) memset(t.data, 0xff, bytes);
     return t;
+}
+
+mrcnn_tensor mrcnn_ws_tensor(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape) {
+    return ws_alloc(ws, dtype, ndim, shape, 1);
+}
+
+mrcnn_tensor mrcnn_ws_tensor_uninit(mrcnn_ws *ws, mrcnn_dtype dtype, int ndim, const int64_t *shape) {
+    return ws_alloc(ws, dtype, ndim, shape, 0);
 }
 
 mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws) {
@@ -38,6 +48,10 @@ mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws) {
 
 mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape) {
     return mrcnn_ws_tensor(ws, mrcnn_ws_act_dtype(ws), ndim, shape);
+}
+
+mrcnn_tensor mrcnn_ws_act_uninit(mrcnn_ws *ws, int ndim, const int64_t *shape) {
+    return mrcnn_ws_tensor_uninit(ws, mrcnn_ws_act_dtype(ws), ndim, shape);
 }
 
 /* Host copy for the fp32 host code: 16-bit device tensors are converted here. */
@@ -126,9 +140,9 @@ static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tenso
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act) {
     mrcnn_conv2d_desc d = layer_desc(l, x);
-    mrcnn_tensor y = mrcnn_ws_act(ws, 4,
-                                     (int64_t[]){d.n, mrcnn_conv2d_out_h(&d),
-                                                 mrcnn_conv2d_out_w(&d), l->cout});
+    // conv2d_forward overwrites y whole
+    mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d),
+                                                            l->cout});
     m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),
                           mrcnn_arena_get(&m->params.values, l->b), act, &y);
     return y;

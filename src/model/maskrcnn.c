@@ -3,14 +3,17 @@
  * box_head.c, mask_head.c; backward) and runs inference. Everything goes through the
  * backend: the detection stages (anchor targets, proposals, ROI sampling, mask
  * targets, per-class gathers) are its ops (detect_ops.h), so a training step is a
- * sequence of device work with uploads only (the batch's ground truth, anchors) and no
- * read; the loss normalizers are device counts. Inference reads the proposals and the
- * head outputs back for the host's postprocessing. */
+ * sequence of device work with no read; the loss normalizers are device counts. The
+ * step is split in two (model.h): mrcnn_model_stage uploads the batch into a staging
+ * buffer whose addresses depend only on the shapes, mrcnn_model_run is device work
+ * alone, so that it can be captured once and replayed. Inference reads the proposals
+ * and the head outputs back for the host's postprocessing. */
 #include "mrcnn/anchors.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
 #include "mrcnn/postprocess.h"
 #include "mrcnn/proposals.h"
+#include "mrcnn/rng.h"
 #include "mrcnn/roi_align.h"
 #include "mrcnn/roi_targets.h"
 #include "model_internal.h"
@@ -38,6 +41,17 @@ void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be
 }
 
 void mrcnn_model_free(mrcnn_model *m) {
+    const mrcnn_backend *be = m->be;
+    for (int i = 0; i < m->n_staged; i++) {
+        if (m->staged[i].buf) be->mem.free(be, m->staged[i].buf);
+        free(m->staged[i].host);
+    }
+    free(m->staged);
+    for (int i = 0; i < MRCNN_MODEL_ANCHOR_CACHE; i++) {
+        if (m->anchors[i].dev.data) be->mem.free(be, m->anchors[i].dev.data);
+        free(m->anchors[i].host);
+    }
+    if (m->hint_probe.data) be->mem.free(be, m->hint_probe.data);
     for (int s = 0; s < 4; s++) free(m->resnet.blocks[s]);
     free(m->grad_reported);
     mrcnn_params_free(&m->params);
@@ -112,95 +126,288 @@ static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, in
     return mrcnn_roi_align_desc_make(st->n_images, F, 4, 2, lh, lw, out, sampling, aligned);
 }
 
+/* ---- anchors ------------------------------------------------------------------ */
+
+/* The FPN levels' sizes of an H x W batch (H, W divisible by 32) without running the
+ * network: P2..P5 at strides 4..32 (resnet.c), P6 a 1x1 stride-2 pool of P5 (fpn.c).
+ * run_features checks them against the backbone's outputs. */
+static void level_sizes(int H, int W, int *gh, int *gw) {
+    for (int l = 0; l < 4; l++) {
+        gh[l] = H >> (l + 2);
+        gw[l] = W >> (l + 2);
+    }
+    mrcnn_pool2d_desc pd = {1, gh[3], gw[3], 1, 1, 2, 0};
+    gh[4] = mrcnn_pool2d_out_h(&pd);
+    gw[4] = mrcnn_pool2d_out_w(&pd);
+}
+
+/* The anchors of an H x W batch: from the cache, or generated and uploaded once. The
+ * entry replaced is a free one, else the least recently used one that no staged slot
+ * points to (a staged slot's run reads its anchors). */
+static const mrcnn_model_anchors *model_anchors(mrcnn_model *m, int H, int W) {
+    const mrcnn_backend *be = m->be;
+    m->anchors_clock++;
+    mrcnn_model_anchors *e = NULL;
+    for (int i = 0; i < MRCNN_MODEL_ANCHOR_CACHE; i++)
+        if (m->anchors[i].img_h == H && m->anchors[i].img_w == W) {
+            m->anchors[i].used = m->anchors_clock;
+            return &m->anchors[i];
+        }
+    for (int i = 0; i < MRCNN_MODEL_ANCHOR_CACHE; i++) {
+        mrcnn_model_anchors *c = &m->anchors[i];
+        bool held = false;
+        for (int k = 0; k < m->n_staged; k++) held |= m->staged[k].ready && m->staged[k].anchors == c;
+        if (held) continue;
+        if (!e || c->img_h == 0 || (e->img_h != 0 && c->used < e->used)) e = c;
+        if (c->img_h == 0) break;
+    }
+    MRCNN_CHECK(e != NULL, "anchors: all %d cached sizes are held by staged micro-batches", MRCNN_MODEL_ANCHOR_CACHE);
+    if (e->dev.data) be->mem.free(be, e->dev.data);
+    free(e->host);
+    memset(e, 0, sizeof *e);
+    int gh[MRCNN_FPN_LEVELS], gw[MRCNN_FPN_LEVELS];
+    level_sizes(H, W, gh, gw);
+    const mrcnn_config *c = &m->cfg;
+    e->n = mrcnn_anchors_generate(MRCNN_FPN_LEVELS, c->anchor_sizes.v, c->anchor_ratios.v, c->anchor_ratios.n, gh,
+                                  gw, H, W, NULL, NULL);
+    e->host = MRCNN_MALLOC((size_t)(e->n ? e->n : 1) * 4 * sizeof(float), "anchors");
+    mrcnn_anchors_generate(MRCNN_FPN_LEVELS, c->anchor_sizes.v, c->anchor_ratios.v, c->anchor_ratios.n, gh, gw, H, W,
+                           e->host, e->level_counts);
+    e->dev = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 2, (int64_t[]){e->n, 4});
+    e->dev.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&e->dev) ? mrcnn_tensor_nbytes(&e->dev) : 1, "anchors");
+    if (e->n) be->mem.write(be, &e->dev, e->host);
+    e->img_h = H;
+    e->img_w = W;
+    e->used = m->anchors_clock;
+    return e;
+}
+
 /* ---- stages ------------------------------------------------------------------- */
 
-void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
-    memset(st, 0, sizeof *st);
-    st->n_images = (int)b->images.shape[0];
-    st->img_h = (int)b->images.shape[1];
-    st->img_w = (int)b->images.shape[2];
+/* Backbone and RPN head on images (N, H, W, 3) fp32 on the device, with the cached
+ * anchors of (H, W). Device work only. */
+static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images, const mrcnn_model_anchors *a,
+                         mrcnn_step *st) {
+    st->n_images = (int)images->shape[0];
+    st->img_h = (int)images->shape[1];
+    st->img_w = (int)images->shape[2];
     // the stem convolves the images in the activation dtype (a GPU backend's bf16/fp16)
-    st->images = b->images;
-    if (b->images.dtype != mrcnn_ws_act_dtype(ws)) {
-        st->images = mrcnn_ws_act(ws, 4, b->images.shape);
-        m->be->nn.cast(m->be, &b->images, &st->images);
+    st->images = *images;
+    if (images->dtype != mrcnn_ws_act_dtype(ws)) {
+        st->images = mrcnn_ws_act(ws, 4, images->shape);
+        m->be->nn.cast(m->be, images, &st->images);
     }
     mrcnn_backbone_forward(m, ws, &st->images, &st->bb);
     mrcnn_rpn_head_forward(m, ws, &st->bb, &st->rpn);
     int gh[MRCNN_FPN_LEVELS], gw[MRCNN_FPN_LEVELS];
-    for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        gh[l] = (int)st->bb.p[l].shape[1];
-        gw[l] = (int)st->bb.p[l].shape[2];
-    }
-    const mrcnn_config *c = &m->cfg;
-    st->n_anchors = mrcnn_anchors_generate(MRCNN_FPN_LEVELS, c->anchor_sizes.v, c->anchor_ratios.v,
-                                           c->anchor_ratios.n, gh, gw, st->img_h, st->img_w, NULL,
-                                           NULL);
-    st->anchors = MRCNN_MALLOC((size_t)st->n_anchors * 4 * sizeof(float), "anchors");
-    mrcnn_anchors_generate(MRCNN_FPN_LEVELS, c->anchor_sizes.v, c->anchor_ratios.v, c->anchor_ratios.n,
-                           gh, gw, st->img_h, st->img_w, st->anchors, st->level_counts);
-    st->anchors_dev = upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){st->n_anchors, 4}, st->anchors);
+    level_sizes(st->img_h, st->img_w, gh, gw);
+    for (int l = 0; l < MRCNN_FPN_LEVELS; l++)
+        MRCNN_CHECK(st->bb.p[l].shape[1] == gh[l] && st->bb.p[l].shape[2] == gw[l],
+                    "model: FPN level %d of a %dx%d batch is %lldx%lld, the anchors were made for %dx%d", l,
+                    st->img_h, st->img_w, (long long)st->bb.p[l].shape[1], (long long)st->bb.p[l].shape[2], gh[l],
+                    gw[l]);
+    MRCNN_CHECK(a->img_h == st->img_h && a->img_w == st->img_w, "model: anchors of %dx%d for a %dx%d batch", a->img_h,
+                a->img_w, st->img_h, st->img_w);
+    st->n_anchors = a->n;
+    st->anchors = a->host;
+    st->anchors_dev = a->dev;
+    memcpy(st->level_counts, a->level_counts, sizeof st->level_counts);
+}
+
+void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
+    memset(st, 0, sizeof *st);
+    MRCNN_CHECK(b->images.ndim == 4 && b->images.data,
+                "model: the batch's images are not a (N, H, W, 3) device tensor");
+    const mrcnn_model_anchors *a = model_anchors(m, (int)b->images.shape[1], (int)b->images.shape[2]);
+    run_features(m, ws, &b->images, a, st);
     int32_t *hw = MRCNN_MALLOC((size_t)st->n_images * 2 * sizeof(int32_t), "image sizes");
     for (int i = 0; i < 2 * st->n_images; i++) hw[i] = b->image_hw[i];
     st->image_hw_dev = upload(ws, MRCNN_DTYPE_I32, 2, (int64_t[]){st->n_images, 2}, hw);
     free(hw);
 }
 
-/* The batch's ground truth in the padded (N, G, ...) layout of mrcnn_gt_batch: one
- * upload per tensor, the only host -> device traffic of the targets. */
-static void upload_gt(mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
-    int N = st->n_images, G = 1, H = st->img_h, W = st->img_w;
-    for (int i = 0; i < N; i++) G = b->gt[i].n > G ? b->gt[i].n : G;
-    float *boxes = MRCNN_CALLOC((size_t)N * G * 4, sizeof(float), "gt boxes");
-    int32_t *labels = MRCNN_MALLOC((size_t)N * G * sizeof(int32_t), "gt labels");
-    int32_t *counts = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "gt counts");
-    uint8_t *masks = MRCNN_CALLOC((size_t)N * G * H * W, 1, "gt masks");
+/* ---- staging (the host half of a training step) --------------------------------- */
+
+static size_t take(size_t *off, size_t bytes) {
+    size_t o = *off;
+    *off += (bytes + 255) / 256 * 256;
+    return o;
+}
+
+static uint64_t fnv1a(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* The images into the staging buffer: an upload from the host, or a copy of the
+ * caller's device tensor (the CPU backend's memory is the host's: an upload there; on a
+ * GPU an fp32 -> fp32 cast, which copies exactly). */
+static void stage_images(mrcnn_model *m, const mrcnn_batch *b, mrcnn_tensor *dst) {
+    const mrcnn_backend *be = m->be;
+    if (b->host_images) {
+        be->mem.write(be, dst, b->host_images);
+        return;
+    }
+    const mrcnn_tensor *x = &b->images;
+    MRCNN_CHECK(x->data && x->dtype == MRCNN_DTYPE_F32 && x->device == be->device && mrcnn_tensor_is_contiguous(x),
+                "train step: the batch's images are neither host_images nor a contiguous fp32 tensor of the %s "
+                "backend", be->name);
+    if (be->device == MRCNN_DEVICE_CPU) be->mem.write(be, dst, x->data);
+    else be->nn.cast(be, x, dst);
+}
+
+uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
+    const mrcnn_backend *be = m->be;
+    MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
+    MRCNN_CHECK(slot >= 0 && slot < 4096, "model stage: slot %d", slot);
+    MRCNN_CHECK(b->images.ndim == 4 && b->images.shape[3] == 3 && b->images.shape[0] > 0,
+                "train step: images must be (N, H, W, 3) with N > 0");
+    const int N = (int)b->images.shape[0], H = (int)b->images.shape[1], W = (int)b->images.shape[2];
+    MRCNN_CHECK(H > 0 && W > 0 && H % 32 == 0 && W % 32 == 0,
+                "train step: the batch is %dx%d; H and W must be positive multiples of 32", H, W);
+    if (slot >= m->n_staged) {
+        m->staged = MRCNN_REALLOC(m->staged, sizeof *m->staged * (size_t)(slot + 1), "staging slots");
+        memset(m->staged + m->n_staged, 0, sizeof *m->staged * (size_t)(slot + 1 - m->n_staged));
+        m->n_staged = slot + 1;
+    }
+    mrcnn_staged *sg = &m->staged[slot];
+    sg->ready = false; // its anchors may be replaced below
+    const mrcnn_model_anchors *a = model_anchors(m, H, W);
+    int gmax = 0;
+    for (int i = 0; i < N; i++) gmax = b->gt[i].n > gmax ? b->gt[i].n : gmax;
+    int G = 8;
+    while (G < gmax) G *= 2;
+    const int P = m->pinned_proposals ? m->pinned_cap : 0;
+    MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
+                "capacity or counts");
+    // the layout: a function of the shapes alone
+    size_t off = 0;
+    const size_t o_img = take(&off, (size_t)N * H * W * 3 * sizeof(float));
+    const size_t small = off; // the host mirror covers [small, end): one upload
+    const size_t o_hw = take(&off, (size_t)N * 2 * sizeof(int32_t));
+    const size_t o_rng = take(&off, (size_t)2 * N * MRCNN_RNG_WORDS * sizeof(int32_t));
+    const size_t o_box = take(&off, (size_t)N * G * 4 * sizeof(float));
+    const size_t o_lab = take(&off, (size_t)N * G * sizeof(int32_t));
+    const size_t o_cnt = take(&off, (size_t)N * sizeof(int32_t));
+    const size_t o_msk = take(&off, (size_t)N * G * H * W);
+    const size_t o_pp = take(&off, (size_t)N * P * 4 * sizeof(float));
+    const size_t o_pc = take(&off, (size_t)N * sizeof(int32_t));
+    if (off > sg->cap) {
+        // stream-ordered: the old buffer is released after the work queued on it
+        if (sg->buf) be->mem.free(be, sg->buf);
+        sg->buf = be->mem.alloc(be, off, "staged batch");
+        sg->cap = off;
+    }
+    if (off - small > sg->host_cap) {
+        free(sg->host);
+        sg->host = MRCNN_MALLOC(off - small, "staged batch (host)");
+        sg->host_cap = off - small;
+    }
+    char *dev = sg->buf;
+    uint8_t *h = sg->host - small; // h + o: the host copy of offset o
+    // image sizes, the sampling streams, the ground truth
+    int32_t *hw = (int32_t *)(h + o_hw);
+    for (int i = 0; i < N; i++) {
+        hw[2 * i] = b->image_hw[2 * i];
+        hw[2 * i + 1] = b->image_hw[2 * i + 1];
+    }
+    mrcnn_rng *rng = (mrcnn_rng *)(h + o_rng);
+    for (int i = 0; i < N; i++) {
+        int64_t index = b->image_index ? b->image_index[i] : i;
+        rng[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, index, MRCNN_RNG_RPN_SAMPLE);
+        rng[N + i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, index, MRCNN_RNG_ROI_SAMPLE);
+    }
+    float *boxes = (float *)(h + o_box);
+    int32_t *labels = (int32_t *)(h + o_lab), *counts = (int32_t *)(h + o_cnt);
+    uint8_t *masks = h + o_msk;
+    memset(boxes, 0, (size_t)N * G * 4 * sizeof(float));
+    memset(masks, 0, (size_t)N * G * H * W);
     for (int i = 0; i < N * G; i++) labels[i] = -1;
     for (int i = 0; i < N; i++) {
         const mrcnn_image_gt *g = &b->gt[i];
-        int h = b->image_hw[2 * i], w = b->image_hw[2 * i + 1];
+        int ih = b->image_hw[2 * i], iw = b->image_hw[2 * i + 1];
         MRCNN_CHECK(g->n >= 0 && (g->n == 0 || (g->boxes && g->labels)), "train step: image %d has %d instances "
                     "but no boxes or labels", i, g->n);
         MRCNN_CHECK(g->n == 0 || g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
-        MRCNN_CHECK(h > 0 && w > 0 && h <= H && w <= W, "train step: image %d is %dx%d in a %dx%d batch", i, h, w,
-                    H, W);
+        MRCNN_CHECK(ih > 0 && iw > 0 && ih <= H && iw <= W, "train step: image %d is %dx%d in a %dx%d batch", i, ih,
+                    iw, H, W);
         counts[i] = g->n;
         if (g->n) {
             memcpy(boxes + (size_t)i * G * 4, g->boxes, (size_t)g->n * 4 * sizeof(float));
             memcpy(labels + (size_t)i * G, g->labels, (size_t)g->n * sizeof(int32_t));
         }
         for (int j = 0; j < g->n; j++)
-            for (int y = 0; y < h; y++)
-                memcpy(masks + (((size_t)i * G + j) * H + y) * W, g->masks + ((size_t)j * h + y) * w, (size_t)w);
+            for (int y = 0; y < ih; y++)
+                memcpy(masks + (((size_t)i * G + j) * H + y) * W, g->masks + ((size_t)j * ih + y) * iw, (size_t)iw);
     }
-    mrcnn_gt_batch *gt = &st->gt;
-    gt->n_images = N;
-    gt->max_gt = G;
-    gt->mask_h = H;
-    gt->mask_w = W;
-    gt->boxes = upload(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, G, 4}, boxes);
-    gt->labels = upload(ws, MRCNN_DTYPE_I32, 2, (int64_t[]){N, G}, labels);
-    gt->counts = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N}, counts);
-    gt->masks = upload(ws, MRCNN_DTYPE_U8, 4, (int64_t[]){N, G, H, W}, masks);
-    gt->image_hw = st->image_hw_dev;
-    free(boxes);
-    free(labels);
-    free(counts);
-    free(masks);
+    if (P) {
+        memcpy(h + o_pp, m->pinned_proposals, (size_t)N * P * 4 * sizeof(float));
+        int32_t *pc = (int32_t *)(h + o_pc);
+        for (int i = 0; i < N; i++) pc[i] = (int32_t)m->pinned_counts[i];
+    }
+    // the views, then two uploads: the images, everything else
+    const mrcnn_device d = be->device;
+    sg->n_images = N;
+    sg->img_h = H;
+    sg->img_w = W;
+    sg->gt_cap = G;
+    sg->images = mrcnn_tensor_view(dev + o_img, MRCNN_DTYPE_F32, d, 4, (int64_t[]){N, H, W, 3});
+    sg->image_hw = mrcnn_tensor_view(dev + o_hw, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, 2});
+    sg->rngs = mrcnn_tensor_view(dev + o_rng, MRCNN_DTYPE_I32, d, 3, (int64_t[]){2, N, MRCNN_RNG_WORDS});
+    sg->gt = (mrcnn_gt_batch){
+        .n_images = N,
+        .max_gt = G,
+        .mask_h = H,
+        .mask_w = W,
+        .boxes = mrcnn_tensor_view(dev + o_box, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, G, 4}),
+        .labels = mrcnn_tensor_view(dev + o_lab, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, G}),
+        .counts = mrcnn_tensor_view(dev + o_cnt, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N}),
+        .masks = mrcnn_tensor_view(dev + o_msk, MRCNN_DTYPE_U8, d, 4, (int64_t[]){N, G, H, W}),
+        .image_hw = sg->image_hw,
+    };
+    sg->pinned_cap = P;
+    sg->pinned_proposals = mrcnn_tensor_view(dev + o_pp, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, P, 4});
+    sg->pinned_counts = mrcnn_tensor_view(dev + o_pc, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N});
+    sg->anchors = a;
+    stage_images(m, b, &sg->images);
+    mrcnn_tensor rest = mrcnn_tensor_view(dev + small, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)(off - small)});
+    be->mem.write(be, &rest, sg->host);
+    sg->ready = true;
+    // the shape key: everything that decides the device half's calls and addresses
+    if (!m->hint_probe.data) {
+        m->hint_probe = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, d, 1, (int64_t[]){1});
+        m->hint_probe.data = be->mem.alloc(be, sizeof(float), "count hint probe");
+        const float zero = 0;
+        be->mem.write(be, &m->hint_probe, &zero);
+    }
+    if (count_hint(be, &m->hint_probe) >= 0) return sg->shape_key = 0; // the ROI heads' rows follow the data
+    const uint64_t words[] = {(uint64_t)slot,
+                              (uint64_t)N,
+                              (uint64_t)H,
+                              (uint64_t)W,
+                              (uint64_t)G,
+                              (uint64_t)P,
+                              (uint64_t)be->storage,
+                              (uint64_t)be->device,
+                              (uint64_t)(uintptr_t)sg->buf,
+                              (uint64_t)(uintptr_t)a->dev.data,
+                              (uint64_t)(m->count_sum != NULL)};
+    uint64_t key = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) key = fnv1a(key, words[i]);
+    return sg->shape_key = key ? key : 1;
 }
 
-void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool training, mrcnn_step *st) {
+void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images;
-    if (training && m->pinned_proposals) {
-        int P = m->pinned_cap;
-        int32_t *cnt = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "proposal counts");
-        for (int i = 0; i < N; i++) cnt[i] = (int32_t)m->pinned_counts[i];
-        st->prop_cap = P;
-        st->proposals_dev = upload(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4}, m->pinned_proposals);
-        st->proposal_scores_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, P});
-        st->proposal_counts_dev = upload(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N}, cnt);
-        free(cnt);
+    if (training && st->pinned_cap > 0) {
+        st->prop_cap = st->pinned_cap;
+        st->proposals_dev = st->pinned_proposals;
+        st->proposal_scores_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, st->pinned_cap});
+        st->proposal_counts_dev = st->pinned_counts;
         return;
     }
     mrcnn_proposals_desc d = {
@@ -261,20 +468,31 @@ static void run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);
 }
 
-void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward,
-                            mrcnn_step *st) {
-    MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
-    mrcnn_model_forward_features(m, ws, b, st);
-    upload_gt(ws, b, st);
+void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
+    MRCNN_CHECK(slot >= 0 && slot < m->n_staged && m->staged[slot].ready,
+                "train step: micro-batch slot %d was not staged (mrcnn_model_stage first)", slot);
+    const mrcnn_staged *sg = &m->staged[slot];
+    memset(st, 0, sizeof *st);
+    run_features(m, ws, &sg->images, sg->anchors, st);
+    st->image_hw_dev = sg->image_hw;
+    st->gt = sg->gt;
+    const int N = sg->n_images;
+    st->rng_rpn = mrcnn_tensor_view(sg->rngs.data, MRCNN_DTYPE_I32, sg->rngs.device, 2,
+                                    (int64_t[]){N, MRCNN_RNG_WORDS});
+    st->rng_roi = mrcnn_tensor_view((int32_t *)sg->rngs.data + (size_t)N * MRCNN_RNG_WORDS, MRCNN_DTYPE_I32,
+                                    sg->rngs.device, 2, (int64_t[]){N, MRCNN_RNG_WORDS});
+    st->pinned_cap = sg->pinned_cap;
+    st->pinned_proposals = sg->pinned_proposals;
+    st->pinned_counts = sg->pinned_counts;
     st->loss_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){MRCNN_N_LOSSES});
     st->counts_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){3});
     st->n_sampled_dev = elem_view(&st->counts_dev, 0);
     st->n_rois_dev = elem_view(&st->counts_dev, 1);
     st->n_fg_dev = elem_view(&st->counts_dev, 2);
     mrcnn_rpn_head_targets rt;
-    mrcnn_rpn_head_make_targets(m, ws, b, st, &rt);
-    mrcnn_model_proposals(m, ws, b, true, st);
-    mrcnn_box_head_sample_rois(m, ws, b, st);
+    mrcnn_rpn_head_make_targets(m, ws, st, &rt);
+    mrcnn_model_proposals(m, ws, true, st);
+    mrcnn_box_head_sample_rois(m, ws, st);
     bool trimmed = count_hint(m->be, &st->n_fg_dev) >= 0;
     // the normalizers of all three losses over every rank, in one device all-reduce
     if (m->count_sum) m->count_sum(m->be, &st->counts_dev, m->count_ctx);
@@ -308,6 +526,12 @@ void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, 
     mrcnn_backbone_backward(m, ws, &st->images, &st->bb, dp);
     // heads that saw no rows this step: their (zero) gradients are final too
     for (int i = 0; i < mrcnn_params_count(&m->params); i++) mrcnn_model_grad_ready(m, i);
+}
+
+void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward,
+                            mrcnn_step *st) {
+    mrcnn_model_stage(m, 0, b);
+    mrcnn_model_run(m, 0, ws, backward, st);
 }
 
 void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_step *st, mrcnn_losses *out) {
@@ -370,7 +594,7 @@ void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcn
                         mrcnn_detections *det) {
     const mrcnn_config *c = &m->cfg;
     mrcnn_model_forward_features(m, ws, b, st);
-    mrcnn_model_proposals(m, ws, b, false, st);
+    mrcnn_model_proposals(m, ws, false, st);
     read_proposals(m, st);
     int N = st->n_images, K = m->num_classes, D = c->roi_detections_per_image;
     int M = 2 * c->mask_head_pooler_resolution;
@@ -476,7 +700,6 @@ void mrcnn_detections_free(mrcnn_detections *det) {
 
 void mrcnn_step_free(mrcnn_step *st) {
     mrcnn_backbone_out_free(&st->bb);
-    free(st->anchors);
     free(st->proposals);
     free(st->proposal_scores);
     free(st->proposal_counts);

@@ -5,7 +5,6 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
-#include "mrcnn/rng.h"
 
 #include <string.h>
 
@@ -29,15 +28,6 @@ static inline float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? 
 /* A count the host may know without waiting (the CPU), or -1. */
 static inline int64_t count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
     return be->det.count_hint ? be->det.count_hint(be, count) : -1;
-}
-
-static inline int64_t image_index(const mrcnn_batch *b, int i) { return b->image_index ? b->image_index[i] : i; }
-
-/* (N) per-image streams of one purpose, keyed as the host helpers key them. */
-static inline mrcnn_rng *make_rngs(const mrcnn_model *m, const mrcnn_batch *b, int n, mrcnn_rng_purpose purpose) {
-    mrcnn_rng *r = MRCNN_MALLOC((size_t)n * sizeof *r, "rng streams");
-    for (int i = 0; i < n; i++) r[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, image_index(b, i), purpose);
-    return r;
 }
 
 #endif

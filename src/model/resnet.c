@@ -96,8 +96,8 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
     o->stem_conv = mrcnn_conv_layer_forward(m, ws, &r->stem, images, MRCNN_ACT_RELU);
     mrcnn_pool2d_desc pd = {(int)o->stem_conv.shape[0], (int)o->stem_conv.shape[1],
                             (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
-    o->stem = mrcnn_ws_act(ws, 4,
-                              (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
+    // maxpool2d_forward overwrites the output whole
+    o->stem = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){pd.n, mrcnn_pool2d_out_h(&pd), mrcnn_pool2d_out_w(&pd), pd.c});
     be->nn.maxpool2d_forward(be, &pd, &o->stem_conv, &o->stem);
     const mrcnn_tensor *x = &o->stem;
     for (int s = 0; s < 4; s++) {
@@ -111,17 +111,16 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
             o->block_a1[s][b] = mrcnn_conv_layer_forward(m, ws, &k->conv1, x, MRCNN_ACT_RELU);
             o->block_a2[s][b] = mrcnn_conv_layer_forward(m, ws, &k->conv2, &o->block_a1[s][b],
                                                          MRCNN_ACT_RELU);
-            // conv3's output becomes the block output in place: the backward needs
-            // only the post-ReLU sum
+            // conv3's output becomes the block output in place, relu(conv3 + shortcut) in
+            // one fused pass: the backward needs only the post-ReLU sum
             mrcnn_tensor y = mrcnn_conv_layer_forward(m, ws, &k->conv3, &o->block_a2[s][b],
                                                       MRCNN_ACT_NONE);
+            const mrcnn_tensor *sc = x;
             if (k->has_down) {
                 o->block_sc[s][b] = mrcnn_conv_layer_forward(m, ws, &k->down, x, MRCNN_ACT_NONE);
-                be->nn.add_forward(be, &y, &o->block_sc[s][b], &y);
-            } else {
-                be->nn.add_forward(be, &y, x, &y);
+                sc = &o->block_sc[s][b];
             }
-            be->nn.relu_forward(be, &y, &y);
+            be->nn.add_forward(be, &y, sc, MRCNN_ACT_RELU, &y);
             o->block_out[s][b] = y;
             x = &o->block_out[s][b];
         }
@@ -146,7 +145,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             if (b == r->n_blocks[s] - 1) {
                 // the stage output gathers the FPN's gradient and the next stage's
                 if (dnext.data && dc[s].data) {
-                    be->nn.add_forward(be, &dnext, &dc[s], &dnext);
+                    be->nn.add_forward(be, &dnext, &dc[s], MRCNN_ACT_NONE, &dnext);
                     dy = dnext;
                 } else if (dnext.data) {
                     dy = dnext;
@@ -160,6 +159,8 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             }
             // earlier blocks of this stage train; before it, only if an earlier unit does
             bool want_dx = b > 0 || mrcnn_resnet_needs_input_grad(m, s + 1);
+            // the fused join's ReLU backward, masked by its output (relu_backward adds
+            // into dsum, so it starts zeroed)
             mrcnn_tensor dsum = mrcnn_ws_like(ws, &dy);
             be->nn.relu_backward(be, &o->block_out[s][b], &dy, &dsum);
             mrcnn_tensor da2 = mrcnn_ws_like(ws, &o->block_a2[s][b]);
@@ -177,7 +178,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
                 mrcnn_conv_layer_backward(m, ws, &k->down, xin, NULL, MRCNN_ACT_NONE, &dsum,
                                           want_dx ? &dx : NULL);
             else if (want_dx)
-                be->nn.add_forward(be, &dx, &dsum, &dx);
+                be->nn.add_forward(be, &dx, &dsum, MRCNN_ACT_NONE, &dx);
             mrcnn_conv_layer_grad_ready(m, &k->conv3);
             mrcnn_conv_layer_grad_ready(m, &k->conv2);
             mrcnn_conv_layer_grad_ready(m, &k->conv1);

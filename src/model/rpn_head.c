@@ -57,8 +57,7 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
 
 /* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
 
-void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
-                                 mrcnn_rpn_head_targets *t) {
+void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, mrcnn_rpn_head_targets *t) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, A = m->rpn.num_anchors;
     mrcnn_rpn_targets_desc d = {
@@ -80,10 +79,8 @@ void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch
         t->reg[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
         t->reg_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
     }
-    mrcnn_rng *rngs = make_rngs(m, b, N, MRCNN_RNG_RPN_SAMPLE);
-    m->be->det.rpn_targets(m->be, &d, &st->anchors_dev, &st->gt, rngs, t->labels, t->obj_w, t->reg, t->reg_w,
-                           &st->n_sampled_dev);
-    free(rngs);
+    m->be->det.rpn_targets(m->be, &d, &st->anchors_dev, &st->gt, &st->rng_rpn, t->labels, t->obj_w, t->reg,
+                           t->reg_w, &st->n_sampled_dev);
 }
 
 /* RPN losses: one BCE and one smooth-L1 per level normalized by the batch's sampled

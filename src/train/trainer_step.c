@@ -8,7 +8,9 @@
  * gradient norm, the skip decision, the clip coefficient and the fp16 loss scaler live
  * in one small device vector (step_ctl.h) that the backend's step ops update; the host
  * reads it once per log period (mrcnn_trainer_take_losses), so no step waits for the
- * device. */
+ * device. The step is split into a host stage, a device region and a host tail; the
+ * region makes the same backend calls with the same arguments every step of a shape
+ * key, so it can be captured once and replayed as a CUDA graph (the cache below). */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
@@ -23,10 +25,14 @@ static mrcnn_tensor ctl_view(const mrcnn_trainer *t, int offset, int64_t n) {
     return mrcnn_tensor_view((float *)t->ctl.data + offset, MRCNN_DTYPE_F32, t->ctl.device, 1, &n);
 }
 
+static void graphs_init(mrcnn_trainer *t);
+static void graphs_drop(mrcnn_trainer *t);
+
 void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *dist, mrcnn_backend *be,
                         mrcnn_trainable *m, size_t bucket_bytes) {
     MRCNN_CHECK(m->n_losses >= 1 && m->n_losses <= MRCNN_MAX_LOSS_TERMS, "trainer: %d loss terms (1..%d)",
                 m->n_losses, MRCNN_MAX_LOSS_TERMS);
+    MRCNN_CHECK(m->stage && m->run, "trainer: the trainable lacks stage or run (trainer.h)");
     MRCNN_CHECK(be->step.axpy && be->step.nonfinite_or && be->step.sum_squares && be->step.decide &&
                     be->step.sgd_update,
                 "trainer: backend '%s' lacks the step ops (backend.h, be->step)", be->name);
@@ -55,9 +61,11 @@ void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *d
     t->ctl_mem = be->mem.alloc(be, (size_t)n * sizeof(float), "step control vector");
     t->ctl = mrcnn_tensor_view(t->ctl_mem, MRCNN_DTYPE_F32, be->device, 1, &n);
     t->ctl_host = MRCNN_CALLOC((size_t)n, sizeof(float), "step control vector (host copy)");
+    graphs_init(t);
 }
 
 void mrcnn_trainer_free(mrcnn_trainer *t) {
+    graphs_drop(t);
     if (t->ctl_mem) t->be->mem.free(t->be, t->ctl_mem);
     free(t->ctl_host);
     mrcnn_buckets_free(&t->bk);
@@ -65,8 +73,97 @@ void mrcnn_trainer_free(mrcnn_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* st (a resume may have set it) to the device, once, before the first step: an upload. */
-static void upload_state(mrcnn_trainer *t) {
+/* ---- the graph cache (trainer.h) ---- */
+
+int mrcnn_graph_allowed(int config_on, int accum_steps, int world_size, int nccl, const char **why) {
+    const char *w = NULL;
+    if (!config_on) w = "SOLVER.CUDA_GRAPH is off for this backend";
+    else if (accum_steps != 1) w = "SOLVER.ACCUM_STEPS > 1 (the later micro-batches upload inside the step)";
+    else if (world_size > 1 && !nccl) w = "several ranks without NCCL (the all-reduces go through the host)";
+    if (why) *why = w;
+    return w == NULL;
+}
+
+mrcnn_graph_plan mrcnn_graph_cache_plan(mrcnn_graph_cache *c, int allowed, uint64_t key, uint64_t epoch) {
+    mrcnn_graph_plan p;
+    memset(&p, 0, sizeof p);
+    p.action = MRCNN_GRAPH_DIRECT;
+    p.slot = -1;
+    if (!allowed || key == 0) return p;
+    if (epoch != c->epoch) { // a reallocated buffer: every graph may point at freed memory
+        for (int i = 0; i < MRCNN_GRAPH_CACHE_SIZE; i++)
+            if (c->e[i].graph) {
+                p.destroy[p.n_destroy++] = c->e[i].graph;
+                c->e[i].graph = NULL; // the key stays warmed up: buffers only grow
+            }
+        c->epoch = epoch;
+        p.flushed = 1;
+    }
+    c->clock++;
+    int slot = -1;
+    for (int i = 0; i < MRCNN_GRAPH_CACHE_SIZE && slot < 0; i++)
+        if (c->e[i].key == key) slot = i;
+    if (slot >= 0) {
+        c->e[slot].used = c->clock;
+        p.action = c->e[slot].graph ? MRCNN_GRAPH_REPLAY : MRCNN_GRAPH_CAPTURE;
+        p.slot = slot;
+        return p;
+    }
+    /* A new key: a free entry, else the least recently used one. */
+    for (int i = 0; i < MRCNN_GRAPH_CACHE_SIZE && slot < 0; i++)
+        if (c->e[i].key == 0) slot = i;
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 1; i < MRCNN_GRAPH_CACHE_SIZE; i++)
+            if (c->e[i].used < c->e[slot].used) slot = i;
+        if (c->e[slot].graph) p.destroy[p.n_destroy++] = c->e[slot].graph;
+    }
+    c->e[slot] = (mrcnn_graph_entry){.key = key, .graph = NULL, .used = c->clock};
+    p.action = MRCNN_GRAPH_WARMUP;
+    p.slot = slot;
+    return p;
+}
+
+static void graphs_init(mrcnn_trainer *t) {
+    const int on = mrcnn_config_cuda_graph(t->cfg, t->be->name);
+    const char *why = NULL;
+    t->graphs = mrcnn_graph_allowed(on, t->cfg->solver_accum_steps, t->dist->world_size, t->bk.use_nccl, &why);
+    const mrcnn_backend *be = t->be;
+    if (t->graphs &&
+        !(be->stream.graph_begin && be->stream.graph_end && be->stream.graph_launch && be->stream.graph_destroy)) {
+        t->graphs = 0;
+        why = "the backend has no graphs";
+    }
+    /* NCCL inside a captured region: mrcnn_buckets_wait must not poll on the host; the
+     * log-period read drains the all-reduces instead (mrcnn_trainer_sync_state). */
+    if (t->graphs && t->bk.use_nccl) t->bk.host_wait = 0;
+    t->gc.epoch = be->stream.graph_epoch ? be->stream.graph_epoch(be) : 0; // model building grew buffers: no flush
+    if (t->dist->rank != 0) return;
+    if (t->graphs)
+        mrcnn_info("CUDA graphs: on (SOLVER.CUDA_GRAPH=%s, backend %s): a shape's first step runs directly, its "
+                   "second is captured, later ones replay it", t->cfg->solver_cuda_graph, t->be->name);
+    else
+        mrcnn_info("CUDA graphs: off (SOLVER.CUDA_GRAPH=%s, backend %s): %s", t->cfg->solver_cuda_graph, t->be->name,
+                   why);
+}
+
+/* Every graph destroyed and the cache emptied. */
+static void graphs_drop(mrcnn_trainer *t) {
+    for (int i = 0; i < MRCNN_GRAPH_CACHE_SIZE; i++)
+        if (t->gc.e[i].graph) t->be->stream.graph_destroy(t->be, t->gc.e[i].graph);
+    memset(&t->gc, 0, sizeof t->gc);
+}
+
+/* Graphs off for the rest of the run (the step's results do not change). */
+static void graphs_off(mrcnn_trainer *t, const char *why) {
+    graphs_drop(t);
+    t->graphs = 0;
+    if (t->dist->rank == 0) mrcnn_info("CUDA graphs: off from step %lld: %s; steps run directly", (long long)t->st.step, why);
+}
+
+/* st (a resume may have set it) to the device, once, before the first step, with the
+ * step's lr and index: an upload. */
+static void upload_state(mrcnn_trainer *t, float lr) {
     const int nl = t->model->n_losses;
     float *c = t->ctl_host;
     memset(c, 0, sizeof(float) * MRCNN_CTL_SIZE(nl));
@@ -74,6 +171,8 @@ static void upload_state(mrcnn_trainer *t) {
     c[MRCNN_CTL_CLEAN] = (float)t->st.scaler.clean_steps;
     c[MRCNN_CTL_SKIPPED] = (float)t->st.scaler.skipped;
     c[MRCNN_CTL_NONFINITE] = (float)t->st.nonfinite;
+    c[MRCNN_CTL_LR] = lr;
+    c[MRCNN_CTL_STEP_INDEX] = (float)t->st.step;
     t->be->mem.write(t->be, &t->ctl, c);
     t->ctl_uploaded = 1;
 }
@@ -94,15 +193,33 @@ void mrcnn_trainer_sync_state(mrcnn_trainer *t) {
     read_ctl(t);
 }
 
-void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
+/* The host half before the region: what changes every step goes to the control vector
+ * (one write: the lr and the step index, the whole vector on the first step), and the
+ * model stages its first micro-batch. Returns the data wait; *key: the shape key (0:
+ * not replayable). */
+static double step_stage(mrcnn_trainer *t, float lr, uint64_t *key) {
+    mrcnn_backend *be = t->be;
+    mrcnn_trainable *m = t->model;
+    *key = 0;
+    MRCNN_CHECK(t->st.step < (1 << 24), "trainer: step %lld: the step index is fp32 on the device, exact below 2^24",
+                (long long)t->st.step);
+    if (!t->ctl_uploaded) upload_state(t, lr);
+    else {
+        const float v[2] = {lr, (float)t->st.step};
+        mrcnn_tensor lv = ctl_view(t, MRCNN_CTL_LR, 2); // LR and STEP_INDEX are adjacent
+        be->mem.write(be, &lv, v);
+    }
+    return m->stage(m->ctx, t->st.step, 0, key);
+}
+
+/* The device region: the same backend calls with the same arguments every step of a
+ * shape key (no host value that changes per step), so a capture replays it. Returns the
+ * data wait of the micro-batches it staged itself (ACCUM_STEPS > 1). */
+static double step_region(mrcnn_trainer *t) {
     const mrcnn_config *cfg = t->cfg;
     mrcnn_trainable *m = t->model;
     mrcnn_backend *be = t->be;
     const int W = t->dist->world_size, accum = cfg->solver_accum_steps, nl = m->n_losses;
-    memset(r, 0, sizeof *r);
-    r->step = t->st.step;
-    if (!t->ctl_uploaded) upload_state(t);
-    const float lr = mrcnn_lr_at(&t->sched, t->st.step);
     be->mem.zero(be, &t->gflat);
     mrcnn_buckets_reset(&t->bk);
     /* Frozen parameters never get a gradient: their buckets need not wait for them. */
@@ -110,20 +227,23 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
         for (int i = 0; i < m->params->n_entries; i++)
             if (!m->trainable[i]) mrcnn_buckets_mark_ready(&t->bk, i);
     /* fp16 loss scaling: the scale stays on the device (the step decided it), and the
-     * model multiplies its gradients by it there; the host's copy (the log line's) is
-     * as of the last log-period read. */
-    const float scale = m->scales_loss ? t->st.scaler.scale : 1.0f;
+     * model multiplies its gradients by it there. */
     const float fwd_mult = m->scales_loss ? 1.0f / (float)accum : 1.0f;
     mrcnn_tensor scale_v = ctl_view(t, MRCNN_CTL_SCALE, 1);
     const mrcnn_tensor *fwd_scale = t->st.scaler.enabled && m->scales_loss ? &scale_v : NULL;
-    /* This step's terms and its flag start at 0; forward_backward adds into them. */
+    /* This step's terms and its flag start at 0; run adds into them. */
     mrcnn_tensor step_v = ctl_view(t, MRCNN_CTL_STEP, nl + 1), terms = ctl_view(t, MRCNN_CTL_STEP, nl),
                  flag = ctl_view(t, MRCNN_CTL_FLAG(nl), 1);
     be->mem.zero(be, &step_v);
     double data_s = 0;
-    for (int k = 0; k < accum; k++)
-        data_s += m->forward_backward(m->ctx, t->st.step, k, fwd_mult, fwd_scale, &terms, 1.0f / (float)accum,
-                                      k == accum - 1 ? &t->bk : NULL);
+    for (int k = 0; k < accum; k++) {
+        mrcnn_buckets *bk = k == accum - 1 ? &t->bk : NULL;
+        if (k > 0) { // never captured (graphs need ACCUM_STEPS 1)
+            uint64_t key_k;
+            data_s += m->stage(m->ctx, t->st.step, k, &key_k);
+        }
+        m->run(m->ctx, k, fwd_mult, fwd_scale, &terms, 1.0f / (float)accum, bk);
+    }
     mrcnn_buckets_wait(&t->bk);
     /* Averaged gradients are the same on every rank; the losses are not: the flag of
      * each rank is summed with the terms, so every rank decides alike. */
@@ -141,16 +261,19 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
                          .clip_enabled = cfg->solver_clip_enabled,
                          .clip_value = cfg->solver_clip_value,
                          .inv_world = 1.0f / (float)W,
-                         .inv_accum = 1.0f / (float)accum,
-                         .step = (float)t->st.step};
+                         .inv_accum = 1.0f / (float)accum};
     be->step.decide(be, &d, &t->ctl);
-    mrcnn_tensor p = mrcnn_arena_flat(m->params), g = t->gflat, v = mrcnn_arena_flat(&t->sgd.momentum),
-                 ctl2 = ctl_view(t, MRCNN_CTL_APPLY, 2);
+    mrcnn_tensor p = mrcnn_arena_flat(m->params), g = t->gflat, v = mrcnn_arena_flat(&t->sgd.momentum);
     MRCNN_CHECK(m->params->size == m->grads->size && m->params->size == t->sgd.momentum.size,
                 "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", m->params->size,
                 m->grads->size, t->sgd.momentum.size);
-    be->step.sgd_update(be, &p, &g, &v, &t->sgd.decay_mask, lr, t->sgd.momentum_coef, t->sgd.weight_decay, &ctl2);
-    /* Host values only: the preemption flag and the data wait (no device read). */
+    be->step.sgd_update(be, &p, &g, &v, &t->sgd.decay_mask, t->sgd.momentum_coef, t->sgd.weight_decay, &t->ctl);
+    return data_s;
+}
+
+/* The host half after the region: host values only (no device read). */
+static void step_tail(mrcnn_trainer *t, double data_s, float lr, mrcnn_step_result *r) {
+    const int W = t->dist->world_size;
     double red[2] = {mrcnn_signals_pending() ? 1 : 0, data_s};
     mrcnn_dist_allreduce_sum_f64(t->dist, red, 2, "preemption flag and data wait all-reduce");
     r->stop_signal = red[0] > 0;
@@ -158,9 +281,53 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
     t->st.step++;
     t->st.lr = lr;
     r->lr = lr;
-    r->loss_scale = scale;
+    r->loss_scale = t->model->scales_loss ? t->st.scaler.scale : 1.0f;
     t->win_data += r->data_s;
     t->win_steps++;
+}
+
+void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
+    mrcnn_backend *be = t->be;
+    memset(r, 0, sizeof *r);
+    r->step = t->st.step;
+    const float lr = mrcnn_lr_at(&t->sched, t->st.step);
+    uint64_t key;
+    double data_s = step_stage(t, lr, &key);
+    const uint64_t epoch = be->stream.graph_epoch ? be->stream.graph_epoch(be) : 0;
+    mrcnn_graph_plan p = mrcnn_graph_cache_plan(&t->gc, t->graphs, key, epoch);
+    for (int i = 0; i < p.n_destroy; i++) be->stream.graph_destroy(be, p.destroy[i]);
+    t->graph_stats.flush += p.flushed;
+    if (t->on_region) t->on_region(t->on_region_ctx, 1);
+    switch (p.action) {
+    case MRCNN_GRAPH_DIRECT: t->graph_stats.direct++; data_s += step_region(t); break;
+    case MRCNN_GRAPH_WARMUP: t->graph_stats.warmup++; data_s += step_region(t); break;
+    case MRCNN_GRAPH_CAPTURE: {
+        if (!be->stream.graph_begin(be)) { // CPU: nothing to capture
+            graphs_off(t, "the backend does not capture graphs");
+            t->graph_stats.direct++;
+            data_s += step_region(t);
+            break;
+        }
+        step_region(t); // recorded, not run
+        void *g = be->stream.graph_end(be);
+        if (!g) { // the backend warned: nothing of the region ran
+            graphs_off(t, "the capture failed");
+            t->graph_stats.direct++;
+            data_s += step_region(t);
+            break;
+        }
+        t->gc.e[p.slot].graph = g;
+        t->graph_stats.capture++;
+        be->stream.graph_launch(be, g);
+        break;
+    }
+    case MRCNN_GRAPH_REPLAY:
+        t->graph_stats.replay++;
+        be->stream.graph_launch(be, t->gc.e[p.slot].graph);
+        break;
+    }
+    if (t->on_region) t->on_region(t->on_region_ctx, 0);
+    step_tail(t, data_s, lr, r);
 }
 
 /* What held Inf/NaN at the window's newest skipped step: a loss term (the window

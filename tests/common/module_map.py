@@ -38,7 +38,7 @@ HEADERS = {
     "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core",
     "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
     "roi_sample.inc": "ops",
-    "backend.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
+    "backend.h": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
     "model.h": "model", "anchors.h": "model", "boxes.h": "model", "postprocess.h": "model",
     "proposals.h": "model", "roi_targets.h": "model", "params.h": "model", "layers.h": "model",
     "backbone.h": "model", "heads.h": "model", "checkpoint.h": "model",
@@ -46,7 +46,7 @@ HEADERS = {
     "cuda_check.h": "cuda",
     "data.h": "data", "train_feed.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
-    "train.h": "train", "trainer.h": "train", "metrics.h": "train",
+    "train.h": "train", "trainer.h": "train", "metrics.h": "train", "model_trainable.h": "train",
 }
 
 # Files whose module is not their folder's: src/core holds the leaf module "core" and,
@@ -57,6 +57,7 @@ FILE_MODULE = {
     "src/core/backend_cpu.c": "backend",
     "src/core/backend_cpu_step.c": "backend",
     "src/core/backend_validate.c": "backend",
+    "src/core/backend_trace.c": "backend",
     "src/core/precision.c": "backend",
     "src/core/op_desc.c": "ops",
     "src/core/backend_nocuda.c": "cuda",

@@ -262,8 +262,8 @@ static void sampler_case(int64_t n, float p_pos, float p_neg, int batch, float f
     int64_t *rp = malloc((size_t)(batch + 1) * 8), *rn = malloc((size_t)(batch + 1) * 8), np = -1, nn = -1;
     mrcnn_sample_balanced(labels, n, batch, fraction, &rng, rp, &np, rn, &nn);
     void *dl = up(labels, (size_t)n * 4), *dp = up(NULL, (size_t)(batch + 1) * 8), *dn = up(NULL, (size_t)(batch + 1) * 8);
-    void *dc = up(NULL, 16);
-    mrcnn_cuda_sample_balanced(G, dl, n, batch, fraction, &rng, dp, dn, dc);
+    void *dc = up(NULL, 16), *dr = up(&rng, sizeof rng); // the kernel reads the stream on the device
+    mrcnn_cuda_sample_balanced(G, dl, n, batch, fraction, dr, dp, dn, dc);
     int64_t cnt[2], *gp = malloc((size_t)(batch + 1) * 8), *gn = malloc((size_t)(batch + 1) * 8);
     down(cnt, dc, 16);
     down(gp, dp, (size_t)(batch + 1) * 8);
@@ -276,7 +276,7 @@ static void sampler_case(int64_t n, float p_pos, float p_neg, int batch, float f
         if (gp[i] != rp[i]) fail_msg("positive %lld: gpu %lld, cpu %lld", (long long)i, (long long)gp[i], (long long)rp[i]);
     for (int64_t i = 0; i < nn; i++)
         if (gn[i] != rn[i]) fail_msg("negative %lld: gpu %lld, cpu %lld", (long long)i, (long long)gn[i], (long long)rn[i]);
-    G->mem.free(G, dl), G->mem.free(G, dp), G->mem.free(G, dn), G->mem.free(G, dc);
+    G->mem.free(G, dl), G->mem.free(G, dp), G->mem.free(G, dn), G->mem.free(G, dc), G->mem.free(G, dr);
     free(labels), free(u), free(rp), free(rn), free(gp), free(gn);
 }
 
@@ -618,15 +618,16 @@ static void test_det_rpn_targets_body(void) {
     mrcnn_rpn_targets_desc d = {.n_images = N, .n_levels = L, .fg_iou = 0.7f, .bg_iou = 0.3f,
                                 .batch_size_per_image = 256, .positive_fraction = 0.5f};
     for (int l = 0; l < L; l++) d.level_counts[l] = counts[l];
-    mrcnn_rng rngs[3];
-    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(7, 2, 100 + i, MRCNN_RNG_RPN_SAMPLE);
+    mrcnn_rng streams[3];
+    for (int i = 0; i < N; i++) streams[i] = mrcnn_rng_make(7, 2, 100 + i, MRCNN_RNG_RPN_SAMPLE);
+    tpair rngs = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, MRCNN_RNG_WORDS}, streams); // device data on both
     mrcnn_tensor h_lab[3], h_ow[3], h_rt[3], h_rw[3], d_lab[3], d_ow[3], d_rt[3], d_rw[3];
     for (int l = 0; l < L; l++) {
         h_lab[l] = lab[l].h, h_ow[l] = ow[l].h, h_rt[l] = rt[l].h, h_rw[l] = rw[l].h;
         d_lab[l] = lab[l].d, d_ow[l] = ow[l].d, d_rt[l] = rt[l].d, d_rw[l] = rw[l].d;
     }
-    C->det.rpn_targets(C, &d, &an.h, &gt.h, rngs, h_lab, h_ow, h_rt, h_rw, &ns.h);
-    G->det.rpn_targets(G, &d, &an.d, &gt.d, rngs, d_lab, d_ow, d_rt, d_rw, &ns.d);
+    C->det.rpn_targets(C, &d, &an.h, &gt.h, &rngs.h, h_lab, h_ow, h_rt, h_rw, &ns.h);
+    G->det.rpn_targets(G, &d, &an.d, &gt.d, &rngs.d, d_lab, d_ow, d_rt, d_rw, &ns.d);
     for (int l = 0; l < L; l++) {
         expect_close_f32(&lab[l], 0, "rpn labels");
         expect_close_f32(&ow[l], 0, "rpn objectness weights");
@@ -638,7 +639,7 @@ static void test_det_rpn_targets_body(void) {
            ((float *)ns.h.data)[0]);
     assert_true(((float *)ns.h.data)[0] > 256);
     for (int l = 0; l < L; l++) tp_free(&lab[l]), tp_free(&ow[l]), tp_free(&rt[l]), tp_free(&rw[l]);
-    tp_free(&ns), tp_free(&an), gt_free(&gt);
+    tp_free(&ns), tp_free(&an), tp_free(&rngs), gt_free(&gt);
     free(anchors);
 }
 
@@ -715,13 +716,23 @@ static void test_det_proposals_body(void) {
     proposals_case(MRCNN_DTYPE_F32, 0);
 }
 
+/* N per-image ROI streams (seed, epoch; image i keyed base + i) as the (N, MRCNN_RNG_WORDS)
+ * int32 tensor both backends read (detect_ops.h). */
+static tpair roi_rngs(int N, uint64_t seed, uint32_t epoch, int base) {
+    mrcnn_rng *r = malloc(sizeof(mrcnn_rng) * (size_t)N);
+    for (int i = 0; i < N; i++) r[i] = mrcnn_rng_make(seed, epoch, base + i, MRCNN_RNG_ROI_SAMPLE);
+    tpair t = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, MRCNN_RNG_WORDS}, r);
+    free(r);
+    return t;
+}
+
 /* The ROI-sampling outputs of both backends (CPU in .h, CUDA in .d). */
 typedef struct {
     tpair rois, labels, box_labels, reg_t, reg_w, fg_rois, fg_labels, fg_gt, n_rois, n_fg;
 } roi_pair;
 
 static void roi_sample_both(const mrcnn_roi_sample_desc *d, const tpair *props, const tpair *pc, const gt_pair *gt,
-                            const mrcnn_rng *rngs, roi_pair *o) {
+                            const tpair *rngs, roi_pair *o) {
     const int64_t NS = (int64_t)d->n_images * d->batch_size_per_image, NF = (int64_t)d->n_images * d->max_fg;
     o->rois = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5}, NULL);
     o->labels = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NS}, NULL);
@@ -733,10 +744,10 @@ static void roi_sample_both(const mrcnn_roi_sample_desc *d, const tpair *props, 
     o->fg_gt = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NF}, NULL);
     o->n_rois = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, NULL);
     o->n_fg = tp_make(MRCNN_DTYPE_F32, 1, (int64_t[]){1}, NULL);
-    C->det.roi_sample(C, d, &props->h, &pc->h, &gt->h, rngs, &o->rois.h, &o->labels.h, &o->box_labels.h, &o->reg_t.h,
-                      &o->reg_w.h, &o->fg_rois.h, &o->fg_labels.h, &o->fg_gt.h, &o->n_rois.h, &o->n_fg.h);
-    G->det.roi_sample(G, d, &props->d, &pc->d, &gt->d, rngs, &o->rois.d, &o->labels.d, &o->box_labels.d, &o->reg_t.d,
-                      &o->reg_w.d, &o->fg_rois.d, &o->fg_labels.d, &o->fg_gt.d, &o->n_rois.d, &o->n_fg.d);
+    C->det.roi_sample(C, d, &props->h, &pc->h, &gt->h, &rngs->h, &o->rois.h, &o->labels.h, &o->box_labels.h,
+                      &o->reg_t.h, &o->reg_w.h, &o->fg_rois.h, &o->fg_labels.h, &o->fg_gt.h, &o->n_rois.h, &o->n_fg.h);
+    G->det.roi_sample(G, d, &props->d, &pc->d, &gt->d, &rngs->d, &o->rois.d, &o->labels.d, &o->box_labels.d,
+                      &o->reg_t.d, &o->reg_w.d, &o->fg_rois.d, &o->fg_labels.d, &o->fg_gt.d, &o->n_rois.d, &o->n_fg.d);
 }
 
 static void roi_pair_free(roi_pair *o) {
@@ -775,13 +786,12 @@ static void test_det_roi_sample_body(void) {
     gt_pair gt = gt_make(N, NG, 200, 300, gcnt, hw);
     tpair props = roi_proposals(N, P, &gt, gcnt);
     tpair pc = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, pcnt);
-    mrcnn_rng rngs[3];
-    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(11, 1, 40 + i, MRCNN_RNG_ROI_SAMPLE);
+    tpair rngs = roi_rngs(N, 11, 1, 40);
     mrcnn_roi_sample_desc d = {.n_images = N, .prop_cap = P, .batch_size_per_image = 64, .max_fg = 16,
                                .positive_fraction = 0.25f, .iou_thresh = 0.5f,
                                .coder = mrcnn_box_coder_make(10, 10, 5, 5)};
     roi_pair o;
-    roi_sample_both(&d, &props, &pc, &gt, rngs, &o);
+    roi_sample_both(&d, &props, &pc, &gt, &rngs, &o);
     expect_close_f32(&o.n_rois, 0, "n_rois");
     expect_close_f32(&o.n_fg, 0, "n_fg");
     expect_close_f32(&o.rois, 0, "rois");
@@ -796,7 +806,36 @@ static void test_det_roi_sample_body(void) {
            ((float *)o.n_fg.h.data)[0]);
     assert_true(((float *)o.n_fg.h.data)[0] > 0 && ((float *)o.n_rois.h.data)[0] < N * 64);
     roi_pair_free(&o);
-    tp_free(&props), tp_free(&pc), gt_free(&gt);
+    tp_free(&props), tp_free(&pc), tp_free(&rngs), gt_free(&gt);
+}
+
+/* Many images (more than one block of 64, the sampler's former launch chunk), each
+ * drawing on its own device-resident stream: image i's rows must come from stream i. */
+static void test_det_roi_sample_many_body(void) {
+    enum { N = 67, NG = 4, P = 40 };
+    int32_t gcnt[N], hw[2 * N], pcnt[N];
+    for (int i = 0; i < N; i++) {
+        gcnt[i] = i % 5 == 4 ? 0 : 1 + i % 4;
+        hw[2 * i] = 120, hw[2 * i + 1] = 160;
+        pcnt[i] = P - i % 7;
+    }
+    gt_pair gt = gt_make(N, NG, 120, 160, gcnt, hw);
+    tpair props = roi_proposals(N, P, &gt, gcnt);
+    tpair pc = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, pcnt);
+    tpair rngs = roi_rngs(N, 13, 4, 40);
+    mrcnn_roi_sample_desc d = {.n_images = N, .prop_cap = P, .batch_size_per_image = 16, .max_fg = 8,
+                               .positive_fraction = 0.25f, .iou_thresh = 0.5f,
+                               .coder = mrcnn_box_coder_make(10, 10, 5, 5)};
+    roi_pair o;
+    roi_sample_both(&d, &props, &pc, &gt, &rngs, &o);
+    expect_close_f32(&o.n_rois, 0, "n_rois");
+    expect_close_f32(&o.rois, 0, "rois");
+    expect_same_i32(&o.labels, "roi labels");
+    expect_same_i32(&o.fg_gt, "fg gt");
+    printf("  det.roi_sample %d images: identical (%g rois, %g fg)\n", N, ((float *)o.n_rois.h.data)[0],
+           ((float *)o.n_fg.h.data)[0]);
+    roi_pair_free(&o);
+    tp_free(&props), tp_free(&pc), tp_free(&rngs), gt_free(&gt);
 }
 
 static void test_det_mask_targets_body(void) {
@@ -805,13 +844,12 @@ static void test_det_mask_targets_body(void) {
     gt_pair gt = gt_make(N, NG, 200, 300, gcnt, hw);
     tpair props = roi_proposals(N, P, &gt, gcnt);
     tpair pc = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, pcnt);
-    mrcnn_rng rngs[3];
-    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(12, 0, i, MRCNN_RNG_ROI_SAMPLE);
+    tpair rngs = roi_rngs(N, 12, 0, 0);
     mrcnn_roi_sample_desc d = {.n_images = N, .prop_cap = P, .batch_size_per_image = 64, .max_fg = 16,
                                .positive_fraction = 0.25f, .iou_thresh = 0.5f,
                                .coder = mrcnn_box_coder_make(10, 10, 5, 5)};
     roi_pair o;
-    roi_sample_both(&d, &props, &pc, &gt, rngs, &o);
+    roi_sample_both(&d, &props, &pc, &gt, &rngs, &o);
     expect_same_i32(&o.fg_gt, "fg gt");
     /* Both backends on the CPU's fg rows (equal to the GPU's, checked above), all rows
      * (padding included) and then a trimmed prefix. */
@@ -831,7 +869,7 @@ static void test_det_mask_targets_body(void) {
     }
     printf("  det.mask_targets %lld fg rows of %lld: agree\n", (long long)nf, (long long)NF);
     roi_pair_free(&o);
-    tp_free(&props), tp_free(&pc), gt_free(&gt);
+    tp_free(&props), tp_free(&pc), tp_free(&rngs), gt_free(&gt);
 }
 
 static void test_det_gathers_body(void) {
@@ -887,6 +925,7 @@ GUARDED_TEST(test_rle_decode)
 GUARDED_TEST(test_det_rpn_targets)
 GUARDED_TEST(test_det_proposals)
 GUARDED_TEST(test_det_roi_sample)
+GUARDED_TEST(test_det_roi_sample_many)
 GUARDED_TEST(test_det_mask_targets)
 GUARDED_TEST(test_det_gathers)
 
@@ -902,7 +941,8 @@ int main(void) {
         cmocka_unit_test(test_topk),    cmocka_unit_test(test_cast),
         cmocka_unit_test(test_rle_decode),
         cmocka_unit_test(test_det_rpn_targets), cmocka_unit_test(test_det_proposals),
-        cmocka_unit_test(test_det_roi_sample), cmocka_unit_test(test_det_mask_targets),
+        cmocka_unit_test(test_det_roi_sample), cmocka_unit_test(test_det_roi_sample_many),
+        cmocka_unit_test(test_det_mask_targets),
         cmocka_unit_test(test_det_gathers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -377,6 +377,37 @@ static void test_linear_body(void) {
 
 /* ---- elementwise, pooling, upsampling ----------------------------------------------- */
 
+/* The same random values (rounded to the GPU dtype) into p and q, both sides. */
+static void tp_fill_same(tpair *p, tpair *q, float lo, float hi) {
+    float *h = malloc((size_t)p->n * sizeof(float) + 4);
+    test_fill_uniform(h, p->n, lo, hi, g_seed++);
+    for (int64_t i = 0; i < p->n; i++) {
+        if (h[i] == 0.0f) h[i] = 0.5f * (hi > 0 ? hi : lo);
+        h[i] = mrcnn_round_to(h[i], p->g.dtype);
+    }
+    tp_write(p, h);
+    tp_write(q, h);
+    free(h);
+}
+
+/* The GPU sides of p and q hold the same bits (read as fp32: fp16/bf16 widen exactly),
+ * e.g. the fused residual join against add then relu on the same backend. */
+static void tp_expect_gpu_same(const tpair *p, const tpair *q, const char *op) {
+    float *a = tp_read_gpu(p), *b = tp_read_gpu(q);
+    for (int64_t i = 0; i < p->n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) {
+            float x = a[i], y = b[i];
+            free(a);
+            free(b);
+            fail_msg("%s (%s): gpu element %lld is %g, unfused gives %g", op, mrcnn_dtype_name(P), (long long)i,
+                     (double)x, (double)y);
+        }
+    printf("  %-22s %-5s %-10s n=%-8lld gpu fused == gpu unfused, bit for bit\n", op, mrcnn_dtype_name(P), p->name,
+           (long long)p->n);
+    free(a);
+    free(b);
+}
+
 static void test_relu_add_body(void) {
     need((void *)C->nn.relu_forward, "cpu relu_forward");
     need((void *)C->nn.add_forward, "cpu add_forward");
@@ -398,9 +429,20 @@ static void test_relu_add_body(void) {
         tp_fill(&a, -1, 1);
         tp_fill(&b, -1, 1);
         tp_poison(&y);
-        C->nn.add_forward(C, &a.c, &b.c, &y.c);
-        G->nn.add_forward(G, &a.g, &b.g, &y.g);
+        C->nn.add_forward(C, &a.c, &b.c, MRCNN_ACT_NONE, &y.c);
+        G->nn.add_forward(G, &a.g, &b.g, MRCNN_ACT_NONE, &y.g);
         tp_expect(&y, "add");
+        /* The fused residual join: against the CPU, and against add then relu on the GPU. */
+        tpair y2 = TP(P, "y2", n);
+        tp_poison(&y);
+        tp_poison(&y2);
+        C->nn.add_forward(C, &a.c, &b.c, MRCNN_ACT_RELU, &y.c);
+        G->nn.add_forward(G, &a.g, &b.g, MRCNN_ACT_RELU, &y.g);
+        tp_expect(&y, "add+relu");
+        G->nn.add_forward(G, &a.g, &b.g, MRCNN_ACT_NONE, &y2.g);
+        G->nn.relu_forward(G, &y2.g, &y2.g);
+        tp_expect_gpu_same(&y, &y2, "add+relu");
+        tp_free(&y2);
         C->nn.add_backward(C, &dy.c, &a.c, &b.c);
         G->nn.add_backward(G, &dy.g, &a.g, &b.g);
         tp_expect(&a, "add_bwd");
@@ -432,9 +474,10 @@ static void test_vector_paths_body(void) {
             for (int shift = 0; shift < 2; shift++) {
                 const int64_t n = sizes[si] + shift;
                 tpair X = TP(P, "x", n), Y = TP(P, "y", n), DY = TP(P, "dy", n), DX = TP(P, "dx", n);
-                tpair A = TP(P, "a", n), B = TP(P, "b", n);
+                tpair A = TP(P, "a", n), B = TP(P, "b", n), A2 = TP(P, "a unfused", n);
                 tpair x = tp_shift(&X, shift), y = tp_shift(&Y, shift), dy = tp_shift(&DY, shift);
                 tpair dx = tp_shift(&DX, shift), a = tp_shift(&A, shift), b = tp_shift(&B, shift);
+                tpair a2 = tp_shift(&A2, shift);
                 char op[48];
                 snprintf(op, sizeof op, "vec n=%lld%s", (long long)x.n, shift ? " misaligned" : "");
                 tp_fill(&x, -1, 1);
@@ -447,14 +490,19 @@ static void test_vector_paths_body(void) {
                 C->nn.relu_backward(C, &y.c, &dy.c, &dx.c);
                 G->nn.relu_backward(G, &y.g, &dy.g, &dx.g);
                 tp_expect(&dx, op);
-                tp_fill(&a, -1, 1);
+                tp_fill_same(&a, &a2, -1, 1);
                 tp_fill(&b, -1, 1);
-                /* Residual join in place (resnet.c): a = relu(a + b). */
-                C->nn.add_forward(C, &a.c, &b.c, &a.c);
-                G->nn.add_forward(G, &a.g, &b.g, &a.g);
-                C->nn.relu_forward(C, &a.c, &a.c);
-                G->nn.relu_forward(G, &a.g, &a.g);
+                /* Residual join in place as resnet.c calls it, a = relu(a + b) in one pass,
+                 * and the two-call form it replaced (add, then relu) on a copy. */
+                C->nn.add_forward(C, &a.c, &b.c, MRCNN_ACT_RELU, &a.c);
+                G->nn.add_forward(G, &a.g, &b.g, MRCNN_ACT_RELU, &a.g);
                 tp_expect(&a, op);
+                C->nn.add_forward(C, &a2.c, &b.c, MRCNN_ACT_NONE, &a2.c);
+                G->nn.add_forward(G, &a2.g, &b.g, MRCNN_ACT_NONE, &a2.g);
+                C->nn.relu_forward(C, &a2.c, &a2.c);
+                G->nn.relu_forward(G, &a2.g, &a2.g);
+                tp_expect(&a2, op);
+                tp_expect_gpu_same(&a, &a2, op);
                 C->nn.add_backward(C, &dy.c, &b.c, NULL);
                 G->nn.add_backward(G, &dy.g, &b.g, NULL);
                 tp_expect(&b, op);
@@ -468,7 +516,7 @@ static void test_vector_paths_body(void) {
                     tp_expect(&fv, op);
                     tp_free(&f);
                 }
-                tpair *all[] = {&X, &Y, &DY, &DX, &A, &B};
+                tpair *all[] = {&X, &Y, &DY, &DX, &A, &B, &A2};
                 for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
             }
         }
@@ -529,14 +577,14 @@ static void test_stream_graph_body(void) {
     G->mem.write(G, &a.g, h);
     G->stream.event_record(G, ev);
     GF->stream.event_wait(GF, ev);
-    GF->nn.add_forward(GF, &a.g, &b.g, &y.g);
+    GF->nn.add_forward(GF, &a.g, &b.g, MRCNN_ACT_NONE, &y.g);
     GF->mem.sync(GF);
-    C->nn.add_forward(C, &a.c, &b.c, &y.c);
+    C->nn.add_forward(C, &a.c, &b.c, MRCNN_ACT_NONE, &y.c);
     tp_expect(&y, "event ordering");
     G->stream.event_destroy(G, ev);
     free(h);
     /* Graph: the region is captured, not run, then replayed twice. */
-    G->nn.add_forward(G, &a.g, &b.g, &y.g); // warm-up outside the capture (nothing grows inside)
+    G->nn.add_forward(G, &a.g, &b.g, MRCNN_ACT_NONE, &y.g); // warm-up outside the capture (nothing grows inside)
     G->mem.zero(G, &y.g);
     void *g = NULL;
     int captured = G->stream.graph_begin(G);
@@ -797,6 +845,36 @@ static void step_ctl_expect(const tpair *ctl, int nl, const char *when) {
     free(c);
 }
 
+/* The step's lr and index into both control vectors: one write each, as the trainer's
+ * stage does before the region. */
+static void step_ctl_lr_index(tpair *ctl, float lr, int64_t index) {
+    const float li[2] = {lr, (float)index};
+    mrcnn_tensor c = step_view(&ctl->c, MRCNN_CTL_LR, 2), g = step_view(&ctl->g, MRCNN_CTL_LR, 2);
+    C->mem.write(C, &c, li);
+    G->mem.write(G, &g, li);
+}
+
+/* The trainer's region on one side: terms accumulated (axpy), the flag (bad: an extra
+ * Inf/NaN source, or NULL), the norm, the decision (fp16 scaler, clipping, window) and
+ * the update that a skipped step leaves out. No host value changes between steps. */
+static void step_ops_region(mrcnn_backend *be, int side, tpair *ctl, int nl, tpair *terms, tpair *gr, tpair *bad,
+                            tpair *p, tpair *v, tpair *mask) {
+    mrcnn_tensor *c = side ? &ctl->g : &ctl->c;
+    mrcnn_tensor stepv = step_view(c, MRCNN_CTL_STEP, nl + 1), tv = step_view(c, MRCNN_CTL_STEP, nl),
+                 fl = step_view(c, MRCNN_CTL_FLAG(nl), 1), sq = step_view(c, MRCNN_CTL_SUMSQ, 1);
+    be->mem.zero(be, &stepv);
+    be->step.axpy(be, 0.5f, side ? &terms->g : &terms->c, &tv);
+    be->step.axpy(be, 0.5f, side ? &terms->g : &terms->c, &tv);
+    be->step.nonfinite_or(be, side ? &gr->g : &gr->c, &fl);
+    if (bad) be->step.nonfinite_or(be, side ? &bad->g : &bad->c, &fl);
+    be->step.sum_squares(be, side ? &gr->g : &gr->c, &sq);
+    mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 1, .scales_loss = 1, .growth_interval = 2,
+                         .clip_enabled = 1, .clip_value = 100.0f, .inv_world = 1.0f, .inv_accum = 1.0f};
+    be->step.decide(be, &d, c);
+    be->step.sgd_update(be, side ? &p->g : &p->c, side ? &gr->g : &gr->c, side ? &v->g : &v->c,
+                        side ? &mask->g : &mask->c, 0.9f, 1e-4f, c);
+}
+
 static void test_step_ops_body(void) {
     need((void *)C->step.decide, "cpu step.decide");
     need((void *)G->step.decide, "gpu step.decide");
@@ -858,34 +936,66 @@ static void test_step_ops_body(void) {
     const float nan2[2] = {1.0f, NAN};
     tp_write(&bad, nan2);
     const int flags[] = {0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0};
+    int64_t last_bad = -1;
     for (int step = 0; step < (int)(sizeof flags / sizeof *flags); step++) {
         tp_fill(&gr, -50, 50);
         tp_fill(&terms, 0.1f, 3);
+        step_ctl_lr_index(&ctl, 0.01f * (float)(1 + step % 4), 100 + step);
         mrcnn_backend *bes[2] = {C, G};
-        for (int side = 0; side < 2; side++) {
-            mrcnn_backend *be = bes[side];
-            mrcnn_tensor *c = side ? &ctl.g : &ctl.c;
-            mrcnn_tensor stepv = step_view(c, MRCNN_CTL_STEP, nl + 1), tv = step_view(c, MRCNN_CTL_STEP, nl),
-                         fl = step_view(c, MRCNN_CTL_FLAG(nl), 1), sq = step_view(c, MRCNN_CTL_SUMSQ, 1),
-                         c2 = step_view(c, MRCNN_CTL_APPLY, 2);
-            be->mem.zero(be, &stepv);
-            be->step.axpy(be, 0.5f, side ? &terms.g : &terms.c, &tv);
-            be->step.axpy(be, 0.5f, side ? &terms.g : &terms.c, &tv);
-            be->step.nonfinite_or(be, side ? &gr.g : &gr.c, &fl);
-            if (flags[step]) be->step.nonfinite_or(be, side ? &bad.g : &bad.c, &fl);
-            be->step.sum_squares(be, side ? &gr.g : &gr.c, &sq);
-            mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 1, .scales_loss = 1, .growth_interval = 2,
-                                 .clip_enabled = 1, .clip_value = 100.0f, .inv_world = 1.0f, .inv_accum = 1.0f,
-                                 .step = (float)step};
-            be->step.decide(be, &d, c);
-            be->step.sgd_update(be, side ? &p.g : &p.c, side ? &gr.g : &gr.c, side ? &v.g : &v.c,
-                                side ? &mask.g : &mask.c, 0.01f, 0.9f, 1e-4f, &c2);
-        }
+        for (int side = 0; side < 2; side++)
+            step_ops_region(bes[side], side, &ctl, nl, &terms, &gr, flags[step] ? &bad : NULL, &p, &v, &mask);
         char when[32];
         snprintf(when, sizeof when, "step %d", step);
         step_ctl_expect(&ctl, nl, when);
         tp_expect(&p, "step sgd_update");
         tp_expect(&v, "step sgd_update");
+        if (flags[step]) last_bad = 100 + step;
+        float *gc = tp_read_gpu(&ctl); // decide took the index from the vector
+        assert_float_equal(gc[MRCNN_CTL_WIN_BAD_STEP(nl)], (float)(last_bad + 1), 0);
+        free(gc);
+    }
+    /* The same region captured once on the GPU (trainer_step.c's pattern) and replayed
+     * with each step's lr and index written into the vector before the launch; the CPU
+     * runs it directly. A replay that kept the captured step's lr or index differs. */
+    void *graph = NULL;
+    int captured = 0;
+    for (int step = 0; step < 4; step++) {
+        tp_fill(&gr, -50, 50);
+        if (step == 2) { // a NaN gradient: skipped on both sides, its index in the window
+            float *h = malloc((size_t)gr.n * sizeof(float));
+            test_fill_uniform(h, gr.n, -50, 50, g_seed++);
+            h[gr.n / 3] = NAN;
+            tp_write(&gr, h);
+            free(h);
+        }
+        tp_fill(&terms, 0.1f, 3);
+        step_ctl_lr_index(&ctl, 0.03f / (float)(1 + step), 200 + step);
+        step_ops_region(C, 0, &ctl, nl, &terms, &gr, NULL, &p, &v, &mask);
+        if (!graph && G->stream.graph_begin(G)) {
+            step_ops_region(G, 1, &ctl, nl, &terms, &gr, NULL, &p, &v, &mask);
+            graph = G->stream.graph_end(G);
+            assert_non_null(graph);
+            captured++;
+        }
+        if (graph) G->stream.graph_launch(G, graph);
+        else step_ops_region(G, 1, &ctl, nl, &terms, &gr, NULL, &p, &v, &mask); // selfcheck: a CPU "GPU"
+        char when[48];
+        snprintf(when, sizeof when, "graph replay %d", step);
+        step_ctl_expect(&ctl, nl, when);
+        tp_expect(&p, "step sgd_update (graph replay)");
+        tp_expect(&v, "step sgd_update (graph replay)");
+        float *gc = tp_read_gpu(&ctl);
+        assert_float_equal(gc[MRCNN_CTL_WIN_BAD_STEP(nl)], step >= 2 ? 203.0f : (float)(last_bad + 1), 0);
+        free(gc);
+    }
+    if (graph) G->stream.graph_destroy(G, graph);
+    if (!g_selfcheck) assert_int_equal(captured, 1);
+    /* graph_epoch: present on the GPU, and it only moves when a buffer is reallocated */
+    if (!g_selfcheck) {
+        need((void *)G->stream.graph_epoch, "gpu stream.graph_epoch");
+        const uint64_t e0 = G->stream.graph_epoch(G);
+        step_ops_region(G, 1, &ctl, nl, &terms, &gr, NULL, &p, &v, &mask); // sizes reached already
+        assert_true(G->stream.graph_epoch(G) == e0);
     }
     tpair *all[] = {&g, &out, &ctl, &p, &gr, &v, &mask, &terms, &bad};
     for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);

@@ -29,6 +29,7 @@
 #include "mrcnn/config.h"
 #include "mrcnn/half.h"
 #include "mrcnn/model.h"
+#include "mrcnn/model_trainable.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/trainer.h"
@@ -110,7 +111,7 @@ static void side_free(side *s) {
 }
 
 /* Forward + backward on batch sb, adding to the gradients; st kept when keep != NULL. */
-static mrcnn_losses side_forward_backward(side *s, const synth_batch *sb, mrcnn_step *keep) {
+static mrcnn_losses side_train_step(side *s, const synth_batch *sb, mrcnn_step *keep) {
     mrcnn_ws_reset(&s->ws);
     mrcnn_batch b = {.image_hw = sb->hw, .gt = sb->gt};
     b.images = mrcnn_ws_tensor(&s->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
@@ -131,7 +132,7 @@ static mrcnn_losses side_forward_backward(side *s, const synth_batch *sb, mrcnn_
 /* The same with the gradients zeroed first. */
 static mrcnn_losses side_step(side *s, const synth_batch *sb, mrcnn_step *keep) {
     mrcnn_model_zero_grads(&s->m);
-    return side_forward_backward(s, sb, keep);
+    return side_train_step(s, sb, keep);
 }
 
 static float *read_grads(side *s) {
@@ -283,25 +284,79 @@ static void test_step_bf16(void **state) {
     else compare_step("bf16", "bf16", (step_bounds){2e-2, 1e-2, 2e-2, 2e-2, 0.99, 4});
 }
 
-/* The model bound to the trainer: step s trains on batch s mod N_BATCHES. */
+/* The model's two halves on the device backend (model.h): a batch's shape key is nonzero
+ * (CUDA's count_hint answers -1, so the ROI heads run on the whole capacity and the calls
+ * do not depend on the data) and equal for another batch of the same shapes, whose
+ * staged tensors sit at the same addresses; run makes no upload, no read and, once its
+ * buffers have their size (the first run), no sync. The self-check puts the CPU backend
+ * in the device's slot with count_hint off, the calls a GPU makes. */
+static void test_stage_key(void **state) {
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    const char *why = NULL;
+    side dev;
+    side_init(&dev, device_backend(&why), &cfg, "fp32", 31);
+    if (g_selfcheck) dev.be->det.count_hint = NULL;
+    synth_batch *sb = MRCNN_MALLOC(sizeof *sb * 2, "batches");
+    make_batch(&sb[0], 5);
+    make_batch(&sb[1], 6);
+    sb[1].gt[0].n = 1; // fewer instances: the same capacity bucket
+    const int64_t index[NI] = {17, 99};
+    mrcnn_batch b[2];
+    for (int k = 0; k < 2; k++)
+        b[k] = (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, dev.be->device, 4,
+                                                          (int64_t[]){NI, HH, WW, 3}),
+                             .host_images = sb[k].images, .image_hw = sb[k].hw, .gt = sb[k].gt,
+                             .image_index = k ? index : NULL, .epoch = (uint32_t)k};
+    uint64_t key[2];
+    void *addr[2][3];
+    double total[2];
+    mrcnn_backend_stats run_cost = {0};
+    mrcnn_model_zero_grads(&dev.m);
+    for (int k = 0; k < 2; k++) {
+        key[k] = mrcnn_model_stage(&dev.m, 0, &b[k]);
+        const mrcnn_staged *sg = &dev.m.staged[0];
+        addr[k][0] = sg->images.data, addr[k][1] = sg->gt.masks.data, addr[k][2] = sg->rngs.data;
+        mrcnn_step st;
+        mrcnn_backend_stats s0 = mrcnn_backend_stats_get(dev.be);
+        mrcnn_model_run(&dev.m, 0, &dev.ws, true, &st);
+        mrcnn_backend_stats s1 = mrcnn_backend_stats_get(dev.be);
+        run_cost = (mrcnn_backend_stats){.reads = s1.reads - s0.reads, .syncs = s1.syncs - s0.syncs,
+                                         .uploads = s1.uploads - s0.uploads};
+        mrcnn_losses l;
+        mrcnn_model_read_losses(&dev.m, &st, &l);
+        total[k] = l.total;
+        mrcnn_step_free(&st);
+        mrcnn_ws_reset(&dev.ws);
+        printf("  batch %d: key %016llx, loss %.5f; run: %llu uploads, %llu reads, %llu syncs\n", k,
+               (unsigned long long)key[k], total[k], (unsigned long long)run_cost.uploads,
+               (unsigned long long)run_cost.reads, (unsigned long long)run_cost.syncs);
+        assert_int_equal(run_cost.uploads, 0);
+        assert_int_equal(run_cost.reads, 0);
+    }
+    assert_int_equal(run_cost.syncs, 0); // the second run
+    assert_true(key[0] != 0 && key[1] == key[0]);
+    for (int j = 0; j < 3; j++) assert_ptr_equal(addr[1][j], addr[0][j]);
+    assert_true(isfinite(total[0]) && isfinite(total[1]) && total[0] != total[1]);
+    free(sb);
+    side_free(&dev);
+}
+
+/* The batch source of the shared model trainable (model_trainable.h, as `mrcnn train`
+ * binds the model): step s trains on batch s mod N_BATCHES, uploaded by the model's stage. */
 typedef struct {
-    side *s;
     const synth_batch *batches;
-} run_binding;
+    const mrcnn_backend *be;
+} run_source;
 
-static void run_grad_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
-
-static double run_forward_backward(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
-                                   float acc_mult, mrcnn_buckets *bk) {
-    run_binding *rb = ctx;
-    rb->s->m.loss_mult = loss_mult;
-    rb->s->m.loss_scale = loss_scale;
-    rb->s->m.grad_ready = bk ? run_grad_ready : NULL;
-    rb->s->m.grad_ready_ctx = bk;
-    mrcnn_step st;
-    side_forward_backward(rb->s, &rb->batches[step % N_BATCHES], &st);
-    rb->s->be->step.axpy(rb->s->be, acc_mult, &st.loss_dev, loss_acc); // no read: the trainer's window
-    mrcnn_step_free(&st);
+static double run_next(void *ctx, int64_t step, int micro, mrcnn_batch *b) {
+    run_source *rs = ctx;
+    const synth_batch *sb = &rs->batches[step % N_BATCHES];
+    *b = (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, rs->be->device, 4,
+                                                   (int64_t[]){NI, HH, WW, 3}),
+                       .host_images = sb->images,
+                       .image_hw = sb->hw,
+                       .gt = sb->gt};
     return 0;
 }
 
@@ -315,13 +370,12 @@ static void train_run(mrcnn_backend *be, const char *precision, int k, double *c
     snprintf(cfg.solver_precision, sizeof cfg.solver_precision, "%s", precision);
     side s;
     side_init(&s, be, &cfg, precision, 41 + (uint64_t)k);
-    run_binding rb = {&s, batches};
-    mrcnn_trainable tm = {.ctx = &rb, .params = &s.m.params.values, .grads = &s.m.params.grads,
-                          .trainable = s.m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
-                          .scales_loss = 1, .forward_backward = run_forward_backward};
+    run_source rs = {batches, be};
+    mrcnn_model_trainable mt;
+    mrcnn_model_trainable_init(&mt, &s.m, run_next, &rs);
     mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &tm, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &mt.tm, 0);
     const int window = g_steps / N_WINDOWS;
     for (int w = 0; w < N_WINDOWS; w++) {
         for (int i = 0; i < window; i++) {
@@ -337,6 +391,7 @@ static void train_run(mrcnn_backend *be, const char *precision, int k, double *c
         curve[w] = lw.mean_total;
     }
     mrcnn_trainer_free(&tr);
+    mrcnn_model_trainable_free(&mt);
     side_free(&s);
     free(batches);
 }
@@ -458,6 +513,7 @@ int main(void) {
            g_steps, g_seeds);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cast_read),
+        cmocka_unit_test(test_stage_key),
         cmocka_unit_test(test_step_fp32),
         cmocka_unit_test(test_step_bf16),
         cmocka_unit_test(test_training_curve),

@@ -10,7 +10,7 @@ out=$(MRCNN_GPU_MODEL_SELFCHECK=1 MRCNN_GPU_MODEL_STEPS=20 "$BUILD/tests/cuda/te
     echo "$out"; echo "self-check: test_gpu_model failed"; exit 1; }
 echo "$out"
 echo "$out" | grep -q "self-check: CPU backend against CPU backend, 20 training steps"
-echo "$out" | grep -q "PASSED.*4 test"
+echo "$out" | grep -q "PASSED.*5 test"
 # both precisions compared the five losses and the gradients, exactly
 [ "$(echo "$out" | grep -cE ": [a-z_]+ +[0-9.]+ vs [0-9.]+  rel err 0.00e\+00$")" -eq 10 ] || { echo "self-check: loss comparisons not exact"; exit 1; }
 [ "$(echo "$out" | grep -c "gradients max rel err 0.00e+00 .*cosine 1.0000000")" -eq 2 ] \

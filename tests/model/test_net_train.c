@@ -5,10 +5,12 @@
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
+#include "mrcnn/backend_trace.h"
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
 #include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
+#include "mrcnn/model_trainable.h"
 #include "mrcnn/rng.h"
 
 #include <math.h>
@@ -684,6 +686,231 @@ static void test_no_reads(void **state) {
     free(f);
 }
 
+static float *read_all_grads(fixture *f) {
+    int64_t n = (int64_t)(f->m.params.grads.size / sizeof(float));
+    mrcnn_tensor all = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
+    float *g = malloc((size_t)n * sizeof(float));
+    f->be->mem.read(f->be, &all, g);
+    return g;
+}
+
+/* The fixture's batch with its images in host memory (stage uploads them). */
+static mrcnn_batch host_batch(fixture *f, int h, int w, const int *hw, const mrcnn_image_gt *gt) {
+    return (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, f->be->device, 4, (int64_t[]){NI, h, w, 3}),
+                         .host_images = f->s.images, .image_hw = hw, .gt = gt};
+}
+
+static uint64_t uploads_since(fixture *f, const mrcnn_backend_stats *s0) {
+    return mrcnn_backend_stats_get(f->be).uploads - s0->uploads;
+}
+
+/* The two halves of the training step (model.h). stage + run equal the one-call step
+ * exactly (host images: the same numbers). Stage uploads twice (the images, everything
+ * else; the anchors once per size), run neither uploads nor reads nor waits. With
+ * count_hint off (the calls of a GPU step): equal shapes give equal keys and staging
+ * addresses whatever the data, another ground-truth bucket or batch size another key; with
+ * the CPU's trimming count_hint the key is 0 (the heads' rows follow the data). The
+ * staged RNG streams are mrcnn_rng_make's for (SEED, epoch, image index). */
+static void test_stage_run(void **state) {
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    cfg.backbone_freeze_at = 0;
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 37);
+    const size_t gbytes = f->m.params.grads.size;
+    mrcnn_step st;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    const mrcnn_losses ref = st.losses;
+    mrcnn_step_free(&st);
+    float *g_ref = read_all_grads(f);
+
+    // the same batch through stage (host images) and run: identical; the CPU trims: key 0
+    mrcnn_batch b = host_batch(f, HH, WW, f->s.hw, f->s.gt);
+    mrcnn_ws_reset(&f->ws);
+    mrcnn_model_zero_grads(&f->m);
+    assert_true(mrcnn_model_stage(&f->m, 0, &b) == 0);
+    mrcnn_backend_stats s0 = mrcnn_backend_stats_get(f->be);
+    mrcnn_model_run(&f->m, 0, &f->ws, true, &st);
+    mrcnn_backend_stats s1 = mrcnn_backend_stats_get(f->be);
+    assert_int_equal(s1.uploads, s0.uploads);
+    assert_int_equal(s1.reads, s0.reads);
+    assert_int_equal(s1.syncs, s0.syncs);
+    mrcnn_model_read_step(&f->m, &st);
+    float *g = read_all_grads(f);
+    printf("  stage + run: total %.9g (one call %.9g), gradients %s\n", st.losses.total, ref.total,
+           memcmp(g, g_ref, gbytes) ? "differ" : "identical");
+    assert_true(memcmp(&st.losses, &ref, sizeof ref) == 0);
+    assert_true(memcmp(g, g_ref, gbytes) == 0);
+    mrcnn_step_free(&st);
+    free(g);
+
+    // count_hint off: replayable keys
+    int64_t (*hint)(const mrcnn_backend *, const mrcnn_tensor *) = f->be->det.count_hint;
+    f->be->det.count_hint = NULL;
+    s0 = mrcnn_backend_stats_get(f->be);
+    const uint64_t k1 = mrcnn_model_stage(&f->m, 0, &b);
+    assert_int_equal(uploads_since(f, &s0), 2);
+    const mrcnn_staged *sg = &f->m.staged[0];
+    void *addr[3] = {sg->images.data, sg->gt.masks.data, sg->rngs.data};
+    // other data, same shapes: fewer instances (the same bucket), other image indices and epoch
+    mrcnn_image_gt gt2[NI] = {f->s.gt[0], f->s.gt[1]};
+    gt2[0].n = 1;
+    const int64_t index[NI] = {1234567890123LL, 7};
+    mrcnn_batch b2 = host_batch(f, HH, WW, f->s.hw, gt2);
+    b2.image_index = index;
+    b2.epoch = 3;
+    const uint64_t k2 = mrcnn_model_stage(&f->m, 0, &b2);
+    printf("  keys: %016llx, other data %016llx (gt bucket %d)\n", (unsigned long long)k1, (unsigned long long)k2,
+           sg->gt_cap);
+    assert_true(k1 != 0 && k2 == k1);
+    assert_ptr_equal(sg->images.data, addr[0]);
+    assert_ptr_equal(sg->gt.masks.data, addr[1]);
+    assert_ptr_equal(sg->rngs.data, addr[2]);
+    const int32_t *words = sg->rngs.data; // the CPU backend's memory is the host's
+    for (int i = 0; i < NI; i++) {
+        mrcnn_rng rpn = mrcnn_rng_make((uint64_t)cfg.seed, 3, index[i], MRCNN_RNG_RPN_SAMPLE);
+        mrcnn_rng roi = mrcnn_rng_make((uint64_t)cfg.seed, 3, index[i], MRCNN_RNG_ROI_SAMPLE);
+        assert_memory_equal(words + i * MRCNN_RNG_WORDS, &rpn, sizeof rpn);
+        assert_memory_equal(words + (NI + i) * MRCNN_RNG_WORDS, &roi, sizeof roi);
+    }
+    // equal keys, equal calls: the device half of b and of b2 traced (backend_trace.h), the
+    // workspace released inside the window as the trainable's run releases it
+    mrcnn_backend_trace_install(f->be);
+    mrcnn_backend_trace_keep_listing(f->be, 1);
+    mrcnn_trace_summary tr[2];
+    for (int k = 0; k < 2; k++) {
+        assert_true(mrcnn_model_stage(&f->m, 0, k ? &b2 : &b) == k1);
+        mrcnn_ws_reset(&f->ws);
+        mrcnn_backend_trace_begin(f->be);
+        mrcnn_model_run(&f->m, 0, &f->ws, true, &st);
+        mrcnn_step_free(&st);
+        mrcnn_ws_reset(&f->ws);
+        mrcnn_backend_trace_end(f->be, &tr[k]);
+    }
+    char msg[2048] = "";
+    const int64_t at = mrcnn_backend_trace_diff(&tr[0], &tr[1], msg, sizeof msg);
+    printf("  run traced: %llu calls, hash %016llx / %016llx, %llu uploads, %llu reads, %llu syncs, %llu live%s%s\n",
+           (unsigned long long)tr[0].calls, (unsigned long long)tr[0].hash, (unsigned long long)tr[1].hash,
+           (unsigned long long)tr[1].uploads, (unsigned long long)tr[1].reads, (unsigned long long)tr[1].syncs,
+           (unsigned long long)tr[1].live, at >= 0 ? "; first difference " : "", msg);
+    assert_true(tr[0].calls > 100);
+    assert_true(tr[1].hash == tr[0].hash && at < 0);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(tr[k].uploads + tr[k].reads + tr[k].syncs, 0);
+        assert_int_equal(tr[k].stats.uploads + tr[k].stats.reads + tr[k].stats.syncs, 0);
+        assert_int_equal(tr[k].live, 0);
+        mrcnn_trace_summary_free(&tr[k]);
+    }
+    mrcnn_backend_trace_uninstall(f->be);
+    // 9 instances: the next bucket (16), another key
+    float boxes9[9 * 4];
+    int32_t labels9[9];
+    uint8_t *masks9 = malloc((size_t)9 * HH * WW);
+    for (int j = 0; j < 9; j++) {
+        memcpy(boxes9 + 4 * j, f->s.boxes[0] + 4 * (j % NG), 4 * sizeof(float));
+        labels9[j] = f->s.labels[0][j % NG];
+        memcpy(masks9 + (size_t)j * HH * WW, f->s.masks[0] + (size_t)(j % NG) * HH * WW, (size_t)HH * WW);
+    }
+    mrcnn_image_gt gt9[NI] = {{9, boxes9, labels9, masks9}, f->s.gt[1]};
+    mrcnn_batch b9 = host_batch(f, HH, WW, f->s.hw, gt9);
+    const uint64_t k9 = mrcnn_model_stage(&f->m, 0, &b9);
+    assert_int_equal(sg->gt_cap, 16);
+    const uint64_t k9b = mrcnn_model_stage(&f->m, 0, &b9);
+    // back to 3 instances in the buffer bucket 16 grew: the same addresses, only G differs
+    const uint64_t k1b = mrcnn_model_stage(&f->m, 0, &b);
+    assert_int_equal(sg->gt_cap, 8);
+    assert_true(k1b != 0 && k1b != k9 && mrcnn_model_stage(&f->m, 0, &b9) == k9);
+    // a smaller batch (96 x 128): another key, and its anchors are uploaded once
+    const int hw96[2 * NI] = {96, 128, 90, 100};
+    mrcnn_batch b96 = host_batch(f, 96, WW, hw96, gt2);
+    s0 = mrcnn_backend_stats_get(f->be);
+    const uint64_t k96 = mrcnn_model_stage(&f->m, 0, &b96);
+    const uint64_t up96 = uploads_since(f, &s0);
+    s0 = mrcnn_backend_stats_get(f->be);
+    const uint64_t k96b = mrcnn_model_stage(&f->m, 0, &b96);
+    const uint64_t up96b = uploads_since(f, &s0);
+    printf("  keys: 16 gt %016llx, 96x128 %016llx (%llu uploads, then %llu)\n", (unsigned long long)k9,
+           (unsigned long long)k96, (unsigned long long)up96, (unsigned long long)up96b);
+    assert_true(k9 != 0 && k9 != k1 && k9b == k9);
+    assert_true(k96 != 0 && k96 != k9 && k96 != k1 && k96b == k96);
+    assert_int_equal(up96, 3);
+    assert_int_equal(up96b, 2);
+    mrcnn_ws_reset(&f->ws);
+    mrcnn_model_run(&f->m, 0, &f->ws, true, &st); // runs on the 96 x 128 batch
+    assert_int_equal(st.img_h, 96);
+    mrcnn_step_free(&st);
+    mrcnn_ws_reset(&f->ws);
+    f->be->det.count_hint = hint;
+    free(masks9);
+    free(g_ref);
+    fixture_free(f);
+    free(f);
+}
+
+/* The shared model trainable (model_trainable.h): stage takes the source's batch and
+ * gives the model's key; run adds acc_mult x the terms into the accumulator and the
+ * gradients of the staged batch (those of the one-call step), reports every parameter
+ * ready when given buckets, and leaves its workspace empty. */
+typedef struct {
+    fixture *f;
+    int calls;
+} source_ctx;
+
+static double source_next(void *ctx, int64_t step, int micro, mrcnn_batch *b) {
+    source_ctx *c = ctx;
+    c->calls++;
+    *b = host_batch(c->f, HH, WW, c->f->s.hw, c->f->s.gt);
+    return 0.25;
+}
+
+static void test_model_trainable(void **state) {
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
+    fixture_init(f, &cfg, 41);
+    const size_t gbytes = f->m.params.grads.size;
+    mrcnn_step st;
+    mrcnn_model_zero_grads(&f->m);
+    run_step(f, true, &st);
+    const mrcnn_losses ref = st.losses;
+    mrcnn_step_free(&st);
+    float *g_ref = read_all_grads(f);
+    source_ctx sc = {f, 0};
+    mrcnn_model_trainable mt;
+    mrcnn_model_trainable_init(&mt, &f->m, source_next, &sc);
+    assert_ptr_equal(mt.tm.ctx, &mt);
+    assert_true(mt.tm.stage && mt.tm.run && mt.tm.scales_loss && mt.tm.n_losses == MRCNN_N_LOSSES);
+    mrcnn_tensor acc = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, f->be->device, 1, (int64_t[]){MRCNN_N_LOSSES});
+    acc.data = f->be->mem.alloc(f->be, mrcnn_tensor_nbytes(&acc), "loss accumulator");
+    f->be->mem.zero(f->be, &acc);
+    mrcnn_model_zero_grads(&f->m);
+    uint64_t key = 99;
+    assert_true(mt.tm.stage(mt.tm.ctx, 0, 0, &key) == 0.25);
+    assert_int_equal(sc.calls, 1);
+    assert_true(key == 0); // the CPU backend trims
+    mt.tm.run(mt.tm.ctx, 0, 1.0f, NULL, &acc, 0.5f, NULL);
+    printf("  trainable run: workspace %d tensors, %zu bytes after it (peak %zu)\n", mt.ws.n, mt.ws.bytes,
+           mt.ws.peak_bytes);
+    assert_int_equal(mt.ws.n, 0);
+    assert_int_equal(mt.ws.bytes, 0);
+    assert_true(mt.ws.peak_bytes > 0);
+    float a[MRCNN_N_LOSSES];
+    f->be->mem.read(f->be, &acc, a);
+    double r[MRCNN_N_LOSSES];
+    mrcnn_losses_to_array(&ref, r);
+    for (int k = 0; k < MRCNN_N_LOSSES; k++) assert_true(a[k] == (float)(0.5 * (float)r[k]));
+    float *g = read_all_grads(f);
+    assert_true(memcmp(g, g_ref, gbytes) == 0);
+    free(g);
+    mrcnn_ws_reset(&f->ws);
+    f->be->mem.free(f->be, acc.data);
+    mrcnn_model_trainable_free(&mt);
+    free(g_ref);
+    fixture_free(f);
+    free(f);
+}
+
 int main(void) {
     // the tiny model's ops are too small to gain from threads; on a shared machine
     // OpenMP's spinning workers cost far more than they give
@@ -696,6 +923,8 @@ int main(void) {
         cmocka_unit_test(test_grad_ready),
         cmocka_unit_test(test_padded_heads),
         cmocka_unit_test(test_no_reads),
+        cmocka_unit_test(test_stage_run),
+        cmocka_unit_test(test_model_trainable),
         cmocka_unit_test(test_rounded_storage),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_overfit),

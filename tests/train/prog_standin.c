@@ -16,8 +16,8 @@
  * --fixed-rows gives every image 2 rows, so that a micro-batch's normalizer is the
  * same whatever images it holds (then accumulation equals a larger batch too).
  * --dump writes the final weights (rank 0, raw fp32) for comparisons.
- * The backend here is a host one (memory, sgd_update, nonfinite, and the host step
- * ops of backend_cpu_step.c) with the semantics of backend.h, so this program does not
+ * The backend here is a host one (memory, sgd_update, nonfinite, a graph_begin that
+ * cannot capture, and the host step ops of backend_cpu_step.c) with the semantics of backend.h, so this program does not
  * depend on the CPU backend's nn ops. */
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +60,11 @@ static void h_sgd(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_ten
 }
 static int h_cc(const mrcnn_backend *be) { return 0; }       // like the CPU: "auto" is fp32
 static void h_set_tf32(mrcnn_backend *be, int on) {}
+/* Like the CPU backend: no graphs (SOLVER.CUDA_GRAPH=on then runs every step directly). */
+static int h_graph_begin(const mrcnn_backend *be) { return 0; }
+static void *h_graph_end(const mrcnn_backend *be) { MRCNN_CHECK(0, "host backend: graph_end without a capture"); return NULL; }
+static void h_graph_launch(const mrcnn_backend *be, void *g) { MRCNN_CHECK(0, "host backend: graph_launch"); }
+static void h_graph_destroy(const mrcnn_backend *be, void *g) { MRCNN_CHECK(0, "host backend: graph_destroy"); }
 static int h_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     const float *x = t->data;
     for (int64_t i = 0; i < mrcnn_tensor_numel(t); i++)
@@ -79,6 +84,8 @@ typedef struct {
     long inject_at, inject_count;
     int sleep_ms;
     int fixed_rows;
+    int64_t staged_first, staged_step; // what stage recorded for run
+    double staged_norm;
 } standin;
 
 static float draw(int64_t image, int k) {
@@ -86,24 +93,44 @@ static float draw(int64_t image, int k) {
     return 2.0f * mrcnn_rng_uniform(&r, (uint64_t)k) - 1.0f;
 }
 
-static double fb(void *vctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc, float acc_mult,
-                 mrcnn_buckets *bk) {
-    // a CPU-backend stand-in: the device-held loss scale is in host memory
-    if (loss_scale) loss_mult *= ((const float *)loss_scale->data)[0];
+/* stage: the host half, the "loader": the micro-batch's first global image, its rows
+ * and the normalizer over the global batch (a host all-reduce of the row counts). This
+ * stand-in's "device" is host memory, so run reads what stage recorded (never captured:
+ * the host backend's graph_begin returns 0). Shape key: the rows of its images. */
+static double stage(void *vctx, int64_t step, int micro, uint64_t *shape_key) {
     standin *s = vctx;
-    const mrcnn_dtype st = s->be->storage;
     if (s->sleep_ms) usleep((useconds_t)s->sleep_ms * 1000);
     const int W = s->dist->world_size, R = s->dist->rank;
     int64_t first = s->next_micro * (int64_t)s->per_rank * W + (int64_t)R * s->per_rank;
     s->next_micro++;
-    float *w = mrcnn_arena_get(&s->params, s->iw)->data, *b = mrcnn_arena_get(&s->params, s->ib)->data;
-    float *gw = mrcnn_arena_get(&s->grads, s->iw)->data, *gb = mrcnn_arena_get(&s->grads, s->ib)->data;
     /* Rows of this rank's images, and the normalizer over the global batch. */
     double rows = 0;
-    for (int i = 0; i < s->per_rank; i++) rows += s->fixed_rows ? 2 : 1 + (first + i) % 3;
+    uint64_t key = 1469598103934665603ull; // FNV-1a over the row counts
+    for (int i = 0; i < s->per_rank; i++) {
+        int n = s->fixed_rows ? 2 : 1 + (int)((first + i) % 3);
+        rows += n;
+        key = (key ^ (uint64_t)n) * 1099511628211ull;
+    }
     double global_rows = rows;
     mrcnn_dist_allreduce_sum_f64(s->dist, &global_rows, 1, "stand-in row count");
-    const double norm = global_rows / W;
+    s->staged_first = first;
+    s->staged_norm = global_rows / W;
+    s->staged_step = step;
+    *shape_key = key ? key : 1;
+    return 0.0;
+}
+
+static void run(void *vctx, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                float acc_mult, mrcnn_buckets *bk) {
+    // a CPU-backend stand-in: the device-held loss scale is in host memory
+    if (loss_scale) loss_mult *= ((const float *)loss_scale->data)[0];
+    standin *s = vctx;
+    const mrcnn_dtype st = s->be->storage;
+    const int R = s->dist->rank;
+    const int64_t first = s->staged_first, step = s->staged_step;
+    const double norm = s->staged_norm;
+    float *w = mrcnn_arena_get(&s->params, s->iw)->data, *b = mrcnn_arena_get(&s->params, s->ib)->data;
+    float *gw = mrcnn_arena_get(&s->grads, s->iw)->data, *gb = mrcnn_arena_get(&s->grads, s->ib)->data;
     double la = 0, lb = 0;
     for (int i = 0; i < s->per_rank; i++) {
         int64_t img = (first + i) % N_IMAGES;
@@ -137,7 +164,6 @@ static double fb(void *vctx, int64_t step, int micro, float loss_mult, const mrc
     s->be->step.axpy(s->be, acc_mult, &tv, loss_acc);
     if (bk)
         for (int p = s->params.n_entries - 1; p >= 0; p--) mrcnn_buckets_mark_ready(bk, p);
-    return 0.0;
 }
 
 static void get_cursor(void *vctx, int64_t *epoch, int64_t *ls) {
@@ -192,7 +218,9 @@ int main(int argc, char **argv) {
                         .set_precision = h_set_precision,
                         .mem = {.alloc = h_alloc, .free = h_free, .zero = h_zero, .write = h_write, .read = h_read,
                                 .sync = h_sync},
-                        .opt = {.sgd_update = h_sgd, .nonfinite = h_nonfinite}};
+                        .opt = {.sgd_update = h_sgd, .nonfinite = h_nonfinite},
+                        .stream = {.graph_begin = h_graph_begin, .graph_end = h_graph_end, .graph_launch = h_graph_launch,
+                                   .graph_destroy = h_graph_destroy}};
     be.info.compute_capability = h_cc;
     be.info.set_tf32 = h_set_tf32;
     mrcnn_backend_cpu_fill_step(&be); // the step's bookkeeping ops (host memory)
@@ -220,7 +248,7 @@ int main(int argc, char **argv) {
     }
     static const char *const names[] = {"loss_a", "loss_b"};
     mrcnn_trainable m = {.ctx = &s, .params = &s.params, .grads = &s.grads, .n_losses = 2, .loss_names = names, .scales_loss = 1,
-                         .forward_backward = fb, .get_cursor = get_cursor, .set_cursor = set_cursor};
+                         .stage = stage, .run = run, .get_cursor = get_cursor, .set_cursor = set_cursor};
     opts.bucket_bytes = 256; // several buckets even for this small model
     int rc = mrcnn_trainer_run(&cfg, &opts, &dist, &be, &m);
     if (dump && dist.rank == 0) {

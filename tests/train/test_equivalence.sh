@@ -28,6 +28,13 @@ done
 run 1 2 acc1 20 --fixed-rows --set SOLVER.ACCUM_STEPS=2
 run 2 2 acc2 20 --fixed-rows
 grep -q "per-rank batch 1 x 2 accumulation, global batch 2" "$tmp/acc1.log" || { echo "FAIL: accumulation line"; cat "$tmp/acc1.log"; exit 1; }
+# SOLVER.CUDA_GRAPH=on on a backend without graphs (graph_begin returns 0, as the CPU's):
+# a shape key's first step warms up, its second finds no capture, graphs go off; the weights are
+# bit for bit those of the run without graphs (k1_2, auto = off on this backend).
+run 1 2 graph_on 20 --set SOLVER.CUDA_GRAPH=on
+cmp -s "$tmp/graph_on.w" "$tmp/k1_2.w" || { echo "FAIL: SOLVER.CUDA_GRAPH=on changed the weights"; cat "$tmp/graph_on.log"; exit 1; }
+grep -q "CUDA graphs: on (SOLVER.CUDA_GRAPH=on" "$tmp/graph_on.log" && grep -q "CUDA graphs: off from step [0-9]*: the backend does not capture" "$tmp/graph_on.log" &&
+    grep -q "CUDA graphs: off (SOLVER.CUDA_GRAPH=auto" "$tmp/k1_2.log" || { echo "FAIL: CUDA graphs log lines"; cat "$tmp/graph_on.log"; exit 1; }
 $PY_COCO - "$tmp" <<'PY' || exit 1
 import json, sys
 import numpy as np

@@ -52,6 +52,10 @@ typedef struct {
     int64_t inject_step; // this step's loss_b and gradient become Inf (-1: never)
     int break_reads;
     mrcnn_trainer *tr;
+    uint64_t shape_key;  // what stage reports (1; 0: not replayable)
+    int64_t staged_step; // recorded by stage for run
+    int staged_micro;
+    int stage_calls, run_calls;
 } lin;
 
 static float draw(int64_t i, int k) {
@@ -59,9 +63,22 @@ static float draw(int64_t i, int k) {
     return 2.0f * mrcnn_rng_uniform(&r, (uint64_t)k) - 1.0f;
 }
 
-static double lin_fb(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc, float acc_mult,
-                     mrcnn_buckets *bk) {
+/* stage: the host half; the stand-in's "device" is host memory, so run reads what
+ * stage recorded (a CPU stand-in is never captured). Its shapes never change: key 1. */
+static double lin_stage(void *ctx, int64_t step, int micro, uint64_t *shape_key) {
     lin *l = ctx;
+    l->staged_step = step;
+    l->staged_micro = micro;
+    l->stage_calls++;
+    *shape_key = l->shape_key;
+    return 0;
+}
+
+static void lin_run(void *ctx, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                    float acc_mult, mrcnn_buckets *bk) {
+    lin *l = ctx;
+    const int64_t step = l->staged_step;
+    l->run_calls++;
     // the CPU backend's device memory is the host's: the stand-in reads the scale in place
     if (loss_scale) loss_mult *= ((const float *)loss_scale->data)[0];
     const float *w = (const float *)l->params.base;
@@ -93,7 +110,6 @@ static double lin_fb(void *ctx, int64_t step, int micro, float loss_mult, const 
     }
     if (bk)
         for (int p = l->params.n_entries - 1; p >= 0; p--) mrcnn_buckets_mark_ready(bk, p);
-    return 0;
 }
 
 static void lin_config(mrcnn_config *cfg, int accum) {
@@ -114,6 +130,7 @@ static void lin_init(lin *l, mrcnn_backend *be) {
     memset(l, 0, sizeof *l);
     l->be = be;
     l->inject_step = -1;
+    l->shape_key = 1;
     l->break_reads = getenv("MRCNN_STEP_READS_BREAK") && atoi(getenv("MRCNN_STEP_READS_BREAK"));
     mrcnn_arena_init(&l->params, "params", MRCNN_DEVICE_CPU);
     mrcnn_arena_add(&l->params, "fc.weight", MRCNN_DTYPE_F32, 2, (int64_t[]){D_OUT, D_IN});
@@ -138,7 +155,7 @@ static void test_standin_no_reads(void **state) {
     lin l;
     lin_init(&l, be);
     mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .forward_backward = lin_fb};
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
     mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
     mrcnn_trainer tr;
     mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
@@ -202,6 +219,319 @@ static void test_standin_no_reads(void **state) {
     mrcnn_backend_destroy(be);
 }
 
+/* The lr and the step index reach the update through the control vector (one write per
+ * step, before the region): under a warmup schedule each step's update is lr(step) x the
+ * new momentum, with lr(step) the schedule's value at that step (a stale or constant lr
+ * moves the weights by another amount). */
+static void test_lr_through_vector(void **state) {
+    mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.WARMUP_ITERS=6", "test");
+    mrcnn_config_set(&cfg, "SOLVER.WARMUP_FACTOR=0.01", "test");
+    mrcnn_config_set(&cfg, "SOLVER.CLIP_GRADIENTS.ENABLED=false", "test");
+    lin l;
+    lin_init(&l, be);
+    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    enum { NP = D_OUT * D_IN };
+    float before[NP];
+    float prev_lr = -1;
+    const mrcnn_backend_stats s0 = mrcnn_backend_stats_get(be);
+    for (int i = 0; i < 8; i++) {
+        memcpy(before, l.params.base, sizeof before);
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+        const float *c = tr.ctl.data; // CPU: the device vector is host memory
+        const float lr = mrcnn_lr_at(&tr.sched, i);
+        assert_float_equal(c[MRCNN_CTL_LR], lr, 0);
+        assert_float_equal(c[MRCNN_CTL_STEP_INDEX], (float)i, 0);
+        assert_float_equal(r.lr, lr, 0);
+        if (i < 6) assert_true(lr != prev_lr); // the warmup moves it every step
+        prev_lr = lr;
+        const float *p = (const float *)l.params.base, *v = (const float *)tr.sgd.momentum.base;
+        for (int k = 0; k < NP; k++) {
+            float want = before[k] - lr * v[k];
+            if (fabsf(p[k] - want) > 1e-7f * (1.0f + fabsf(want)))
+                fail_msg("step %d (lr %g): weight %d is %.9g, before - lr x momentum = %.9g", i, (double)lr, k,
+                         (double)p[k], (double)want);
+        }
+    }
+    /* one upload per step (the lr and the index; the first: the whole vector) */
+    assert_int_equal(stats_since(be, &s0).uploads, 8);
+    mrcnn_trainer_free(&tr);
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+}
+
+/* The cache's decisions as a pure function: warm-up, capture, replay, LRU eviction, a new
+ * epoch forgetting every graph (keys stay warmed up), key 0 and graphs off. */
+static void test_graph_plan(void **state) {
+    mrcnn_graph_cache c;
+    memset(&c, 0, sizeof c);
+    char g[16]; // distinct fake graphs
+    mrcnn_graph_plan p = mrcnn_graph_cache_plan(&c, 0, 7, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_DIRECT);
+    assert_int_equal(c.clock, 0); // untouched
+    p = mrcnn_graph_cache_plan(&c, 1, 0, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_DIRECT);
+    assert_int_equal(c.clock, 0);
+    p = mrcnn_graph_cache_plan(&c, 1, 7, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_WARMUP);
+    const int s7 = p.slot;
+    p = mrcnn_graph_cache_plan(&c, 1, 7, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_CAPTURE);
+    assert_int_equal(p.slot, s7);
+    c.e[s7].graph = &g[7];
+    p = mrcnn_graph_cache_plan(&c, 1, 7, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_REPLAY);
+    assert_int_equal(p.n_destroy, 0);
+    /* three more keys fill the cache (4 entries), each captured */
+    for (uint64_t k = 1; k <= 3; k++) {
+        assert_int_equal(mrcnn_graph_cache_plan(&c, 1, k, 0).action, MRCNN_GRAPH_WARMUP);
+        p = mrcnn_graph_cache_plan(&c, 1, k, 0);
+        assert_int_equal(p.action, MRCNN_GRAPH_CAPTURE);
+        c.e[p.slot].graph = &g[k];
+    }
+    assert_int_equal(mrcnn_graph_cache_plan(&c, 1, 7, 0).action, MRCNN_GRAPH_REPLAY); // 7 is the newest now
+    /* a fifth key evicts the least recently used (1, not 7, the first inserted) */
+    p = mrcnn_graph_cache_plan(&c, 1, 9, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_WARMUP);
+    assert_int_equal(p.n_destroy, 1);
+    assert_ptr_equal(p.destroy[0], &g[1]);
+    assert_int_equal(mrcnn_graph_cache_plan(&c, 1, 7, 0).action, MRCNN_GRAPH_REPLAY);
+    assert_int_equal(mrcnn_graph_cache_plan(&c, 1, 1, 0).action, MRCNN_GRAPH_WARMUP); // evicted: warm up again
+    /* a new epoch: every graph destroyed once, their keys captured again without warm-up */
+    p = mrcnn_graph_cache_plan(&c, 1, 7, 5);
+    assert_true(p.flushed);
+    assert_int_equal(p.n_destroy, 2); // 7 and 3 (2 was evicted by 1; 9 and 1 only warmed up)
+    assert_int_equal(p.action, MRCNN_GRAPH_CAPTURE);
+    c.e[p.slot].graph = &g[8];
+    p = mrcnn_graph_cache_plan(&c, 1, 3, 5);
+    assert_false(p.flushed);
+    assert_int_equal(p.n_destroy, 0);
+    assert_int_equal(p.action, MRCNN_GRAPH_CAPTURE);
+    assert_int_equal(mrcnn_graph_cache_plan(&c, 1, 7, 5).action, MRCNN_GRAPH_REPLAY);
+
+    /* who may use graphs at all */
+    const char *why;
+    assert_true(mrcnn_graph_allowed(1, 1, 1, 0, &why));
+    assert_null(why);
+    assert_true(mrcnn_graph_allowed(1, 1, 4, 1, &why)); // NCCL captures
+    assert_false(mrcnn_graph_allowed(0, 1, 1, 0, &why));
+    assert_non_null(strstr(why, "CUDA_GRAPH"));
+    assert_false(mrcnn_graph_allowed(1, 2, 1, 0, &why));
+    assert_non_null(strstr(why, "ACCUM_STEPS"));
+    assert_false(mrcnn_graph_allowed(1, 1, 2, 0, &why));
+    assert_non_null(strstr(why, "NCCL"));
+    /* the config's side: auto is on for cuda only */
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    assert_true(mrcnn_config_cuda_graph(&cfg, "cuda"));
+    assert_false(mrcnn_config_cuda_graph(&cfg, "cpu"));
+    mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
+    assert_true(mrcnn_config_cuda_graph(&cfg, "cpu"));
+}
+
+/* SOLVER.CUDA_GRAPH=on on the CPU backend (graph_begin returns 0): the first step warms
+ * up, the second finds no capture and turns graphs off; the weights, momentum and window
+ * are bit for bit those of a run with graphs off. */
+static void run_lin(const char *graph, int steps, float *params, float *mom, mrcnn_loss_window *w,
+                    mrcnn_trainer *keep) {
+    mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.WARMUP_ITERS=4", "test");
+    char a[64];
+    snprintf(a, sizeof a, "SOLVER.CUDA_GRAPH=%s", graph);
+    mrcnn_config_set(&cfg, a, "test");
+    lin l;
+    lin_init(&l, be);
+    l.inject_step = 2;
+    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    for (int i = 0; i < steps; i++) {
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+    }
+    mrcnn_trainer_take_losses(&tr, w);
+    memcpy(params, l.params.base, D_OUT * D_IN * sizeof(float));
+    memcpy(mom, tr.sgd.momentum.base, D_OUT * D_IN * sizeof(float));
+    assert_int_equal(l.run_calls, steps); // every step ran its region once
+    *keep = tr;
+    mrcnn_trainer_free(&tr);
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+}
+
+static void test_graph_on_cpu_equals_off(void **state) {
+    enum { NP = D_OUT * D_IN, STEPS = 7 };
+    float p_on[NP], p_off[NP], v_on[NP], v_off[NP];
+    mrcnn_loss_window w_on, w_off;
+    mrcnn_trainer t_on, t_off;
+    run_lin("on", STEPS, p_on, v_on, &w_on, &t_on);
+    run_lin("off", STEPS, p_off, v_off, &w_off, &t_off);
+    assert_memory_equal(p_on, p_off, sizeof p_on);
+    assert_memory_equal(v_on, v_off, sizeof v_on);
+    assert_memory_equal(w_on.mean, w_off.mean, sizeof w_on.mean);
+    assert_int_equal(w_on.last_skipped, 2);
+    assert_int_equal(w_off.last_skipped, 2);
+    /* on: allowed at first, one warm-up, then the CPU cannot capture: off, direct */
+    assert_int_equal(t_on.graph_stats.warmup, 1);
+    assert_int_equal(t_on.graph_stats.capture + t_on.graph_stats.replay, 0);
+    assert_int_equal(t_on.graph_stats.direct, STEPS - 1);
+    assert_int_equal(t_off.graph_stats.direct, STEPS);
+    assert_int_equal(t_off.graph_stats.warmup, 0);
+}
+
+/* ---- the trainer's graph calls against a fake capturing backend ----
+ * The CPU generic backend with stream.graph_* replaced: graph_begin says it captures, the
+ * region then still runs (the CPU cannot record), graph_launch runs nothing. What is
+ * checked is the trainer's use of the calls (which step warms up, captures, replays,
+ * when graphs are destroyed), the region bracket and that no upload happens inside it. */
+static struct {
+    int begin, end, launch, destroy, created, fail_end;
+    uint64_t epoch;
+    int in_region, region_calls, uploads_in_region, bad_bracket;
+    void (*write)(const mrcnn_backend *be, mrcnn_tensor *dst, const void *src);
+} fk;
+static int fk_begin(const mrcnn_backend *be) { fk.begin++; return 1; }
+static void *fk_end(const mrcnn_backend *be) {
+    fk.end++;
+    if (fk.fail_end) return NULL;
+    fk.created++;
+    return malloc(1); // a distinct handle; ASan/LSan catch a leak or a double destroy
+}
+static void fk_launch(const mrcnn_backend *be, void *g) { assert_non_null(g); fk.launch++; }
+static void fk_destroy(const mrcnn_backend *be, void *g) { fk.destroy++; free(g); }
+static uint64_t fk_epoch(const mrcnn_backend *be) { return fk.epoch; }
+static void fk_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *src) {
+    if (fk.in_region) fk.uploads_in_region++;
+    fk.write(be, dst, src);
+}
+static void fk_on_region(void *ctx, int begin) {
+    if (begin == fk.in_region) fk.bad_bracket++;
+    fk.in_region = begin;
+    fk.region_calls += begin;
+}
+
+static mrcnn_backend *fk_backend(void) {
+    memset(&fk, 0, sizeof fk);
+    mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
+    be->stream.graph_begin = fk_begin;
+    be->stream.graph_end = fk_end;
+    be->stream.graph_launch = fk_launch;
+    be->stream.graph_destroy = fk_destroy;
+    be->stream.graph_epoch = fk_epoch;
+    fk.write = be->mem.write;
+    be->mem.write = fk_write;
+    return be;
+}
+
+static void test_graph_trainer_calls(void **state) {
+    mrcnn_backend *be = fk_backend();
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
+    lin l;
+    lin_init(&l, be);
+    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    tr.on_region = fk_on_region;
+    assert_int_equal(tr.graphs, 1);
+    /* keys per step; at step 6 the backend reallocates a buffer (a new epoch) */
+    const uint64_t keys[] = {'A', 'A', 'A', 'B', 'B', 'A', 'B', 'A', 'C', 'D', 'E', 'B', 0, 'E'};
+    /* W warm-up, C capture, R replay, D direct */
+    const char want[] = "WCRWCRCCWWWWDC";
+    const int n = (int)(sizeof keys / sizeof *keys);
+    for (int i = 0; i < n; i++) {
+        l.shape_key = keys[i];
+        if (i == 6) fk.epoch++;
+        const int runs0 = l.run_calls, begin0 = fk.begin, launch0 = fk.launch;
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+        char got = l.run_calls == runs0 ? 'R' : fk.begin > begin0 ? 'C' : keys[i] ? 'W' : 'D';
+        if (got != want[i]) fail_msg("step %d (key %c): action %c, expected %c", i, keys[i] ? (int)keys[i] : '0', got, want[i]);
+        if ((got == 'C' || got == 'R') != (fk.launch == launch0 + 1))
+            fail_msg("step %d: %d launches for action %c", i, fk.launch - launch0, got);
+    }
+    assert_int_equal(fk.begin, 5);
+    assert_int_equal(fk.end, 5);
+    assert_int_equal(fk.launch, 7);
+    assert_int_equal(tr.graph_stats.warmup, 6);
+    assert_int_equal(tr.graph_stats.capture, 5);
+    assert_int_equal(tr.graph_stats.replay, 2);
+    assert_int_equal(tr.graph_stats.direct, 1);
+    assert_int_equal(tr.graph_stats.flush, 1);
+    /* the epoch dropped A's and B's graphs; E and B evicted A's and B's new ones */
+    assert_int_equal(fk.destroy, 4);
+    assert_int_equal(fk.region_calls, n);
+    assert_int_equal(fk.bad_bracket, 0);
+    assert_int_equal(fk.in_region, 0);
+    assert_int_equal(fk.uploads_in_region, 0); // the lr and the index went up before the region
+    assert_int_equal(l.stage_calls, n);
+    mrcnn_trainer_free(&tr);
+    assert_int_equal(fk.destroy, fk.created); // the last graph (E) with the trainer
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+}
+
+/* A capture that fails (graph_end NULL): graphs off for the run, the region runs
+ * directly in that step (nothing of it ran while capturing on a GPU), later steps run
+ * directly; accumulation (ACCUM_STEPS 2) never captures. */
+static void test_graph_capture_failure(void **state) {
+    mrcnn_backend *be = fk_backend();
+    fk.fail_end = 1;
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
+    lin l;
+    lin_init(&l, be);
+    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    for (int i = 0; i < 4; i++) {
+        const int runs0 = l.run_calls;
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+        /* step 1: the (fake) capture ran it once, then the direct run */
+        assert_int_equal(l.run_calls - runs0, i == 1 ? 2 : 1);
+    }
+    assert_int_equal(fk.begin, 1);
+    assert_int_equal(fk.launch, 0);
+    assert_int_equal(tr.graphs, 0);
+    assert_int_equal(tr.graph_stats.direct, 3);
+    mrcnn_trainer_free(&tr);
+    assert_int_equal(fk.destroy, 0);
+
+    lin_config(&cfg, 2);
+    mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
+    fk.fail_end = 0;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    assert_int_equal(tr.graphs, 0);
+    const int stage0 = l.stage_calls;
+    for (int i = 0; i < 3; i++) {
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+    }
+    assert_int_equal(l.stage_calls - stage0, 6); // both micro-batches staged every step
+    assert_int_equal(fk.begin, 1);
+    mrcnn_trainer_free(&tr);
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+}
+
 /* The device decision against the host policies it replaces. */
 static void test_decide_matches_host(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
@@ -216,13 +546,14 @@ static void test_decide_matches_host(void **state) {
     /* overflow pattern: halvings down past 1, growth after 3 clean steps */
     const int flags[] = {0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
     const int nf = (int)(sizeof flags / sizeof *flags);
-    int64_t counted = 0, adapted = 0;
+    int64_t counted = 0, adapted = 0, last_bad = -1;
     for (int i = 0; i < nf; i++) {
         c[MRCNN_CTL_STEP + 0] = 1.0f;
         c[MRCNN_CTL_STEP + 1] = 2.0f;
         c[MRCNN_CTL_FLAG(nl)] = (float)flags[i];
+        c[MRCNN_CTL_STEP_INDEX] = (float)(1000 + i); // the host writes it before each step's region
         mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 1, .scales_loss = 1, .growth_interval = 3,
-                             .inv_world = 1.0f, .inv_accum = 1.0f, .step = (float)i};
+                             .inv_world = 1.0f, .inv_accum = 1.0f};
         float used = host.scale;
         be->step.decide(be, &d, &ctl);
         int applied = mrcnn_loss_scaler_update(&host, flags[i]);
@@ -235,6 +566,9 @@ static void test_decide_matches_host(void **state) {
         assert_float_equal(c[MRCNN_CTL_SCALE], host.scale, 0);
         assert_int_equal((int)c[MRCNN_CTL_CLEAN], host.clean_steps);
         assert_int_equal((int64_t)c[MRCNN_CTL_SKIPPED], host.skipped);
+        if (flags[i]) last_bad = 1000 + i;
+        /* the newest skipped step's index comes from the vector's STEP_INDEX */
+        assert_int_equal((int64_t)c[MRCNN_CTL_WIN_BAD_STEP(nl)], last_bad + 1);
     }
     assert_int_equal((int64_t)c[MRCNN_CTL_WIN_COUNTED(nl)], counted);
     assert_int_equal((int64_t)c[MRCNN_CTL_WIN_ADAPT(nl)], adapted);
@@ -305,22 +639,28 @@ static void tiny_batch(tiny *t) {
 
 static void tiny_ready(int param_index, void *ctx) { mrcnn_buckets_mark_ready(ctx, param_index); }
 
-static double tiny_fb(void *ctx, int64_t step, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc, float acc_mult,
-                      mrcnn_buckets *bk) {
+/* As cmd_train.c binds the model: stage uploads the batch (mrcnn_model_stage), run is
+ * the device half with its temporaries in ws, released before it returns. */
+static double tiny_stage(void *ctx, int64_t step, int micro, uint64_t *shape_key) {
+    tiny *t = ctx;
+    mrcnn_batch b = {.host_images = t->images, .image_hw = t->hw, .gt = t->gt};
+    b.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, t->be->device, 4, (int64_t[]){NI, HH, WW, 3});
+    *shape_key = mrcnn_model_stage(&t->m, micro, &b); // uploads, as the loader's batch is
+    return 0;
+}
+
+static void tiny_run(void *ctx, int micro, float loss_mult, const mrcnn_tensor *loss_scale, mrcnn_tensor *loss_acc,
+                     float acc_mult, mrcnn_buckets *bk) {
     tiny *t = ctx;
     t->m.loss_mult = loss_mult;
     t->m.loss_scale = loss_scale;
     t->m.grad_ready = bk ? tiny_ready : NULL;
     t->m.grad_ready_ctx = bk;
-    mrcnn_ws_reset(&t->ws);
-    mrcnn_batch b = {.image_hw = t->hw, .gt = t->gt};
-    b.images = mrcnn_ws_tensor(&t->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
-    t->be->mem.write(t->be, &b.images, t->images); // an upload, as the loader's batch is
     mrcnn_step st;
-    mrcnn_model_train_step(&t->m, &t->ws, &b, true, &st);
+    mrcnn_model_run(&t->m, micro, &t->ws, true, &st);
     t->be->step.axpy(t->be, acc_mult, &st.loss_dev, loss_acc);
     mrcnn_step_free(&st);
-    return 0;
+    mrcnn_ws_reset(&t->ws);
 }
 
 /* precision: "fp32", or "fp16", whose dynamic loss scale is decided on the device and
@@ -341,7 +681,7 @@ static void tiny_model_no_reads(const char *precision) {
     tiny_batch(&t);
     mrcnn_trainable tm = {.ctx = &t, .params = &t.m.params.values, .grads = &t.m.params.grads,
                           .trainable = t.m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
-                          .scales_loss = 1, .forward_backward = tiny_fb};
+                          .scales_loss = 1, .stage = tiny_stage, .run = tiny_run};
     mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
     mrcnn_trainer tr;
     mrcnn_trainer_init(&tr, &cfg, &one, t.be, &tm, 0);
@@ -383,6 +723,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_standin_no_reads),
         cmocka_unit_test(test_decide_matches_host),
+        cmocka_unit_test(test_lr_through_vector),
+        cmocka_unit_test(test_graph_plan),
+        cmocka_unit_test(test_graph_on_cpu_equals_off),
+        cmocka_unit_test(test_graph_trainer_calls),
+        cmocka_unit_test(test_graph_capture_failure),
         cmocka_unit_test(test_tiny_model_no_reads),
         cmocka_unit_test(test_tiny_model_fp16_no_reads),
     };

@@ -9,6 +9,7 @@
 #include "mrcnn/backend.h"
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/half.h"
+#include "mrcnn/layers.h"
 #include "test_util.h"
 
 static mrcnn_tensor trand(int ndim, const int64_t *shape, float lo, float hi, uint64_t seed) {
@@ -154,14 +155,14 @@ static void test_other_ops_wiring(void **state) {
     be->nn.relu_backward(be, &r, &g, &gr);
     mrcnn_relu_backward(mrcnn_tensor_numel(&r), r.data, g.data, gr2.data);
     expect_equal("relu_backward", gr.data, gr2.data, mrcnn_tensor_numel(&r));
-    be->nn.add_forward(be, &dy, &g, &r);
+    be->nn.add_forward(be, &dy, &g, MRCNN_ACT_NONE, &r);
     mrcnn_add_forward(mrcnn_tensor_numel(&r), dy.data, g.data, ref);
     expect_equal("add_forward", r.data, ref, mrcnn_tensor_numel(&r));
     mrcnn_tensor da = tcopy(&gr), da2 = tcopy(&gr);
     be->nn.add_backward(be, &g, &da, NULL);
     mrcnn_add_backward(mrcnn_tensor_numel(&r), g.data, da2.data, NULL);
     expect_equal("add_backward", da.data, da2.data, mrcnn_tensor_numel(&r));
-    EXPECT_FAIL(be->nn.add_forward(be, &dy, &x, &r), "add_forward b: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
+    EXPECT_FAIL(be->nn.add_forward(be, &dy, &x, MRCNN_ACT_NONE, &r), "add_forward b: shape (2, 3, 5, 6) but expected (2, 6, 10, 4)");
 
     /* maxpool */
     mrcnn_pool2d_desc pd = {2, 6, 10, 4, 3, 2, 1};
@@ -306,6 +307,80 @@ static void test_rounded_storage(void **state) {
     }
 }
 
+/* add_forward with act = RELU (the bottleneck's residual join) against add_forward then
+ * relu_forward, bit for bit (memcmp: -0 vs +0 and NaN payloads count), at fp32 and in
+ * both rounded-storage modes, out of place and in place (y = a, as resnet.c calls it).
+ * The edge values: signed zeros, Inf, NaN, sums that round to zero or across a rounding
+ * boundary. */
+static void test_add_relu_fused(void **state) {
+    const mrcnn_dtype dts[3] = {MRCNN_DTYPE_F32, MRCNN_DTYPE_BF16, MRCNN_DTYPE_F16};
+    const int64_t n = 70000; // above the ops' OpenMP threshold: the threaded loop runs too
+    int64_t shape[1] = {n};
+    const float edge_a[] = {0.0f, -0.0f, -0.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN, 1.0f, 3e-8f, -3e-8f, 1.00390625f};
+    const float edge_b[] = {-0.0f, -0.0f, 0.0f, -2e-30f, 2e-30f, 1.0f, 1.0f, 1.0f, -1.0f, -1e-8f, 1e-8f, 0.001953125f};
+    const int n_edge = (int)(sizeof edge_a / sizeof *edge_a);
+    for (int k = 0; k < 3; k++) {
+        mrcnn_backend *be = mrcnn_backend_cpu_create();
+        be->set_precision(be, dts[k]);
+        mrcnn_tensor a = trand(1, shape, -1, 1, 21), b = trand(1, shape, -1, 1, 22);
+        for (int i = 0; i < n_edge; i++) ((float *)a.data)[i] = edge_a[i], ((float *)b.data)[i] = edge_b[i];
+        mrcnn_tensor ref = tzero(1, shape), y = tzero(1, shape), yin = tcopy(&a);
+        be->nn.add_forward(be, &a, &b, MRCNN_ACT_NONE, &ref);
+        be->nn.relu_forward(be, &ref, &ref);
+        be->nn.add_forward(be, &a, &b, MRCNN_ACT_RELU, &y);
+        be->nn.add_forward(be, &yin, &b, MRCNN_ACT_RELU, &yin);
+        const char *nm = mrcnn_dtype_name(dts[k]);
+        for (int64_t i = 0; i < n; i++) {
+            const float *r = ref.data, *f = y.data, *g = yin.data;
+            if (memcmp(&r[i], &f[i], sizeof(float)) || memcmp(&r[i], &g[i], sizeof(float)))
+                fail_msg("%s storage: add+relu element %lld (a %g, b %g): fused %g, in place %g, add then relu %g", nm,
+                         (long long)i, ((float *)a.data)[i], ((float *)b.data)[i], f[i], g[i], r[i]);
+        }
+        /* The values above hit what they are meant to: a NaN kept, a -0 kept. */
+        assert_true(isnan(((float *)y.data)[7]));
+        assert_true(signbit(((float *)y.data)[1]) && ((float *)y.data)[1] == 0.0f);
+        for (int64_t i = 0; i < n && dts[k] != MRCNN_DTYPE_F32; i++) { // NaN != NaN: skip it
+            const float v = ((float *)y.data)[i];
+            if (!isnan(v) && mrcnn_round_to(v, dts[k]) != v) fail_msg("%s storage: add+relu %lld not rounded", nm, (long long)i);
+        }
+        EXPECT_FAIL(be->nn.add_forward(be, &a, &b, (mrcnn_activation)7, &y), "add_forward: unknown activation 7");
+        mrcnn_tensor *all[] = {&a, &b, &ref, &y, &yin};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+        mrcnn_backend_destroy(be);
+    }
+}
+
+/* The workspace: mrcnn_ws_tensor zeroes (buffers ops add into); the _uninit forms leave
+ * the buffer to the op that overwrites it, and on the CPU poison it with all-ones bytes
+ * (NaN in fp32) so a read before the write shows. */
+static void test_ws_poison(void **state) {
+    mrcnn_backend *be = mrcnn_backend_cpu_create();
+    mrcnn_ws ws;
+    mrcnn_ws_init(&ws, be);
+    int64_t shape[2] = {37, 5};
+    for (int round = 0; round < 2; round++) { // the second round reuses freed memory
+        mrcnn_tensor u = mrcnn_ws_act_uninit(&ws, 2, shape);
+        mrcnn_tensor u32 = mrcnn_ws_tensor_uninit(&ws, MRCNN_DTYPE_F32, 2, shape);
+        mrcnn_tensor z = mrcnn_ws_act(&ws, 2, shape);
+        mrcnn_tensor zl = mrcnn_ws_like(&ws, &u);
+        assert_int_equal(u.dtype, MRCNN_DTYPE_F32);
+        const unsigned char *pu = u.data, *pu32 = u32.data;
+        for (size_t i = 0; i < mrcnn_tensor_nbytes(&u); i++)
+            if (pu[i] != 0xff || pu32[i] != 0xff) fail_msg("uninit byte %zu is not the all-ones poison", i);
+        assert_true(isnan(((float *)u.data)[0]));
+        for (int64_t i = 0; i < 37 * 5; i++)
+            if (((float *)z.data)[i] != 0.0f || ((float *)zl.data)[i] != 0.0f) fail_msg("zeroed element %lld", (long long)i);
+        /* An op that overwrites its output whole leaves no poison behind. */
+        mrcnn_tensor x = mrcnn_ws_act(&ws, 2, shape);
+        be->nn.add_forward(be, &z, &x, MRCNN_ACT_RELU, &u);
+        for (int64_t i = 0; i < 37 * 5; i++) assert_true(((float *)u.data)[i] == 0.0f);
+        for (int i = 0; i < 2; i++) memset(i ? z.data : zl.data, 0x5a, mrcnn_tensor_nbytes(&z));
+        mrcnn_ws_reset(&ws);
+    }
+    mrcnn_ws_free(&ws);
+    mrcnn_backend_destroy(be);
+}
+
 static void test_sgd_and_nonfinite(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create();
     be->set_precision(be, MRCNN_DTYPE_BF16); // master weights must not be rounded
@@ -360,6 +435,8 @@ int main(void) {
         cmocka_unit_test(test_other_ops_wiring),
         cmocka_unit_test(test_losses),
         cmocka_unit_test(test_rounded_storage),
+        cmocka_unit_test(test_add_relu_fused),
+        cmocka_unit_test(test_ws_poison),
         cmocka_unit_test(test_sgd_and_nonfinite),
     };
     return cmocka_run_group_tests_name("backend_cpu", tests, NULL, NULL);

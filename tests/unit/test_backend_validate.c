@@ -55,7 +55,7 @@ static void test_cpu_transposed(void **state) {
     /* elementwise: the second operand transposed */
     int64_t as[2] = {2, 3}, at[2] = {3, 2};
     mrcnn_tensor a = tz(2, as), b = tz(2, at), s = tz(2, as);
-    EXPECT_FAIL(be->nn.add_forward(be, &a, &b, &s), "add_forward b: shape (3, 2) but expected (2, 3)");
+    EXPECT_FAIL(be->nn.add_forward(be, &a, &b, MRCNN_ACT_NONE, &s), "add_forward b: shape (3, 2) but expected (2, 3)");
     EXPECT_FAIL(be->nn.relu_forward(be, &a, &b), "relu_forward y: shape (3, 2) but expected (2, 3)");
 
     /* ROIAlign: rois (5, R) instead of (R, 5) */
@@ -98,12 +98,18 @@ static void stub_deconv(const mrcnn_backend *be, const mrcnn_tensor *x, const mr
     g_calls++;
 }
 
+static void stub_add(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
+                     mrcnn_tensor *y) {
+    g_calls++;
+}
+
 static void test_unchecking_backend(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
     be->nn.conv2d_forward = stub_conv;
     be->nn.linear_forward = stub_linear;
     be->nn.upsample_add_forward = stub_upsample;
     be->nn.deconv2x2_forward = stub_deconv;
+    be->nn.add_forward = stub_add;
     mrcnn_backend_validate(be);
     mrcnn_backend_validate(be); // twice: wraps once
     assert_true(be->unchecked->nn.conv2d_forward == stub_conv);
@@ -151,6 +157,13 @@ static void test_unchecking_backend(void **state) {
                 "deconv2x2_forward w: shape (4, 5, 2, 2) but expected (-1, 2, 2, 5)");
     be->nn.deconv2x2_forward(be, &vx, &vw, NULL, MRCNN_ACT_NONE, &vy);
     assert_int_equal(g_calls, 4);
+
+    /* the residual join: the activation is checked before the backend sees it */
+    EXPECT_FAIL(be->nn.add_forward(be, &ul, &uy, (mrcnn_activation)5, &uy), "add_forward: unknown activation 5");
+    EXPECT_FAIL(be->nn.add_forward(be, &ul, &ut, MRCNN_ACT_RELU, &uy), "add_forward b: shape (1, 4, 3, 4)");
+    assert_int_equal(g_calls, 4);
+    be->nn.add_forward(be, &ul, &uy, MRCNN_ACT_RELU, &uy);
+    assert_int_equal(g_calls, 5);
 
     mrcnn_tensor *all[] = {&x, &xnchw, &w, &y, &lx, &lw, &lwt, &ly, &ul, &ut, &utt, &uy, &vx, &vw, &vwt, &vy};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);

@@ -1,0 +1,1241 @@
+/* The backend call trace (backend_trace.h): every entry of a backend wrapped by one
+ * that records the call as a line of text, then calls the entry it replaced. The
+ * window's hash is over the lines themselves, so what is hashed is exactly what a
+ * dump shows: a differing hash always has a differing line to point at.
+ *
+ * The wrappers get `const mrcnn_backend *be`, so the state (the replaced entries, the
+ * window, the allocation table) lives in a small registry keyed by the backend. */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrcnn/backend_trace.h"
+#include "mrcnn/check.h"
+#include "mrcnn/step_ctl.h"
+
+/* ---- state and registry ---- */
+
+typedef struct {
+    uintptr_t base;
+    size_t bytes;
+    int live; // not freed yet in this window
+} trace_alloc;
+
+typedef struct trace_state {
+    mrcnn_backend *be;
+    mrcnn_backend inner; // the entries as they were before install: the wrappers call these
+    pthread_mutex_t mu;  // recording: other threads may call the backend while a window is open
+    int open;            // inside a window
+    int keep;            // keep the window's lines (summary.listing)
+    FILE *dump;          // print lines here (MRCNN_TRACE_DUMP=1 or mrcnn_backend_trace_dump)
+    char dump_prefix[512]; // MRCNN_TRACE_DUMP=<prefix>: window k to <prefix>.<k>.txt
+    FILE *dump_file;     // the open window's file then
+    int64_t window;      // windows begun
+    mrcnn_trace_summary cur;
+    mrcnn_backend_stats stats0;
+    trace_alloc *allocs; // this window's mem.alloc results, in order (ordinal = index)
+    int64_t n_allocs, cap_allocs;
+    char *list;          // kept lines
+    size_t list_len, list_cap;
+} trace_state;
+
+#define TRACE_MAX_BACKENDS 16
+static trace_state *g_reg[TRACE_MAX_BACKENDS];
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static trace_state *find(const mrcnn_backend *be) {
+    for (int i = 0; i < TRACE_MAX_BACKENDS; i++) {
+        trace_state *s = __atomic_load_n(&g_reg[i], __ATOMIC_ACQUIRE);
+        if (s && s->be == be) return s;
+    }
+    return NULL;
+}
+
+static trace_state *lookup(const mrcnn_backend *be) {
+    trace_state *s = find(be);
+    MRCNN_CHECK(s != NULL, "backend_trace: backend %p (%s) is not traced (mrcnn_backend_trace_install)", (void *)be,
+                be && be->name ? be->name : "?");
+    return s;
+}
+
+/* ---- one call as a line ---- */
+
+#define LINE_MAX_CHARS 16384
+typedef struct {
+    char buf[LINE_MAX_CHARS];
+    size_t len;
+    trace_state *s;
+} line;
+
+static void put(line *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(line *L, const char *fmt, ...) {
+    if (L->len >= sizeof L->buf - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(L->buf + L->len, sizeof L->buf - L->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) L->len += (size_t)n < sizeof L->buf - L->len ? (size_t)n : sizeof L->buf - 1 - L->len;
+}
+
+static void ln_begin(line *L, trace_state *s, const char *name) {
+    L->s = s;
+    L->len = 0;
+    put(L, "%s", name);
+}
+
+static void ln_int(line *L, const char *key, long long v) { put(L, " %s=%lld", key, v); }
+
+/* 9 significant digits print a float exactly; NaN by its bits (the payload too). */
+static void ln_f32(line *L, const char *key, float v) {
+    if (isnan(v)) {
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        put(L, " %s=nan(0x%08" PRIx32 ")", key, bits);
+    } else
+        put(L, " %s=%.9g", key, (double)v);
+}
+
+/* A pointer inside a buffer allocated in this window: "a<ordinal>+<offset>" (newest
+ * live buffer first: the host may reuse a freed one's address); else its address. */
+static void ln_ptr_raw(line *L, const void *p) {
+    if (!p) {
+        put(L, "0");
+        return;
+    }
+    const uintptr_t a = (uintptr_t)p;
+    trace_state *s = L->s;
+    int64_t ord = -1;
+    size_t off = 0;
+    pthread_mutex_lock(&s->mu); // another thread's alloc may grow the table
+    for (int64_t i = s->n_allocs - 1; i >= 0 && ord < 0; i--) {
+        const trace_alloc *al = &s->allocs[i];
+        if (al->live && a >= al->base && (a < al->base + al->bytes || a == al->base)) ord = i, off = a - al->base;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (ord >= 0) put(L, "a%" PRId64 "+%zu", ord, off);
+    else put(L, "%p", p);
+}
+
+static void ln_ptr(line *L, const char *key, const void *p) {
+    put(L, " %s=", key);
+    ln_ptr_raw(L, p);
+}
+
+static void ln_tensor_raw(line *L, const mrcnn_tensor *t) {
+    if (!t) {
+        put(L, "-");
+        return;
+    }
+    const int nd = t->ndim < 0 ? 0 : t->ndim > MRCNN_MAX_DIMS ? MRCNN_MAX_DIMS : t->ndim;
+    const char *dt = t->dtype >= 0 && t->dtype < MRCNN_DTYPE_COUNT ? mrcnn_dtype_name(t->dtype) : "?";
+    put(L, "%s%s[", dt, t->ndim != nd ? "(bad ndim)" : "");
+    for (int i = 0; i < nd; i++) put(L, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    put(L, "]");
+    if (!mrcnn_tensor_is_contiguous(t)) { // contiguous strides follow from the shape
+        put(L, "s[");
+        for (int i = 0; i < nd; i++) put(L, "%s%lld", i ? "," : "", (long long)t->stride[i]);
+        put(L, "]");
+    }
+    put(L, "%s@", t->device == MRCNN_DEVICE_GPU ? "gpu" : t->device == MRCNN_DEVICE_CPU ? "cpu" : "?dev");
+    ln_ptr_raw(L, t->data);
+}
+
+static void ln_tensor(line *L, const char *key, const mrcnn_tensor *t) {
+    put(L, " %s=", key);
+    ln_tensor_raw(L, t);
+}
+
+/* An array of n tensors (feature levels). */
+static void ln_tensors(line *L, const char *key, const mrcnn_tensor *t, int n) {
+    put(L, " %s=", key);
+    if (!t) {
+        put(L, "-");
+        return;
+    }
+    put(L, "{");
+    for (int i = 0; i < n; i++) {
+        if (i) put(L, ",");
+        ln_tensor_raw(L, &t[i]);
+    }
+    put(L, "}");
+}
+
+static int clamp_levels(int n, int max) { return n < 0 ? 0 : n > max ? max : n; }
+
+/* ---- descriptors, field by field (never their bytes: padding is indeterminate) ---- */
+
+static void ln_conv(line *L, const mrcnn_conv2d_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d h=%d w=%d c=%d k=%d r=%d s=%d stride=%d,%d pad=%d,%d dil=%d,%d}", d->n, d->h, d->w, d->c, d->k,
+        d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w);
+}
+
+static void ln_pool(line *L, const mrcnn_pool2d_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d h=%d w=%d c=%d kernel=%d stride=%d pad=%d}", d->n, d->h, d->w, d->c, d->kernel, d->stride, d->pad);
+}
+
+static void ln_roi_desc(line *L, const mrcnn_roi_align_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d c=%d levels=%d first=%d hw=", d->n_images, d->channels, d->n_levels, d->first_level);
+    const int nl = clamp_levels(d->n_levels, MRCNN_ROI_MAX_LEVELS);
+    for (int l = 0; l < nl; l++) put(L, "%s%dx%d", l ? "," : "", d->level_h[l], d->level_w[l]);
+    put(L, " scale=");
+    for (int l = 0; l < nl; l++) put(L, "%s%.9g", l ? "," : "", (double)d->spatial_scale[l]);
+    put(L, " canonical=%d,%.9g out=%dx%d sampling=%d aligned=%d}", d->canonical_level, (double)d->canonical_scale,
+        d->out_h, d->out_w, d->sampling_ratio, d->aligned);
+}
+
+static void ln_norm(line *L, const mrcnn_loss_norm *n) {
+    if (!n) {
+        put(L, " norm=-");
+        return;
+    }
+    put(L, " norm={count=");
+    ln_tensor_raw(L, n->count);
+    ln_f32(L, "scale", n->scale);
+    ln_f32(L, "grad_mult", n->grad_mult);
+    put(L, " grad_scale=");
+    ln_tensor_raw(L, n->grad_scale);
+    put(L, "}");
+}
+
+/* Every field of mrcnn_step_desc is a 4-byte int or float, so it has no padding: any
+ * field after the last one named here (a per-step value added at its end, as the step
+ * index once was) is hashed as 32-bit words without an edit here. */
+_Static_assert(sizeof(mrcnn_step_desc) % 4 == 0 && _Alignof(mrcnn_step_desc) == 4,
+               "mrcnn_step_desc holds more than 4-byte ints and floats: name its fields in backend_trace.c");
+static void ln_step_desc(line *L, const struct mrcnn_step_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n_losses=%d scaler=%d scales_loss=%d growth=%d clip=%d", d->n_losses, d->scaler_enabled,
+        d->scales_loss, d->growth_interval, d->clip_enabled);
+    ln_f32(L, "clip_value", d->clip_value);
+    ln_f32(L, "inv_world", d->inv_world);
+    ln_f32(L, "inv_accum", d->inv_accum);
+    const size_t tail = offsetof(mrcnn_step_desc, inv_accum) + sizeof(float);
+    if (tail < sizeof *d) {
+        put(L, " more=");
+        for (size_t o = tail; o < sizeof *d; o += 4) {
+            uint32_t w;
+            memcpy(&w, (const char *)d + o, 4);
+            put(L, "%s%08" PRIx32, o > tail ? "," : "", w);
+        }
+    }
+    put(L, "}");
+}
+
+static void ln_level_counts(line *L, const int64_t *c, int n_levels) {
+    put(L, " level_counts=");
+    const int nl = clamp_levels(n_levels, MRCNN_DET_MAX_LEVELS);
+    for (int l = 0; l < nl; l++) put(L, "%s%lld", l ? "," : "", (long long)c[l]);
+}
+
+static void ln_rpn_desc(line *L, const mrcnn_rpn_targets_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d levels=%d", d->n_images, d->n_levels);
+    ln_level_counts(L, d->level_counts, d->n_levels);
+    ln_f32(L, "fg_iou", d->fg_iou);
+    ln_f32(L, "bg_iou", d->bg_iou);
+    ln_int(L, "batch", d->batch_size_per_image);
+    ln_f32(L, "pos_frac", d->positive_fraction);
+    put(L, "}");
+}
+
+static void ln_prop_desc(line *L, const mrcnn_proposals_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d levels=%d", d->n_images, d->n_levels);
+    ln_level_counts(L, d->level_counts, d->n_levels);
+    ln_int(L, "pre_nms", d->pre_nms_top_n);
+    ln_int(L, "post_nms", d->post_nms_top_n);
+    ln_f32(L, "nms", d->nms_thresh);
+    ln_f32(L, "min_size", d->min_size);
+    ln_f32(L, "score", d->score_thresh);
+    put(L, "}");
+}
+
+static void ln_sample_desc(line *L, const mrcnn_roi_sample_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d prop_cap=%d batch=%d max_fg=%d", d->n_images, d->prop_cap, d->batch_size_per_image, d->max_fg);
+    ln_f32(L, "pos_frac", d->positive_fraction);
+    ln_f32(L, "iou", d->iou_thresh);
+    ln_f32(L, "coder.wx", d->coder.wx);
+    ln_f32(L, "coder.wy", d->coder.wy);
+    ln_f32(L, "coder.ww", d->coder.ww);
+    ln_f32(L, "coder.wh", d->coder.wh);
+    ln_f32(L, "coder.clip", d->coder.clip);
+    put(L, "}");
+}
+
+static void ln_gt(line *L, const mrcnn_gt_batch *g) {
+    if (!g) {
+        put(L, " gt=-");
+        return;
+    }
+    put(L, " gt={n=%d max_gt=%d mask=%dx%d", g->n_images, g->max_gt, g->mask_h, g->mask_w);
+    ln_tensor(L, "boxes", &g->boxes);
+    ln_tensor(L, "labels", &g->labels);
+    ln_tensor(L, "counts", &g->counts);
+    ln_tensor(L, "masks", &g->masks);
+    ln_tensor(L, "image_hw", &g->image_hw);
+    put(L, "}");
+}
+
+/* ---- recording ---- */
+
+static uint64_t fnv1a(uint64_t h, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void record(line *L) {
+    trace_state *s = L->s;
+    if (L->len >= sizeof L->buf - 1) fprintf(stderr, "backend_trace: a line was cut at %zu chars\n", L->len);
+    pthread_mutex_lock(&s->mu);
+    const uint64_t idx = s->cur.calls++;
+    s->cur.hash = fnv1a(s->cur.hash, L->buf, L->len);
+    s->cur.hash = fnv1a(s->cur.hash, "\n", 1);
+    if (s->dump) fprintf(s->dump, "trace[%" PRId64 "] #%" PRIu64 " %s\n", s->window, idx, L->buf);
+    if (s->dump_file) fprintf(s->dump_file, "#%" PRIu64 " %s\n", idx, L->buf);
+    if (s->keep) {
+        if (s->list_len + L->len + 2 > s->list_cap) {
+            s->list_cap = (s->list_len + L->len + 2) * 2;
+            s->list = MRCNN_REALLOC(s->list, s->list_cap, "trace listing");
+        }
+        memcpy(s->list + s->list_len, L->buf, L->len);
+        s->list_len += L->len;
+        s->list[s->list_len++] = '\n';
+        s->list[s->list_len] = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Calls an entry makes through the backend's table while it runs are its own
+ * business, not the caller's: the CPU's step.sgd_update calls opt.sgd_update with the
+ * values it reads from the control vector (host memory there), where a GPU kernel
+ * reads them on the device. Such nested calls are neither hashed nor listed; their
+ * uploads, reads, syncs and allocations still count. The depth is per thread, and
+ * trace_begin resets it (a failure caught by a test's longjmp skips the decrement). */
+static _Thread_local int t_depth;
+static void depth_leave(int *unused) { t_depth--; }
+
+/* The opening lines of every wrapper: S the state, L the line when a window is open
+ * and the call is not nested; the depth goes down again when the wrapper returns. */
+#define TRACE_OPEN(name)                                                                                               \
+    trace_state *S = lookup(be);                                                                                       \
+    line L_, *L = S->open && t_depth == 0 ? &L_ : NULL;                                                                \
+    __attribute__((cleanup(depth_leave), unused)) int depth_guard_ = ++t_depth;                                        \
+    if (L) ln_begin(L, S, name)
+
+/* ---- mem ---- */
+
+static void *t_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
+    trace_state *S = lookup(be);
+    const int nested = t_depth > 0;
+    t_depth++;
+    void *p = S->inner.mem.alloc(be, bytes, what);
+    t_depth--;
+    if (!S->open) return p;
+    line L_, *L = &L_;
+    ln_begin(L, S, "mem.alloc");
+    put(L, " bytes=%zu what=%s -> a%" PRId64, bytes, what ? what : "-", S->n_allocs);
+    pthread_mutex_lock(&S->mu);
+    if (S->n_allocs == S->cap_allocs) {
+        S->cap_allocs = S->cap_allocs ? 2 * S->cap_allocs : 256;
+        S->allocs = MRCNN_REALLOC(S->allocs, (size_t)S->cap_allocs * sizeof *S->allocs, "trace allocations");
+    }
+    S->allocs[S->n_allocs++] = (trace_alloc){(uintptr_t)p, bytes, 1};
+    S->cur.allocs++;
+    pthread_mutex_unlock(&S->mu);
+    if (!nested) record(L);
+    return p;
+}
+
+static void t_free(const mrcnn_backend *be, void *p) {
+    TRACE_OPEN("mem.free");
+    if (S->open) {
+        if (L) {
+            ln_ptr(L, "p", p);
+            record(L);
+        }
+        pthread_mutex_lock(&S->mu);
+        S->cur.frees++;
+        for (int64_t i = S->n_allocs - 1; i >= 0; i--)
+            if (S->allocs[i].live && S->allocs[i].base == (uintptr_t)p) {
+                S->allocs[i].live = 0;
+                break;
+            }
+        pthread_mutex_unlock(&S->mu);
+    }
+    S->inner.mem.free(be, p);
+}
+
+static void t_zero(const mrcnn_backend *be, mrcnn_tensor *t) {
+    TRACE_OPEN("mem.zero");
+    if (L) {
+        ln_tensor(L, "t", t);
+        record(L);
+    }
+    S->inner.mem.zero(be, t);
+}
+
+/* The host source is not hashed: its address and contents are the upload's data. */
+static void t_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src) {
+    TRACE_OPEN("mem.write");
+    if (S->open) __atomic_fetch_add(&S->cur.uploads, 1, __ATOMIC_RELAXED);
+    if (L) {
+        ln_tensor(L, "dst", dst);
+        put(L, " bytes=%zu", dst ? mrcnn_tensor_nbytes(dst) : (size_t)0);
+        record(L);
+    }
+    S->inner.mem.write(be, dst, host_src);
+}
+
+static void t_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
+    TRACE_OPEN("mem.read");
+    if (S->open) __atomic_fetch_add(&S->cur.reads, 1, __ATOMIC_RELAXED);
+    if (L) {
+        ln_tensor(L, "src", src);
+        record(L);
+    }
+    S->inner.mem.read(be, src, host_dst);
+}
+
+static void t_sync(const mrcnn_backend *be) {
+    TRACE_OPEN("mem.sync");
+    if (S->open) __atomic_fetch_add(&S->cur.syncs, 1, __ATOMIC_RELAXED);
+    if (L) record(L);
+    S->inner.mem.sync(be);
+}
+
+/* ---- nn ---- */
+
+static void t_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                             const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.conv2d_forward");
+    if (L) {
+        ln_conv(L, d);
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "b", b);
+        ln_int(L, "act", act);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.conv2d_forward(be, d, x, w, b, act, y);
+}
+
+static void t_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
+                              const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                              mrcnn_tensor *db) {
+    TRACE_OPEN("nn.conv2d_backward");
+    if (L) {
+        ln_conv(L, d);
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dx", dx);
+        ln_tensor(L, "dw", dw);
+        ln_tensor(L, "db", db);
+        record(L);
+    }
+    S->inner.nn.conv2d_backward(be, d, x, w, dy, dx, dw, db);
+}
+
+static void t_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.deconv2x2_forward");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "b", b);
+        ln_int(L, "act", act);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.deconv2x2_forward(be, x, w, b, act, y);
+}
+
+static void t_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                                 const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    TRACE_OPEN("nn.deconv2x2_backward");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dx", dx);
+        ln_tensor(L, "dw", dw);
+        ln_tensor(L, "db", db);
+        record(L);
+    }
+    S->inner.nn.deconv2x2_backward(be, x, w, dy, dx, dw, db);
+}
+
+static void t_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.relu_forward");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.relu_forward(be, x, y);
+}
+
+static void t_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    TRACE_OPEN("nn.relu_backward");
+    if (L) {
+        ln_tensor(L, "y", y);
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dx", dx);
+        record(L);
+    }
+    S->inner.nn.relu_backward(be, y, dy, dx);
+}
+
+static void t_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
+                          mrcnn_tensor *y) {
+    TRACE_OPEN("nn.add_forward");
+    if (L) {
+        ln_tensor(L, "a", a);
+        ln_tensor(L, "b", b);
+        ln_int(L, "act", act);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.add_forward(be, a, b, act, y);
+}
+
+static void t_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
+    TRACE_OPEN("nn.add_backward");
+    if (L) {
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "da", da);
+        ln_tensor(L, "db", db);
+        record(L);
+    }
+    S->inner.nn.add_backward(be, dy, da, db);
+}
+
+static void t_maxpool2d_forward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
+                                mrcnn_tensor *y) {
+    TRACE_OPEN("nn.maxpool2d_forward");
+    if (L) {
+        ln_pool(L, d);
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.maxpool2d_forward(be, d, x, y);
+}
+
+static void t_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
+                                 const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+    TRACE_OPEN("nn.maxpool2d_backward");
+    if (L) {
+        ln_pool(L, d);
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dx", dx);
+        record(L);
+    }
+    S->inner.nn.maxpool2d_backward(be, d, x, dy, dx);
+}
+
+static void t_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
+                                   mrcnn_tensor *y) {
+    TRACE_OPEN("nn.upsample_add_forward");
+    if (L) {
+        ln_tensor(L, "top", top);
+        ln_tensor(L, "lateral", lateral);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.upsample_add_forward(be, top, lateral, y);
+}
+
+static void t_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
+                                    mrcnn_tensor *dlateral) {
+    TRACE_OPEN("nn.upsample_add_backward");
+    if (L) {
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dtop", dtop);
+        ln_tensor(L, "dlateral", dlateral);
+        record(L);
+    }
+    S->inner.nn.upsample_add_backward(be, dy, dtop, dlateral);
+}
+
+static void t_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                             const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.linear_forward");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "b", b);
+        ln_int(L, "act", act);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.linear_forward(be, x, w, b, act, y);
+}
+
+static void t_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
+                              const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    TRACE_OPEN("nn.linear_backward");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "w", w);
+        ln_tensor(L, "dy", dy);
+        ln_tensor(L, "dx", dx);
+        ln_tensor(L, "dw", dw);
+        ln_tensor(L, "db", db);
+        record(L);
+    }
+    S->inner.nn.linear_backward(be, x, w, dy, dx, dw, db);
+}
+
+static void t_roi_align_forward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *feats,
+                                const mrcnn_tensor *rois, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.roi_align_forward");
+    if (L) {
+        ln_roi_desc(L, d);
+        ln_tensors(L, "feats", feats, d ? clamp_levels(d->n_levels, MRCNN_ROI_MAX_LEVELS) : 0);
+        ln_tensor(L, "rois", rois);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.roi_align_forward(be, d, feats, rois, y);
+}
+
+static void t_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois,
+                                 const mrcnn_tensor *dy, mrcnn_tensor *dfeats) {
+    TRACE_OPEN("nn.roi_align_backward");
+    if (L) {
+        ln_roi_desc(L, d);
+        ln_tensor(L, "rois", rois);
+        ln_tensor(L, "dy", dy);
+        ln_tensors(L, "dfeats", dfeats, d ? clamp_levels(d->n_levels, MRCNN_ROI_MAX_LEVELS) : 0);
+        record(L);
+    }
+    S->inner.nn.roi_align_backward(be, d, rois, dy, dfeats);
+}
+
+static void t_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    TRACE_OPEN("nn.cast");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "y", y);
+        record(L);
+    }
+    S->inner.nn.cast(be, x, y);
+}
+
+/* ---- loss ---- */
+
+static void t_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
+                         const mrcnn_tensor *weight, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
+                         mrcnn_tensor *dx) {
+    TRACE_OPEN("loss.bce_logits");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "t", t);
+        ln_tensor(L, "weight", weight);
+        ln_norm(L, norm);
+        ln_tensor(L, "loss", loss);
+        ln_tensor(L, "dx", dx);
+        record(L);
+    }
+    S->inner.loss.bce_logits(be, x, t, weight, norm, loss, dx);
+}
+
+static void t_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
+                         const mrcnn_loss_norm *norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
+    TRACE_OPEN("loss.softmax_ce");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "labels", labels);
+        ln_norm(L, norm);
+        ln_tensor(L, "loss", loss);
+        ln_tensor(L, "dx", dx);
+        record(L);
+    }
+    S->inner.loss.softmax_ce(be, x, labels, norm, loss, dx);
+}
+
+static void t_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
+                        const mrcnn_tensor *weight, float beta, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
+                        mrcnn_tensor *dx) {
+    TRACE_OPEN("loss.smooth_l1");
+    if (L) {
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "t", t);
+        ln_tensor(L, "weight", weight);
+        ln_f32(L, "beta", beta);
+        ln_norm(L, norm);
+        ln_tensor(L, "loss", loss);
+        ln_tensor(L, "dx", dx);
+        record(L);
+    }
+    S->inner.loss.smooth_l1(be, x, t, weight, beta, norm, loss, dx);
+}
+
+/* ---- opt ---- */
+
+static void t_opt_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
+                             mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
+                             float weight_decay, float grad_scale) {
+    TRACE_OPEN("opt.sgd_update");
+    if (L) {
+        ln_tensor(L, "params", params);
+        ln_tensor(L, "grads", grads);
+        ln_tensor(L, "momentum", momentum);
+        ln_tensor(L, "decay_mask", decay_mask);
+        ln_f32(L, "lr", lr);
+        ln_f32(L, "momentum_coef", momentum_coef);
+        ln_f32(L, "weight_decay", weight_decay);
+        ln_f32(L, "grad_scale", grad_scale);
+        record(L);
+    }
+    S->inner.opt.sgd_update(be, params, grads, momentum, decay_mask, lr, momentum_coef, weight_decay, grad_scale);
+}
+
+/* A read: the flag comes back to the host. */
+static int t_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
+    TRACE_OPEN("opt.nonfinite");
+    if (S->open) __atomic_fetch_add(&S->cur.reads, 1, __ATOMIC_RELAXED);
+    if (L) {
+        ln_tensor(L, "t", t);
+        record(L);
+    }
+    return S->inner.opt.nonfinite(be, t);
+}
+
+/* ---- det ---- */
+
+static void t_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d, const mrcnn_tensor *anchors,
+                          const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs, mrcnn_tensor *labels,
+                          mrcnn_tensor *obj_weights, mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights,
+                          mrcnn_tensor *n_sampled) {
+    TRACE_OPEN("det.rpn_targets");
+    if (L) {
+        const int nl = d ? clamp_levels(d->n_levels, MRCNN_DET_MAX_LEVELS) : 0;
+        ln_rpn_desc(L, d);
+        ln_tensor(L, "anchors", anchors);
+        ln_gt(L, gt);
+        ln_tensor(L, "rngs", rngs);
+        ln_tensors(L, "labels", labels, nl);
+        ln_tensors(L, "obj_weights", obj_weights, nl);
+        ln_tensors(L, "reg_targets", reg_targets, nl);
+        ln_tensors(L, "reg_weights", reg_weights, nl);
+        ln_tensor(L, "n_sampled", n_sampled);
+        record(L);
+    }
+    S->inner.det.rpn_targets(be, d, anchors, gt, rngs, labels, obj_weights, reg_targets, reg_weights, n_sampled);
+}
+
+static void t_proposals(const mrcnn_backend *be, const mrcnn_proposals_desc *d, const mrcnn_tensor *logits,
+                        const mrcnn_tensor *deltas, const mrcnn_tensor *anchors, const mrcnn_tensor *image_hw,
+                        mrcnn_tensor *boxes, mrcnn_tensor *scores, mrcnn_tensor *counts) {
+    TRACE_OPEN("det.proposals");
+    if (L) {
+        const int nl = d ? clamp_levels(d->n_levels, MRCNN_DET_MAX_LEVELS) : 0;
+        ln_prop_desc(L, d);
+        ln_tensors(L, "logits", logits, nl);
+        ln_tensors(L, "deltas", deltas, nl);
+        ln_tensor(L, "anchors", anchors);
+        ln_tensor(L, "image_hw", image_hw);
+        ln_tensor(L, "boxes", boxes);
+        ln_tensor(L, "scores", scores);
+        ln_tensor(L, "counts", counts);
+        record(L);
+    }
+    S->inner.det.proposals(be, d, logits, deltas, anchors, image_hw, boxes, scores, counts);
+}
+
+static void t_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d, const mrcnn_tensor *proposals,
+                         const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs,
+                         mrcnn_tensor *rois, mrcnn_tensor *labels, mrcnn_tensor *box_labels,
+                         mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights, mrcnn_tensor *fg_rois,
+                         mrcnn_tensor *fg_labels, mrcnn_tensor *fg_gt, mrcnn_tensor *n_rois, mrcnn_tensor *n_fg) {
+    TRACE_OPEN("det.roi_sample");
+    if (L) {
+        ln_sample_desc(L, d);
+        ln_tensor(L, "proposals", proposals);
+        ln_tensor(L, "counts", counts);
+        ln_gt(L, gt);
+        ln_tensor(L, "rngs", rngs);
+        ln_tensor(L, "rois", rois);
+        ln_tensor(L, "labels", labels);
+        ln_tensor(L, "box_labels", box_labels);
+        ln_tensor(L, "reg_targets", reg_targets);
+        ln_tensor(L, "reg_weights", reg_weights);
+        ln_tensor(L, "fg_rois", fg_rois);
+        ln_tensor(L, "fg_labels", fg_labels);
+        ln_tensor(L, "fg_gt", fg_gt);
+        ln_tensor(L, "n_rois", n_rois);
+        ln_tensor(L, "n_fg", n_fg);
+        record(L);
+    }
+    S->inner.det.roi_sample(be, d, proposals, counts, gt, rngs, rois, labels, box_labels, reg_targets, reg_weights,
+                            fg_rois, fg_labels, fg_gt, n_rois, n_fg);
+}
+
+static void t_mask_targets(const mrcnn_backend *be, const mrcnn_gt_batch *gt, const mrcnn_tensor *fg_rois,
+                           const mrcnn_tensor *fg_gt, int m, mrcnn_tensor *targets, mrcnn_tensor *weights) {
+    TRACE_OPEN("det.mask_targets");
+    if (L) {
+        ln_gt(L, gt);
+        ln_tensor(L, "fg_rois", fg_rois);
+        ln_tensor(L, "fg_gt", fg_gt);
+        ln_int(L, "m", m);
+        ln_tensor(L, "targets", targets);
+        ln_tensor(L, "weights", weights);
+        record(L);
+    }
+    S->inner.det.mask_targets(be, gt, fg_rois, fg_gt, m, targets, weights);
+}
+
+#define T_GATHER(fn, a, b, c)                                                                                          \
+    static void t_##fn(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *c) {      \
+        TRACE_OPEN("det." #fn);                                                                                        \
+        if (L) {                                                                                                       \
+            ln_tensor(L, #a, a);                                                                                       \
+            ln_tensor(L, #b, b);                                                                                       \
+            ln_tensor(L, #c, c);                                                                                       \
+            record(L);                                                                                                 \
+        }                                                                                                              \
+        S->inner.det.fn(be, a, b, c);                                                                                  \
+    }
+T_GATHER(gather_class_masks, x, labels, y)
+T_GATHER(gather_class_masks_backward, dy, labels, dx)
+T_GATHER(gather_class_deltas, x, labels, y)
+T_GATHER(gather_class_deltas_backward, dy, labels, dx)
+
+/* The value is the host's to see without a wait (CPU); the calls it steers show in
+ * the lines after it. */
+static int64_t t_count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
+    TRACE_OPEN("det.count_hint");
+    if (L) {
+        ln_tensor(L, "count", count);
+        record(L);
+    }
+    return S->inner.det.count_hint(be, count);
+}
+
+/* ---- stream ---- */
+
+static void *t_event_create(const mrcnn_backend *be) {
+    TRACE_OPEN("stream.event_create");
+    if (L) record(L);
+    return S->inner.stream.event_create(be);
+}
+
+#define T_EVENT(fn, arg)                                                                                               \
+    static void t_##fn(const mrcnn_backend *be, void *arg) {                                                           \
+        TRACE_OPEN("stream." #fn);                                                                                     \
+        if (L) {                                                                                                       \
+            ln_ptr(L, #arg, arg);                                                                                      \
+            record(L);                                                                                                 \
+        }                                                                                                              \
+        S->inner.stream.fn(be, arg);                                                                                   \
+    }
+T_EVENT(event_destroy, ev)
+T_EVENT(event_record, ev)
+T_EVENT(event_wait, ev)
+T_EVENT(graph_launch, graph)
+T_EVENT(graph_destroy, graph)
+
+static int t_graph_begin(const mrcnn_backend *be) {
+    TRACE_OPEN("stream.graph_begin");
+    if (L) record(L);
+    return S->inner.stream.graph_begin(be);
+}
+
+static void *t_graph_end(const mrcnn_backend *be) {
+    TRACE_OPEN("stream.graph_end");
+    if (L) record(L);
+    return S->inner.stream.graph_end(be);
+}
+
+static uint64_t t_graph_epoch(const mrcnn_backend *be) {
+    TRACE_OPEN("stream.graph_epoch");
+    if (L) record(L);
+    return S->inner.stream.graph_epoch(be);
+}
+
+/* ---- step ---- */
+
+static void t_axpy(const mrcnn_backend *be, float mult, const mrcnn_tensor *x, mrcnn_tensor *acc) {
+    TRACE_OPEN("step.axpy");
+    if (L) {
+        ln_f32(L, "mult", mult);
+        ln_tensor(L, "x", x);
+        ln_tensor(L, "acc", acc);
+        record(L);
+    }
+    S->inner.step.axpy(be, mult, x, acc);
+}
+
+static void t_nonfinite_or(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *flag) {
+    TRACE_OPEN("step.nonfinite_or");
+    if (L) {
+        ln_tensor(L, "t", t);
+        ln_tensor(L, "flag", flag);
+        record(L);
+    }
+    S->inner.step.nonfinite_or(be, t, flag);
+}
+
+static void t_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out) {
+    TRACE_OPEN("step.sum_squares");
+    if (L) {
+        ln_tensor(L, "t", t);
+        ln_tensor(L, "out", out);
+        record(L);
+    }
+    S->inner.step.sum_squares(be, t, out);
+}
+
+static void t_decide(const mrcnn_backend *be, const struct mrcnn_step_desc *d, mrcnn_tensor *ctl) {
+    TRACE_OPEN("step.decide");
+    if (L) {
+        ln_step_desc(L, d);
+        ln_tensor(L, "ctl", ctl);
+        record(L);
+    }
+    S->inner.step.decide(be, d, ctl);
+}
+
+static void t_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
+                              mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
+                              float weight_decay, const mrcnn_tensor *ctl) {
+    TRACE_OPEN("step.sgd_update");
+    if (L) {
+        ln_tensor(L, "params", params);
+        ln_tensor(L, "grads", grads);
+        ln_tensor(L, "momentum", momentum);
+        ln_tensor(L, "decay_mask", decay_mask);
+        ln_f32(L, "momentum_coef", momentum_coef);
+        ln_f32(L, "weight_decay", weight_decay);
+        ln_tensor(L, "ctl", ctl);
+        record(L);
+    }
+    S->inner.step.sgd_update(be, params, grads, momentum, decay_mask, momentum_coef, weight_decay, ctl);
+}
+
+/* ---- info, precision ---- */
+
+static void t_set_tf32(mrcnn_backend *be, int on) {
+    TRACE_OPEN("info.set_tf32");
+    if (L) {
+        ln_int(L, "on", on);
+        record(L);
+    }
+    S->inner.info.set_tf32(be, on);
+}
+
+static int t_compute_capability(const mrcnn_backend *be) {
+    TRACE_OPEN("info.compute_capability");
+    if (L) record(L);
+    return S->inner.info.compute_capability(be);
+}
+
+static const char *t_device_name(const mrcnn_backend *be, char *buf, size_t len) {
+    TRACE_OPEN("info.device_name");
+    if (L) {
+        put(L, " len=%zu", len);
+        record(L);
+    }
+    return S->inner.info.device_name(be, buf, len);
+}
+
+static double t_memory_used_mb(const mrcnn_backend *be) {
+    TRACE_OPEN("info.memory_used_mb");
+    if (L) record(L);
+    return S->inner.info.memory_used_mb(be);
+}
+
+static double t_peak_mb(const mrcnn_backend *be, int reset) {
+    TRACE_OPEN("info.peak_mb");
+    if (L) {
+        ln_int(L, "reset", reset);
+        record(L);
+    }
+    return S->inner.info.peak_mb(be, reset);
+}
+
+static void t_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
+    TRACE_OPEN("set_precision");
+    if (L) {
+        ln_int(L, "storage", storage);
+        record(L);
+    }
+    S->inner.set_precision(be, storage);
+}
+
+/* ---- install ---- */
+
+static void unregister(trace_state *s) {
+    pthread_mutex_lock(&g_reg_mu);
+    for (int i = 0; i < TRACE_MAX_BACKENDS; i++)
+        if (g_reg[i] == s) __atomic_store_n(&g_reg[i], NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_reg_mu);
+    if (s->dump_file) fclose(s->dump_file);
+    pthread_mutex_destroy(&s->mu);
+    free(s->allocs);
+    free(s->list);
+    free(s);
+}
+
+static void t_destroy(mrcnn_backend *be) {
+    trace_state *s = lookup(be);
+    void (*destroy)(mrcnn_backend *) = s->inner.destroy;
+    be->destroy = destroy;
+    unregister(s);
+    if (destroy) destroy(be);
+}
+
+/* A sub-table viewed as its function pointers (every member of one is a function
+ * pointer), to find an entry that install did not wrap: a new entry in backend.h that
+ * this file has not learned yet fails install instead of going unrecorded. */
+static void check_all_wrapped(const void *before, const void *after, size_t bytes, const char *table) {
+    const size_t n = bytes / sizeof(void (*)(void));
+    for (size_t i = 0; i < n; i++) {
+        void (*b)(void), (*a)(void);
+        memcpy(&b, (const char *)before + i * sizeof b, sizeof b);
+        memcpy(&a, (const char *)after + i * sizeof a, sizeof a);
+        MRCNN_CHECK(b == NULL || a != b,
+                    "backend_trace: entry #%zu of be->%s is not wrapped (a new entry in backend.h?): "
+                    "add its wrapper in src/core/backend_trace.c",
+                    i, table);
+    }
+}
+
+#define WRAP(table, entry, fn)                                                                                         \
+    do {                                                                                                               \
+        if (be->table.entry) be->table.entry = fn;                                                                     \
+    } while (0)
+
+void mrcnn_backend_trace_install(mrcnn_backend *be) {
+    MRCNN_CHECK(be != NULL, "mrcnn_backend_trace_install: NULL backend");
+    if (find(be)) return;
+    trace_state *s = MRCNN_CALLOC(1, sizeof *s, "backend trace");
+    s->be = be;
+    s->inner = *be;
+    pthread_mutex_init(&s->mu, NULL);
+    const char *env = getenv("MRCNN_TRACE_DUMP");
+    if (env && *env && strcmp(env, "0") != 0) {
+        if (!strcmp(env, "1") || !strcmp(env, "stderr")) s->dump = stderr;
+        else snprintf(s->dump_prefix, sizeof s->dump_prefix, "%s", env);
+    }
+
+    WRAP(mem, alloc, t_alloc);
+    WRAP(mem, free, t_free);
+    WRAP(mem, zero, t_zero);
+    WRAP(mem, write, t_write);
+    WRAP(mem, read, t_read);
+    WRAP(mem, sync, t_sync);
+
+    WRAP(nn, conv2d_forward, t_conv2d_forward);
+    WRAP(nn, conv2d_backward, t_conv2d_backward);
+    WRAP(nn, deconv2x2_forward, t_deconv2x2_forward);
+    WRAP(nn, deconv2x2_backward, t_deconv2x2_backward);
+    WRAP(nn, relu_forward, t_relu_forward);
+    WRAP(nn, relu_backward, t_relu_backward);
+    WRAP(nn, add_forward, t_add_forward);
+    WRAP(nn, add_backward, t_add_backward);
+    WRAP(nn, maxpool2d_forward, t_maxpool2d_forward);
+    WRAP(nn, maxpool2d_backward, t_maxpool2d_backward);
+    WRAP(nn, upsample_add_forward, t_upsample_add_forward);
+    WRAP(nn, upsample_add_backward, t_upsample_add_backward);
+    WRAP(nn, linear_forward, t_linear_forward);
+    WRAP(nn, linear_backward, t_linear_backward);
+    WRAP(nn, roi_align_forward, t_roi_align_forward);
+    WRAP(nn, roi_align_backward, t_roi_align_backward);
+    WRAP(nn, cast, t_cast);
+
+    WRAP(loss, bce_logits, t_bce_logits);
+    WRAP(loss, softmax_ce, t_softmax_ce);
+    WRAP(loss, smooth_l1, t_smooth_l1);
+
+    WRAP(opt, sgd_update, t_opt_sgd_update);
+    WRAP(opt, nonfinite, t_nonfinite);
+
+    WRAP(det, rpn_targets, t_rpn_targets);
+    WRAP(det, proposals, t_proposals);
+    WRAP(det, roi_sample, t_roi_sample);
+    WRAP(det, mask_targets, t_mask_targets);
+    WRAP(det, gather_class_masks, t_gather_class_masks);
+    WRAP(det, gather_class_masks_backward, t_gather_class_masks_backward);
+    WRAP(det, gather_class_deltas, t_gather_class_deltas);
+    WRAP(det, gather_class_deltas_backward, t_gather_class_deltas_backward);
+    WRAP(det, count_hint, t_count_hint);
+
+    WRAP(stream, event_create, t_event_create);
+    WRAP(stream, event_destroy, t_event_destroy);
+    WRAP(stream, event_record, t_event_record);
+    WRAP(stream, event_wait, t_event_wait);
+    WRAP(stream, graph_begin, t_graph_begin);
+    WRAP(stream, graph_end, t_graph_end);
+    WRAP(stream, graph_launch, t_graph_launch);
+    WRAP(stream, graph_destroy, t_graph_destroy);
+    WRAP(stream, graph_epoch, t_graph_epoch);
+
+    WRAP(step, axpy, t_axpy);
+    WRAP(step, nonfinite_or, t_nonfinite_or);
+    WRAP(step, sum_squares, t_sum_squares);
+    WRAP(step, decide, t_decide);
+    WRAP(step, sgd_update, t_step_sgd_update);
+
+    WRAP(info, set_tf32, t_set_tf32);
+    WRAP(info, compute_capability, t_compute_capability);
+    WRAP(info, device_name, t_device_name);
+    WRAP(info, memory_used_mb, t_memory_used_mb);
+    WRAP(info, peak_mb, t_peak_mb);
+
+    if (be->set_precision) be->set_precision = t_set_precision;
+    be->destroy = t_destroy; // unregisters, then the backend's own destroy (which may be NULL)
+
+    const mrcnn_backend *in = &s->inner;
+    check_all_wrapped(&in->mem, &be->mem, sizeof be->mem, "mem");
+    check_all_wrapped(&in->nn, &be->nn, sizeof be->nn, "nn");
+    check_all_wrapped(&in->loss, &be->loss, sizeof be->loss, "loss");
+    check_all_wrapped(&in->opt, &be->opt, sizeof be->opt, "opt");
+    check_all_wrapped(&in->det, &be->det, sizeof be->det, "det");
+    check_all_wrapped(&in->stream, &be->stream, sizeof be->stream, "stream");
+    check_all_wrapped(&in->step, &be->step, sizeof be->step, "step");
+    check_all_wrapped(&in->info, &be->info, sizeof be->info, "info");
+    pthread_mutex_lock(&g_reg_mu);
+    int slot = -1;
+    for (int i = 0; i < TRACE_MAX_BACKENDS && slot < 0; i++)
+        if (!g_reg[i]) slot = i;
+    if (slot >= 0) __atomic_store_n(&g_reg[slot], s, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_reg_mu);
+    MRCNN_CHECK(slot >= 0, "mrcnn_backend_trace_install: more than %d traced backends at once", TRACE_MAX_BACKENDS);
+}
+
+void mrcnn_backend_trace_uninstall(mrcnn_backend *be) {
+    trace_state *s = lookup(be);
+    MRCNN_CHECK(!s->open, "mrcnn_backend_trace_uninstall: a window is open (mrcnn_backend_trace_end first)");
+    const mrcnn_backend *in = &s->inner;
+    be->set_precision = in->set_precision;
+    be->destroy = in->destroy;
+    be->mem = in->mem;
+    be->nn = in->nn;
+    be->loss = in->loss;
+    be->opt = in->opt;
+    be->det = in->det;
+    be->stream = in->stream;
+    be->step = in->step;
+    be->info = in->info;
+    unregister(s);
+}
+
+void mrcnn_backend_trace_keep_listing(mrcnn_backend *be, int on) { lookup(be)->keep = on != 0; }
+
+void mrcnn_backend_trace_dump(mrcnn_backend *be, FILE *f) { lookup(be)->dump = f; }
+
+void mrcnn_backend_trace_begin(mrcnn_backend *be) {
+    trace_state *s = lookup(be);
+    MRCNN_CHECK(!s->open, "mrcnn_backend_trace_begin: window %lld is still open", (long long)s->window);
+    pthread_mutex_lock(&s->mu);
+    s->window++;
+    memset(&s->cur, 0, sizeof s->cur);
+    s->cur.hash = 0xcbf29ce484222325ull; // FNV-1a offset basis
+    s->n_allocs = 0;
+    s->list_len = 0;
+    if (s->list) s->list[0] = 0;
+    if (s->dump_prefix[0]) {
+        char path[600];
+        snprintf(path, sizeof path, "%s.%lld.txt", s->dump_prefix, (long long)s->window);
+        s->dump_file = fopen(path, "w");
+        if (!s->dump_file) fprintf(stderr, "backend_trace: cannot write %s (MRCNN_TRACE_DUMP)\n", path);
+    }
+    s->stats0 = mrcnn_backend_stats_get(be);
+    t_depth = 0;
+    s->open = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mrcnn_backend_trace_end(mrcnn_backend *be, mrcnn_trace_summary *out) {
+    trace_state *s = lookup(be);
+    MRCNN_CHECK(s->open, "mrcnn_backend_trace_end: no window open (mrcnn_backend_trace_begin)");
+    pthread_mutex_lock(&s->mu);
+    s->open = 0;
+    mrcnn_backend_stats now = mrcnn_backend_stats_get(be);
+    s->cur.stats.reads = now.reads - s->stats0.reads;
+    s->cur.stats.read_bytes = now.read_bytes - s->stats0.read_bytes;
+    s->cur.stats.syncs = now.syncs - s->stats0.syncs;
+    s->cur.stats.uploads = now.uploads - s->stats0.uploads;
+    s->cur.stats.upload_bytes = now.upload_bytes - s->stats0.upload_bytes;
+    for (int64_t i = 0; i < s->n_allocs; i++) s->cur.live += s->allocs[i].live != 0;
+    if (s->dump_file) {
+        fclose(s->dump_file);
+        s->dump_file = NULL;
+    }
+    if (s->dump) fflush(s->dump);
+    *out = s->cur;
+    out->listing = NULL;
+    if (s->keep) {
+        out->listing = MRCNN_MALLOC(s->list_len + 1, "trace listing");
+        memcpy(out->listing, s->list ? s->list : "", s->list_len);
+        out->listing[s->list_len] = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mrcnn_trace_summary_free(mrcnn_trace_summary *s) {
+    if (!s) return;
+    free(s->listing);
+    s->listing = NULL;
+}
+
+int64_t mrcnn_backend_trace_diff(const mrcnn_trace_summary *a, const mrcnn_trace_summary *b, char *msg, size_t len) {
+    if (msg && len) msg[0] = 0;
+    if (!a || !b || !a->listing || !b->listing) return -1;
+    const char *pa = a->listing, *pb = b->listing;
+    for (int64_t i = 0;; i++) {
+        const char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
+        if (!ea && !eb) return -1;
+        if (!ea || !eb) {
+            if (msg)
+                snprintf(msg, len, "call #%lld: %s has no more calls, the other: %.*s", (long long)i, !ea ? "a" : "b",
+                         (int)(!ea ? eb - pb : ea - pa), !ea ? pb : pa);
+            return i;
+        }
+        if (ea - pa != eb - pb || memcmp(pa, pb, (size_t)(ea - pa)) != 0) {
+            if (msg)
+                snprintf(msg, len, "call #%lld: %.*s | %.*s", (long long)i, (int)(ea - pa), pa, (int)(eb - pb), pb);
+            return i;
+        }
+        pa = ea + 1;
+        pb = eb + 1;
+    }
+}
