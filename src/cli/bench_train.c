@@ -418,17 +418,21 @@ int bench_train_main(int argc, char **argv) {
            arenas_mb / 1024, loss_first, loss_last);
     printf("timeline: forward %.1f ms, backward %.1f ms, other %.1f ms (one synchronized step each), warmup %.1f s\n",
            fwd_ms, bwd_ms, other_ms, warm_s);
-    printf("host round trips per step: %.1f syncs (%.1f reads), %.1f uploads\n", syncs, reads, uploads);
+    printf("host round trips per step: %.1f syncs (%.1f reads), %.1f uploads; CUDA graphs %s (steps: %lld replayed, "
+           "%lld captured, %lld direct)\n",
+           syncs, reads, uploads, s->tr.graphs ? "on" : "off", (long long)s->tr.graph_stats.replay,
+           (long long)s->tr.graph_stats.capture, (long long)(s->tr.graph_stats.direct + s->tr.graph_stats.warmup));
     printf("{\"bench\": \"train\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"height\": %d, "
            "\"width\": %d, \"objects\": %d, \"warmup\": %d, \"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.3f, "
            "\"peak_mem_mb\": %.1f, \"device_in_use_mb\": %.1f, \"activations_mb\": %.1f, \"arenas_mb\": %.1f, \"loss_first\": %s%.6g%s, "
            "\"loss_last\": %s%.6g%s, \"finite\": %s, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"other_ms\": %.3f, "
            "\"loss_scale\": %g, \"skipped\": %d, \"syncs_per_step\": %.2f, \"reads_per_step\": %.2f, "
-           "\"uploads_per_step\": %.2f}\n",
+           "\"uploads_per_step\": %.2f, \"cuda_graph\": \"%s\", \"graph_replays\": %lld}\n",
            be->name, mode, N, H, W, K, warmup, steps, step_ms, img_s, peak_mb, dev_mb, ws_peak_mb, arenas_mb,
            isfinite(loss_first) ? "" : "\"", loss_first, isfinite(loss_first) ? "" : "\"",
            isfinite(loss_last) ? "" : "\"", loss_last, isfinite(loss_last) ? "" : "\"", finite ? "true" : "false",
-           fwd_ms, bwd_ms, other_ms, s->tr.st.scaler.scale, s->skipped, syncs, reads, uploads);
+           fwd_ms, bwd_ms, other_ms, s->tr.st.scaler.scale, s->skipped, syncs, reads, uploads, s->tr.graphs ? "on" : "off",
+           (long long)s->tr.graph_stats.replay);
     fflush(stdout);
 
     for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);

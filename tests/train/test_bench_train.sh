@@ -29,6 +29,8 @@ for k in ("loss_first", "loss_last"):
 assert abs(j["img_per_s"] - 1000.0 / j["step_ms"]) < 1e-2 * j["img_per_s"], "img/s is not batch / step time"
 # the host's round trips per timed step: each read is a wait, and a step reads its loss at least
 assert 1 <= j["reads_per_step"] <= j["syncs_per_step"] and j["uploads_per_step"] >= 0, j
+# the CPU backend captures no graphs: every step ran directly, and the report says so
+assert j["cuda_graph"] == "off" and j["graph_replays"] == 0, j
 assert j["peak_mem_mb"] > j["arenas_mb"], "max RSS below the parameter arenas"
 t = json.load(open(sys.argv[2]))
 b = t["buckets"]
