@@ -13,6 +13,8 @@
 #      its inference pass) on TV_ARGS, then at once `mrcnn bench train` at the first
 #      precision of TRAIN_DTYPES (bf16) on the same workload: img/s of both, their ratio;
 #      its 1-GPU step timeline is kept as timeline_1gpu_<dtype>.json;
+#      (before 2: tests/train/test_step_trace, the step's calls the same every step on the
+#      device, and training with CUDA graphs against direct execution;)
 #   3. the GPU model test (tests/cuda/test_gpu_model) at GPU_MODEL_STEPS_1 (50) steps.
 # GPU_CHECK_STAGE=2 (the rest; budget 360 s):
 #   4. the GPU model test at GPU_MODEL_STEPS_2 (200) steps;
@@ -240,6 +242,18 @@ if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
         fi
         result "$t" "$r"
     done
+    # the step's replayability on the device (same calls every step of a shape) and CUDA
+    # graphs against direct execution (tests/train/test_step_trace.c, its CUDA cases)
+    if [ -x "$BUILD/tests/train/test_step_trace" ]; then
+        step "step trace + CUDA graphs" 60 env ROOT="$ROOT" MRCNN_CUDA_SYNC_CHECK=0 "$BUILD/tests/train/test_step_trace"
+        rc=$?
+        r=$(verdict $rc)
+        [ "$GPU_PRESENT" = 1 ] && grep -q "SKIPPED \] test_graph_vs_direct" "$STEP_OUT" && r="FAIL (the CUDA cases skipped)"
+        r="$r $(grep -E "^(fp32|bf16): weights max" "$STEP_OUT" | sed 's/ (max .*//' | tr '\n' ' ')"
+        result "step trace + CUDA graphs" "$r"
+    else
+        result "step trace + CUDA graphs" "FAIL (not in this build)"
+    fi
 
     # ---- 2. torchvision's training, then ours at once (same call, same workload)
     if [ "${SKIP_TV:-0}" != 1 ] && [ -f bench/torchvision_bench.py ]; then

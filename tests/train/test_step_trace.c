@@ -17,7 +17,8 @@
  * A failure names the first call that differs, both ways; MRCNN_TRACE_DUMP=<prefix>
  * writes every window's listing to <prefix>.<k>.txt for a diff (stage k = 2 x step + 1,
  * region k = 2 x step + 2).
- * With a GPU, the same runs on the CUDA backend (graphs off, every region compared).
+ * With a GPU, the same runs on the CUDA backend (graphs off, every region compared), and
+ * the plans trained with CUDA graphs on must match direct execution (graph_vs_direct).
  * Self-check (CPU cases): MRCNN_STEP_TRACE_BREAK=scalar|upload|read|alloc puts a per-step scalar,
  * an upload, a read or an unreleased allocation into the region (the test must fail). */
 #include <setjmp.h>
@@ -310,6 +311,109 @@ static void step_trace(const char *precision, int cuda) {
     g_run = NULL;
 }
 
+/* CUDA graphs against direct execution, on the GPU: the plans trained with
+ * SOLVER.CUDA_GRAPH=on (steps 0-3 share a key: warm-up, capture, then replays) and =off.
+ * Replayed kernels are the captured ones, so the two differ by no more than two direct
+ * runs differ from each other (atomics in ROIAlign's backward may reorder sums): the
+ * tolerance is measured, 4x the direct-vs-direct spread plus a 1e-6 relative floor,
+ * not guessed. Returns the weights (host copy), the window's mean total loss and the
+ * steps replayed. */
+static float *train_plans(const char *precision, const char *graph, int cpu, double *mean_total, int64_t *replays,
+                          int64_t *n_params) {
+    static runner r; // large arrays
+    memset(&r, 0, sizeof r);
+    mrcnn_config cfg;
+    test_tiny_config(&cfg);
+    mrcnn_config_set(&cfg, "LOG_PERIOD=1000", "test");
+    char p[64];
+    snprintf(p, sizeof p, "SOLVER.PRECISION=%s", precision);
+    mrcnn_config_set(&cfg, p, "test");
+    snprintf(p, sizeof p, "SOLVER.CUDA_GRAPH=%s", graph);
+    mrcnn_config_set(&cfg, p, "test");
+    const char *why = NULL;
+    r.be = cpu ? mrcnn_backend_cpu_create() : mrcnn_backend_cuda_create(0, &why);
+    if (!r.be) fail_msg("a CUDA device is visible but the CUDA backend failed: %s", why ? why : "?");
+    if (cpu) r.be->det.count_hint = NULL;
+    mrcnn_precision_apply(r.be, precision);
+    mrcnn_model m;
+    mrcnn_model_init(&m, &cfg, r.be);
+    mrcnn_model_init_random(&m, 3);
+    mrcnn_model_trainable mt;
+    mrcnn_model_trainable_init(&mt, &m, source_next, &r);
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, r.be, &mt.tm, 0);
+    for (int i = 0; i < N_STEPS; i++) {
+        mrcnn_step_result res;
+        mrcnn_trainer_step(&tr, &res);
+    }
+    mrcnn_loss_window w;
+    mrcnn_trainer_take_losses(&tr, &w);
+    *mean_total = w.mean_total;
+    *replays = tr.graph_stats.replay;
+    mrcnn_tensor flat = mrcnn_arena_flat(mt.tm.params);
+    *n_params = mrcnn_tensor_numel(&flat);
+    float *h = MRCNN_MALLOC((size_t)*n_params * sizeof(float), "weights (host copy)");
+    r.be->mem.read(r.be, &flat, h);
+    printf("%s CUDA_GRAPH=%s: mean total loss %.9g, %lld of %d steps replayed\n", precision, graph, w.mean_total,
+           (long long)*replays, N_STEPS);
+    mrcnn_trainer_free(&tr);
+    mrcnn_model_trainable_free(&mt);
+    mrcnn_model_free(&m);
+    mrcnn_backend_destroy(r.be);
+    return h;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double d = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    return d;
+}
+
+/* MRCNN_GRAPH_TEST_CPU=1 runs the comparison on the CPU backend, whose graph_begin
+ * declines, so "on" runs directly: a rehearsal of this test's own code without a GPU,
+ * where nothing replays and all three runs are bit-identical. */
+static void graph_vs_direct(const char *precision) {
+    const int cpu = getenv("MRCNN_GRAPH_TEST_CPU") && !strcmp(getenv("MRCNN_GRAPH_TEST_CPU"), "1");
+    if (!cpu && mrcnn_backend_cuda_device_count() == 0) {
+        printf("no CUDA device (or a GPU=0 build): the CUDA graph case does not run here\n");
+        skip();
+    }
+    double la, lb, lc;
+    int64_t ra, rb, rc, n;
+    float *a = train_plans(precision, "off", cpu, &la, &ra, &n);
+    float *b = train_plans(precision, "off", cpu, &lb, &rb, &n);
+    float *c = train_plans(precision, "on", cpu, &lc, &rc, &n);
+    if (cpu) {
+        assert_int_equal(rc, 0);
+        assert_true(max_abs_diff(a, b, n) == 0 && max_abs_diff(a, c, n) == 0 && la == lb && la == lc);
+        free(a);
+        free(b);
+        free(c);
+        return;
+    }
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)a[i]));
+    const double spread = max_abs_diff(a, b, n), err = max_abs_diff(a, c, n);
+    printf("%s: weights max |direct - direct| %.3g, |direct - graph| %.3g (max |w| %.3g); losses %.9g %.9g %.9g\n",
+           precision, spread, err, scale, la, lb, lc);
+    assert_int_equal(ra, 0);
+    assert_int_equal(rb, 0);
+    if (rc < 2) fail_msg("CUDA_GRAPH=on replayed %lld steps; steps 1-3 share a key, so at least 2 replay", (long long)rc);
+    if (err > 4 * spread + 1e-6 * scale)
+        fail_msg("%s: the graph run's weights differ from the direct run's by %.3g, more than 4 x the spread of two "
+                 "direct runs (%.3g) + 1e-6 x %.3g",
+                 precision, err, spread, scale);
+    if (fabs(la - lc) > 4 * fabs(la - lb) + 1e-6 * fabs(la))
+        fail_msg("%s: mean total loss %.9g with graphs, %.9g and %.9g without", precision, lc, la, lb);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_graph_vs_direct_cuda_fp32(void **state) { graph_vs_direct("fp32"); }
+static void test_graph_vs_direct_cuda_bf16(void **state) { graph_vs_direct("bf16"); }
+
 static void test_step_trace_fp32(void **state) { step_trace("fp32", 0); }
 static void test_step_trace_fp16(void **state) { step_trace("fp16", 0); }
 static void test_step_trace_bf16(void **state) { step_trace("bf16", 0); }
@@ -323,6 +427,8 @@ int main(void) {
         cmocka_unit_test(test_step_trace_bf16),
         cmocka_unit_test(test_step_trace_cuda_fp32),
         cmocka_unit_test(test_step_trace_cuda_bf16),
+        cmocka_unit_test(test_graph_vs_direct_cuda_fp32),
+        cmocka_unit_test(test_graph_vs_direct_cuda_bf16),
     };
     return cmocka_run_group_tests_name("step_trace", tests, NULL, NULL);
 }
