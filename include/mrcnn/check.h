@@ -23,6 +23,12 @@ void mrcnn_set_fail_handler(mrcnn_fail_handler handler);
 typedef const char *(*mrcnn_fail_hint)(const char *message);
 void mrcnn_set_fail_hint(mrcnn_fail_hint hint);
 
+/* What the calling thread is doing, added to every failure message it reports
+ * ("<message> (while <what>)"), for a failure whose cause is the situation rather than
+ * the call that failed (a CUDA call refused inside a graph capture). NULL clears it;
+ * what must stay valid until then. */
+void mrcnn_fail_context(const char *what);
+
 /* C11 spells it _Noreturn; C++ (nvcc compiles .cu as C++) spells it [[noreturn]]. */
 #ifdef __cplusplus
 #define MRCNN_NORETURN [[noreturn]]

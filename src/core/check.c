@@ -121,7 +121,16 @@ _Noreturn void mrcnn_fatal_exit(int code, const char *message) {
     _exit(code);
 }
 
+static _Thread_local const char *g_context = NULL;
+
+void mrcnn_fail_context(const char *what) { g_context = what; }
+
 static _Noreturn void fail_message(const char *message) {
+    char with[3072];
+    if (g_context && message) {
+        snprintf(with, sizeof with, "%s (while %s)", message, g_context);
+        message = with;
+    }
     if (g_handler) {
         g_handler(message);
         /* A handler must not return; if it does, fall through to the exit. */

@@ -308,8 +308,14 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
             data_s += step_region(t);
             break;
         }
+        /* A call the capture refuses fails the run: say what was going on and the way out. */
+        char what[200];
+        snprintf(what, sizeof what, "capturing training step %lld into a CUDA graph; SOLVER.CUDA_GRAPH=off runs "
+                 "every step directly", (long long)t->st.step);
+        mrcnn_fail_context(what);
         step_region(t); // recorded, not run
         void *g = be->stream.graph_end(be);
+        mrcnn_fail_context(NULL);
         if (!g) { // the backend warned: nothing of the region ran
             graphs_off(t, "the capture failed");
             t->graph_stats.direct++;

@@ -396,14 +396,19 @@ static void test_graph_on_cpu_equals_off(void **state) {
  * checked is the trainer's use of the calls (which step warms up, captures, replays,
  * when graphs are destroyed), the region bracket and that no upload happens inside it. */
 static struct {
-    int begin, end, launch, destroy, created, fail_end;
+    int begin, end, launch, destroy, created, fail_end, capturing, fail_in_capture;
     uint64_t epoch;
     int in_region, region_calls, uploads_in_region, bad_bracket;
     void (*write)(const mrcnn_backend *be, mrcnn_tensor *dst, const void *src);
 } fk;
-static int fk_begin(const mrcnn_backend *be) { fk.begin++; return 1; }
+static int fk_begin(const mrcnn_backend *be) {
+    fk.begin++;
+    fk.capturing = 1;
+    return 1;
+}
 static void *fk_end(const mrcnn_backend *be) {
     fk.end++;
+    fk.capturing = 0;
     if (fk.fail_end) return NULL;
     fk.created++;
     return malloc(1); // a distinct handle; ASan/LSan catch a leak or a double destroy
@@ -421,6 +426,13 @@ static void fk_on_region(void *ctx, int begin) {
     fk.region_calls += begin;
 }
 
+/* An op the capture refuses (as a CUDA call may be): fails inside the captured region. */
+static void (*fk_decide_inner)(const mrcnn_backend *be, const mrcnn_step_desc *d, mrcnn_tensor *ctl);
+static void fk_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, mrcnn_tensor *ctl) {
+    MRCNN_CHECK(!(fk.capturing && fk.fail_in_capture), "fake capture: operation not permitted when stream is capturing");
+    fk_decide_inner(be, d, ctl);
+}
+
 static mrcnn_backend *fk_backend(void) {
     memset(&fk, 0, sizeof fk);
     mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
@@ -431,6 +443,8 @@ static mrcnn_backend *fk_backend(void) {
     be->stream.graph_epoch = fk_epoch;
     fk.write = be->mem.write;
     be->mem.write = fk_write;
+    fk_decide_inner = be->step.decide;
+    be->step.decide = fk_decide;
     return be;
 }
 
@@ -488,6 +502,34 @@ static void test_graph_trainer_calls(void **state) {
 /* A capture that fails (graph_end NULL): graphs off for the run, the region runs
  * directly in that step (nothing of it ran while capturing on a GPU), later steps run
  * directly; accumulation (ACCUM_STEPS 2) never captures. */
+/* A call refused while capturing stops the run (nothing of the step ran) with a message
+ * that says a capture was going on and how to run without graphs. */
+static void test_graph_capture_refused_call(void **state) {
+    mrcnn_backend *be = fk_backend();
+    fk.fail_in_capture = 1;
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
+    lin l;
+    lin_init(&l, be);
+    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
+                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_step_result r;
+    mrcnn_trainer_step(&tr, &r); // the warm-up runs directly: no failure
+    EXPECT_FAIL(mrcnn_trainer_step(&tr, &r), "(while capturing training step 1 into a CUDA graph; "
+                                             "SOLVER.CUDA_GRAPH=off runs every step directly)");
+    mrcnn_fail_context(NULL); // the longjmp skipped the trainer's own reset
+    EXPECT_FAIL(MRCNN_CHECK(0, "after the capture"), "after the capture");
+    assert_null(strstr(mrcnn_test_msg, "while capturing"));
+    fk.capturing = 0;
+    mrcnn_trainer_free(&tr);
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+}
+
 static void test_graph_capture_failure(void **state) {
     mrcnn_backend *be = fk_backend();
     fk.fail_end = 1;
@@ -728,6 +770,7 @@ int main(void) {
         cmocka_unit_test(test_graph_on_cpu_equals_off),
         cmocka_unit_test(test_graph_trainer_calls),
         cmocka_unit_test(test_graph_capture_failure),
+        cmocka_unit_test(test_graph_capture_refused_call),
         cmocka_unit_test(test_tiny_model_no_reads),
         cmocka_unit_test(test_tiny_model_fp16_no_reads),
     };
