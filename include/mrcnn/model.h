@@ -57,10 +57,12 @@ typedef struct mrcnn_model_anchors {
  * into one device buffer that persists across steps. Its layout is a function of the
  * shapes alone (bump offsets from the base, reset each stage), so equal shapes give
  * equal addresses and a captured device half stays valid for the next batch of the
- * same shape. The buffer only grows (a new base changes the shape key). */
+ * same shape. The buffer only grows (a new base changes the shape key), and then with
+ * room to spare (the layout of gt bucket 64, and at least twice its old size), so that one
+ * batch with many instances does not move the base under the common shapes. */
 typedef struct mrcnn_staged {
     void *buf;                  // the staging buffer (be->mem.alloc), cap bytes
-    size_t cap;
+    size_t cap;                 // bytes reserved: at least the current layout's
     uint8_t *host;              // host mirror of everything after the images: one upload
     size_t host_cap;
     bool ready;                 // staged at least once

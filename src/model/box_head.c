@@ -38,7 +38,7 @@ void mrcnn_box_head_build(mrcnn_model *m) {
 static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b,
                                mrcnn_activation act) {
     mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
-    mrcnn_tensor y = mrcnn_ws_act(ws, 2, (int64_t[]){x->shape[0], W->shape[0]});
+    mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 2, (int64_t[]){x->shape[0], W->shape[0]});
     if (x->shape[0] > 0)
         m->be->nn.linear_forward(m->be, x, W, mrcnn_arena_get(&m->params.values, b), act, &y);
     return y;
@@ -103,14 +103,15 @@ void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
                                       c->box_reg_weights.v[3]),
     };
     int64_t NS = (int64_t)N * S, NF = (int64_t)N * F;
-    mrcnn_tensor rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5});
-    mrcnn_tensor labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
-    mrcnn_tensor box_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
-    mrcnn_tensor reg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
-    mrcnn_tensor reg_w = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
-    mrcnn_tensor fg_rois = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
-    mrcnn_tensor fg_labels = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
-    mrcnn_tensor fg_gt = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    // roi_sample writes every row of its outputs, padding rows included: not zeroed
+    mrcnn_tensor rois = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 5});
+    mrcnn_tensor labels = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor box_labels = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NS});
+    mrcnn_tensor reg = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor reg_w = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NS, 4});
+    mrcnn_tensor fg_rois = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5});
+    mrcnn_tensor fg_labels = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
+    mrcnn_tensor fg_gt = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){NF});
     m->be->det.roi_sample(m->be, &d, &st->proposals_dev, &st->proposal_counts_dev, &st->gt, &st->rng_roi, &rois,
                           &labels, &box_labels, &reg, &reg_w, &fg_rois, &fg_labels, &fg_gt, &st->n_rois_dev,
                           &st->n_fg_dev);
@@ -145,7 +146,7 @@ void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_st
     be->loss.softmax_ce(be, &st->box.logits, &st->roi_labels_dev, &norm, &lc, backward ? &st->dcls : NULL);
     // box regression on the gt class of the foreground only, gathered on the device
     int64_t s4[2] = {R, 4};
-    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
+    mrcnn_tensor gd = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, s4);
     be->det.gather_class_deltas(be, &st->box.deltas, &st->roi_box_labels_dev, &gd);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, s4);
     be->loss.smooth_l1(be, &gd, &st->roi_reg_targets_dev, &st->roi_reg_weights_dev, m->cfg.box_smooth_l1_beta, &norm,

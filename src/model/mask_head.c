@@ -41,7 +41,7 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
         else out->conv[i] = mrcnn_ws_act(ws, 4, (int64_t[]){0, S, S, h->dim});
         cur = &out->conv[i];
     }
-    out->up = mrcnn_ws_act(ws, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
+    out->up = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
     if (R > 0) {
         m->be->nn.deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
                                  mrcnn_arena_get(&m->params.values, h->deconv_b), MRCNN_ACT_RELU,
@@ -92,11 +92,12 @@ void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trim
     // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients
     if (Rf == 0) return;
     int64_t sh[3] = {Rf, M, M};
-    mrcnn_tensor td = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    // targets, weights and the gather overwrite every row; dg, a gradient added into, is zeroed
+    mrcnn_tensor td = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
     // on the valid rows alone every weight is 1: no weights, the unweighted sum as before
-    mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
     be->det.mask_targets(be, &st->gt, &st->fg_rois_dev, &st->fg_gt_dev, M, &td, trimmed ? NULL : &wd);
-    mrcnn_tensor gd = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    mrcnn_tensor gd = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
     be->det.gather_class_masks(be, &st->mask.logits, &st->fg_labels_dev, &gd);
     mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
     mrcnn_tensor lm = elem_view(&st->loss_dev, 4);

@@ -111,7 +111,7 @@ static float *read_host(const mrcnn_backend *be, const mrcnn_tensor *t) {
 
 static mrcnn_tensor upload(mrcnn_ws *ws, mrcnn_dtype dt, int ndim, const int64_t *shape,
                            const void *host) {
-    mrcnn_tensor t = mrcnn_ws_tensor(ws, dt, ndim, shape);
+    mrcnn_tensor t = mrcnn_ws_tensor_uninit(ws, dt, ndim, shape);
     if (mrcnn_tensor_numel(&t)) ws->be->mem.write(ws->be, &t, host);
     return t;
 }
@@ -194,7 +194,7 @@ static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *image
     // the stem convolves the images in the activation dtype (a GPU backend's bf16/fp16)
     st->images = *images;
     if (images->dtype != mrcnn_ws_act_dtype(ws)) {
-        st->images = mrcnn_ws_act(ws, 4, images->shape);
+        st->images = mrcnn_ws_act_uninit(ws, 4, images->shape);
         m->be->nn.cast(m->be, images, &st->images);
     }
     mrcnn_backbone_forward(m, ws, &st->images, &st->bb);
@@ -228,6 +228,11 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
 
 /* ---- staging (the host half of a training step) --------------------------------- */
 
+/* The gt capacity bucket the staging buffer makes room for when it is (re)allocated: a
+ * batch with more instances than the common bucket then stages at the same base, and the
+ * common shape keeps its key (and its captured graph). COCO's batches rarely exceed it. */
+#define MRCNN_STAGE_GT_RESERVE 64
+
 static size_t take(size_t *off, size_t bytes) {
     size_t o = *off;
     *off += (bytes + 255) / 256 * 256;
@@ -240,6 +245,31 @@ static uint64_t fnv1a(uint64_t h, uint64_t v) {
         h *= 0x100000001b3ULL;
     }
     return h;
+}
+
+/* The staging buffer's layout, a function of the shapes alone: byte offsets from the
+ * base (256-byte aligned), end = the bytes it spans. */
+typedef struct stage_layout {
+    size_t img;   // (N, H, W, 3) fp32
+    size_t small; // the host mirror covers [small, end): one upload
+    size_t hw, rng, box, lab, cnt, msk, pp, pc, end;
+} stage_layout;
+
+static stage_layout stage_layout_of(int N, int H, int W, int G, int P) {
+    stage_layout l;
+    size_t off = 0;
+    l.img = take(&off, (size_t)N * H * W * 3 * sizeof(float));
+    l.small = off;
+    l.hw = take(&off, (size_t)N * 2 * sizeof(int32_t));
+    l.rng = take(&off, (size_t)2 * N * MRCNN_RNG_WORDS * sizeof(int32_t));
+    l.box = take(&off, (size_t)N * G * 4 * sizeof(float));
+    l.lab = take(&off, (size_t)N * G * sizeof(int32_t));
+    l.cnt = take(&off, (size_t)N * sizeof(int32_t));
+    l.msk = take(&off, (size_t)N * G * H * W);
+    l.pp = take(&off, (size_t)N * P * 4 * sizeof(float));
+    l.pc = take(&off, (size_t)N * sizeof(int32_t));
+    l.end = off;
+    return l;
 }
 
 /* The images into the staging buffer: an upload from the host, or a copy of the
@@ -283,23 +313,19 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
     const int P = m->pinned_proposals ? m->pinned_cap : 0;
     MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
                 "capacity or counts");
-    // the layout: a function of the shapes alone
-    size_t off = 0;
-    const size_t o_img = take(&off, (size_t)N * H * W * 3 * sizeof(float));
-    const size_t small = off; // the host mirror covers [small, end): one upload
-    const size_t o_hw = take(&off, (size_t)N * 2 * sizeof(int32_t));
-    const size_t o_rng = take(&off, (size_t)2 * N * MRCNN_RNG_WORDS * sizeof(int32_t));
-    const size_t o_box = take(&off, (size_t)N * G * 4 * sizeof(float));
-    const size_t o_lab = take(&off, (size_t)N * G * sizeof(int32_t));
-    const size_t o_cnt = take(&off, (size_t)N * sizeof(int32_t));
-    const size_t o_msk = take(&off, (size_t)N * G * H * W);
-    const size_t o_pp = take(&off, (size_t)N * P * 4 * sizeof(float));
-    const size_t o_pc = take(&off, (size_t)N * sizeof(int32_t));
+    const stage_layout L = stage_layout_of(N, H, W, G, P);
+    const size_t o_img = L.img, small = L.small, o_hw = L.hw, o_rng = L.rng, o_box = L.box, o_lab = L.lab,
+                 o_cnt = L.cnt, o_msk = L.msk, o_pp = L.pp, o_pc = L.pc, off = L.end;
     if (off > sg->cap) {
+        /* A new base changes the key of every shape staged in this slot (each is captured
+         * again), so the buffer grows with room to spare: at least the layout of gt bucket
+         * MRCNN_STAGE_GT_RESERVE and at least twice its old size. */
+        size_t want = stage_layout_of(N, H, W, G > MRCNN_STAGE_GT_RESERVE ? G : MRCNN_STAGE_GT_RESERVE, P).end;
+        if (want < 2 * sg->cap) want = 2 * sg->cap;
         // stream-ordered: the old buffer is released after the work queued on it
         if (sg->buf) be->mem.free(be, sg->buf);
-        sg->buf = be->mem.alloc(be, off, "staged batch");
-        sg->cap = off;
+        sg->buf = be->mem.alloc(be, want, "staged batch");
+        sg->cap = want;
     }
     if (off - small > sg->host_cap) {
         free(sg->host);
@@ -422,9 +448,9 @@ void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_st
     memcpy(d.level_counts, st->level_counts, sizeof d.level_counts);
     int P = d.post_nms_top_n;
     st->prop_cap = P;
-    st->proposals_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4});
-    st->proposal_scores_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, P});
-    st->proposal_counts_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N});
+    st->proposals_dev = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, (int64_t[]){N, P, 4});
+    st->proposal_scores_dev = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){N, P});
+    st->proposal_counts_dev = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_I32, 1, (int64_t[]){N});
     m->be->det.proposals(m->be, &d, st->rpn.logits, st->rpn.deltas, &st->anchors_dev, &st->image_hw_dev,
                          &st->proposals_dev, &st->proposal_scores_dev, &st->proposal_counts_dev);
 }
@@ -452,7 +478,7 @@ static void read_proposals(const mrcnn_model *m, mrcnn_step *st) {
 static void run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->box_head_pooler_resolution, R = st->n_rois;
-    st->box_x = mrcnn_ws_act(ws, 4, (int64_t[]){R, P, P, F});
+    st->box_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){R, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->box_head_sampling_ratio, c->box_head_aligned);
     if (R > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->rois_dev, &st->box_x);
     mrcnn_box_head_forward(m, ws, &st->box_x, &st->box);
@@ -462,7 +488,7 @@ static void run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
 static void run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->mask_head_pooler_resolution, Rf = st->n_fg;
-    st->mask_x = mrcnn_ws_act(ws, 4, (int64_t[]){Rf, P, P, F});
+    st->mask_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){Rf, P, P, F});
     mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->mask_head_sampling_ratio, c->box_head_aligned);
     if (Rf > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->fg_rois_dev, &st->mask_x);
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);

@@ -74,10 +74,11 @@ void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, m
         MRCNN_CHECK(mrcnn_tensor_numel(x) == N * st->level_counts[l] && x->shape[3] == A,
                     "RPN level %d: %lld logits but %lld anchors per image", l,
                     (long long)mrcnn_tensor_numel(x), (long long)st->level_counts[l]);
-        t->labels[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
-        t->obj_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
-        t->reg[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
-        t->reg_w[l] = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
+        // rpn_targets writes all four for every anchor: not zeroed (issue 12 part 7)
+        t->labels[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
+        t->obj_w[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
+        t->reg[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
+        t->reg_w[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);
     }
     m->be->det.rpn_targets(m->be, &d, &st->anchors_dev, &st->gt, &st->rng_rpn, t->labels, t->obj_w, t->reg,
                            t->reg_w, &st->n_sampled_dev);
@@ -105,6 +106,7 @@ void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_st
      * which over these nonnegative terms is their sum, accumulated in double and written
      * in fp32 unrounded (add_forward would round to the storage dtype in the CPU's
      * rounded-storage mode). */
+    // an input that must read zero: stays a zeroing allocation
     mrcnn_tensor zeros = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){MRCNN_FPN_LEVELS});
     mrcnn_loss_norm one = {.count = NULL, .scale = 1.0f, .grad_mult = 1.0f};
     for (int k = 0; k < 2; k++) {
