@@ -148,17 +148,22 @@ static void lin_free(lin *l) {
 
 static const char *const lin_names[] = {"loss_a", "loss_b"};
 
+/* The stand-in as the trainer's trainable, on one rank. */
+static mrcnn_trainable lin_trainable(lin *l) {
+    return (mrcnn_trainable){.ctx = l, .params = &l->params, .grads = &l->grads, .n_losses = 2,
+                             .loss_names = lin_names, .scales_loss = 1, .stage = lin_stage, .run = lin_run};
+}
+static mrcnn_dist one_rank = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+
 static void test_standin_no_reads(void **state) {
     mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
     mrcnn_config cfg;
     lin_config(&cfg, 2);
     lin l;
     lin_init(&l, be);
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     l.inject_step = 3;
     const int steps = 6;
     float before[D_OUT * D_IN], after[D_OUT * D_IN], mom_before[D_OUT * D_IN];
@@ -232,11 +237,9 @@ static void test_lr_through_vector(void **state) {
     mrcnn_config_set(&cfg, "SOLVER.CLIP_GRADIENTS.ENABLED=false", "test");
     lin l;
     lin_init(&l, be);
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     enum { NP = D_OUT * D_IN };
     float before[NP];
     float prev_lr = -1;
@@ -351,11 +354,9 @@ static void run_lin(const char *graph, int steps, float *params, float *mom, mrc
     lin l;
     lin_init(&l, be);
     l.inject_step = 2;
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     for (int i = 0; i < steps; i++) {
         mrcnn_step_result r;
         mrcnn_trainer_step(&tr, &r);
@@ -455,11 +456,9 @@ static void test_graph_trainer_calls(void **state) {
     mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
     lin l;
     lin_init(&l, be);
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     tr.on_region = fk_on_region;
     assert_int_equal(tr.graphs, 1);
     /* keys per step; at step 6 the backend reallocates a buffer (a new epoch) */
@@ -499,9 +498,6 @@ static void test_graph_trainer_calls(void **state) {
     mrcnn_backend_destroy(be);
 }
 
-/* A capture that fails (graph_end NULL): graphs off for the run, the region runs
- * directly in that step (nothing of it ran while capturing on a GPU), later steps run
- * directly; accumulation (ACCUM_STEPS 2) never captures. */
 /* A call refused while capturing stops the run (nothing of the step ran) with a message
  * that says a capture was going on and how to run without graphs. */
 static void test_graph_capture_refused_call(void **state) {
@@ -512,11 +508,9 @@ static void test_graph_capture_refused_call(void **state) {
     mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
     lin l;
     lin_init(&l, be);
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     mrcnn_step_result r;
     mrcnn_trainer_step(&tr, &r); // the warm-up runs directly: no failure
     EXPECT_FAIL(mrcnn_trainer_step(&tr, &r), "(while capturing training step 1 into a CUDA graph; "
@@ -530,6 +524,9 @@ static void test_graph_capture_refused_call(void **state) {
     mrcnn_backend_destroy(be);
 }
 
+/* A capture that fails (graph_end NULL): graphs off for the run, the region runs
+ * directly in that step (nothing of it ran while capturing on a GPU), later steps run
+ * directly; accumulation (ACCUM_STEPS 2) never captures. */
 static void test_graph_capture_failure(void **state) {
     mrcnn_backend *be = fk_backend();
     fk.fail_end = 1;
@@ -538,11 +535,9 @@ static void test_graph_capture_failure(void **state) {
     mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
     lin l;
     lin_init(&l, be);
-    mrcnn_trainable m = {.ctx = &l, .params = &l.params, .grads = &l.grads, .n_losses = 2, .loss_names = lin_names,
-                         .scales_loss = 1, .stage = lin_stage, .run = lin_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
+    mrcnn_trainable m = lin_trainable(&l);
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     for (int i = 0; i < 4; i++) {
         const int runs0 = l.run_calls;
         mrcnn_step_result r;
@@ -560,7 +555,7 @@ static void test_graph_capture_failure(void **state) {
     lin_config(&cfg, 2);
     mrcnn_config_set(&cfg, "SOLVER.CUDA_GRAPH=on", "test");
     fk.fail_end = 0;
-    mrcnn_trainer_init(&tr, &cfg, &one, be, &m, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     assert_int_equal(tr.graphs, 0);
     const int stage0 = l.stage_calls;
     for (int i = 0; i < 3; i++) {
@@ -724,9 +719,8 @@ static void tiny_model_no_reads(const char *precision) {
     mrcnn_trainable tm = {.ctx = &t, .params = &t.m.params.values, .grads = &t.m.params.grads,
                           .trainable = t.m.params.trainable, .n_losses = MRCNN_N_LOSSES, .loss_names = mrcnn_loss_names,
                           .scales_loss = 1, .stage = tiny_stage, .run = tiny_run};
-    mrcnn_dist one = {.rank = 0, .world_size = 1, .local_size = 1, .device = -1};
     mrcnn_trainer tr;
-    mrcnn_trainer_init(&tr, &cfg, &one, t.be, &tm, 0);
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, t.be, &tm, 0);
     const int steps = 4;
     mrcnn_backend_stats s0 = mrcnn_backend_stats_get(t.be);
     for (int i = 0; i < steps; i++) {
