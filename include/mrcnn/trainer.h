@@ -282,6 +282,11 @@ void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *d
 void mrcnn_trainer_free(mrcnn_trainer *t);
 /* One optimizer step (above). Collective: every rank calls it for every step. */
 void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r);
+/* The same step with its region run directly, neither captured nor replayed, whatever
+ * the graph cache holds (the cache is left as it was): for a caller that needs the
+ * trainable's host callbacks inside the region, e.g. `mrcnn bench train`'s timeline,
+ * which times each gradient-ready report. Collective like mrcnn_trainer_step. */
+void mrcnn_trainer_step_direct(mrcnn_trainer *t, mrcnn_step_result *r);
 /* Fills w with the window and starts a new one: the one read of the device control
  * vector per log period (the terms were averaged over the ranks on the device, step by
  * step). Logs the window's skipped steps

@@ -4,7 +4,8 @@
  * conv + bias + ReLU uses cudnnConvolutionBiasActivationForward only where it is
  * faster: that call takes IMPLICIT_PRECOMP_GEMM alone, which often loses to the
  * best plain algorithm followed by the bias + ReLU kernel, so the first call of a
- * shape times both.
+ * shape times both (MRCNN_CONV_FUSED=0|1 pins the choice). A fused call that cuDNN
+ * refuses, at any call, moves the shape to the plain path with one warning.
  *
  * Math types: the descriptor starts with the precision's math type (fp32 without TF32:
  * CUDNN_FMA_MATH, which keeps the tensor cores off; otherwise CUDNN_TENSOR_OP_MATH),
@@ -18,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_algo_pick.h"
 #include "cuda_internal.h"
+#include "mrcnn/log.h"
 
 typedef struct conv_key {
     int n, h, w, c, k, r, s, sh, sw, ph, pw, dh, dw, dtype, tf32;
@@ -133,16 +136,10 @@ static cu_conv_algo *conv_lookup(cu_state *s, const conv_key *k) {
 
 /* fp32 without TF32 is the reference precision: it accepts CUDNN_FMA_MATH results only
  * (not TENSOR_OP, TENSOR_OP_ALLOW_CONVERSION or DEFAULT, any of which may run on TF32
- * tensor cores) and leaves out the FFT and Winograd transforms, whose rounding errors
- * exceed plain fp32 summation's. Every other mode takes the fastest algorithm. */
+ * tensor cores) and prefers algorithms without the FFT and Winograd transforms, whose
+ * rounding errors exceed plain fp32 summation's (cu_algo_pick: a transform when cuDNN
+ * offers nothing else). Every other mode takes the fastest algorithm. */
 static int fp32_strict(const conv_key *k) { return k->dtype == MRCNN_DTYPE_F32 && !k->tf32; }
-
-static int perf_ok(const cu_state *s, const conv_key *k, cudnnStatus_t st, size_t mem, cudnnMathType_t math,
-                   int transform) {
-    if (st != CUDNN_STATUS_SUCCESS || mem > s->workspace_limit) return 0;
-    if (fp32_strict(k) && (math != CUDNN_FMA_MATH || transform)) return 0;
-    return 1;
-}
 
 static const char *math_name(cudnnMathType_t m) {
     switch (m) {
@@ -178,7 +175,7 @@ static void no_algorithm(const cu_state *s, const cu_conv_algo *e, const Perf *p
     }
     MRCNN_CHECK(0, "%s: cuDNN offers no %salgorithm within a %zu MB workspace for x (%d, %d, %d, %d), K %d, %dx%d "
                 "(offered algo/math/status/workspace: %s)",
-                what, fp32_strict(&e->key) ? "FMA-math non-transform " : "", s->workspace_limit >> 20, e->key.n,
+                what, fp32_strict(&e->key) ? "FMA-math " : "", s->workspace_limit >> 20, e->key.n,
                 e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, n ? list : "nothing");
 }
 
@@ -209,6 +206,25 @@ static int bwd_filter_transform(cudnnConvolutionBwdFilterAlgo_t a) {
 
 #define CU_MAX_ALGOS 16
 
+/* cuDNN's answer as plain candidates, and the pick (conv_algo_pick.h). A strict fp32
+ * shape that needed a transform is said once, with its shape: the run goes on, a
+ * little less exact than plain fp32 summation there. */
+template <typename Perf, typename Algo>
+static int pick(const cu_state *s, const cu_conv_algo *e, const Perf *perf, int n, int (*transform)(Algo),
+                const char *dir) {
+    cu_algo_cand c[CU_MAX_ALGOS];
+    for (int i = 0; i < n; i++)
+        c[i] = (cu_algo_cand){(int)perf[i].algo, perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].mathType == CUDNN_FMA_MATH,
+                              transform(perf[i].algo), perf[i].memory};
+    cu_pick_kind kind;
+    int i = cu_algo_pick(c, n, fp32_strict(&e->key), s->workspace_limit, &kind);
+    if (kind == CU_PICK_RELAXED)
+        mrcnn_warn("conv %s x (%d, %d, %d, %d) K %d %dx%d fp32: cuDNN offers no FMA-math algorithm without an FFT or "
+                   "Winograd transform; using algorithm %d (FMA math, with its transform)",
+                   dir, e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, c[i].algo);
+    return i;
+}
+
 static void choose_fwd(cu_state *s, cu_conv_algo *e) {
     cudnnConvolutionFwdAlgoPerf_t perf[CU_MAX_ALGOS];
     int n = 0;
@@ -220,17 +236,13 @@ static void choose_fwd(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
                                                                  CU_MAX_ALGOS, &n, perf));
     if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, fwd_transform(perf[i].algo))) {
-            e->fwd = perf[i].algo;
-            e->fwd_math = perf[i].mathType;
-            e->fwd_ws = perf[i].memory;
-            e->have_fwd = 1;
-            verbose_choice(e, "fwd", (int)e->fwd, e->fwd_math, e->fwd_ws, s);
-            return;
-        }
-    }
-    no_algorithm(s, e, perf, n, "conv2d_forward");
+    int i = pick(s, e, perf, n, fwd_transform, "forward");
+    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_forward");
+    e->fwd = perf[i].algo;
+    e->fwd_math = perf[i].mathType;
+    e->fwd_ws = perf[i].memory;
+    e->have_fwd = 1;
+    verbose_choice(e, "fwd", (int)e->fwd, e->fwd_math, e->fwd_ws, s);
 }
 
 static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
@@ -244,17 +256,13 @@ static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
                                                                       e->x_desc, CU_MAX_ALGOS, &n, perf));
     if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_data_transform(perf[i].algo))) {
-            e->bwd_data = perf[i].algo;
-            e->bwd_data_math = perf[i].mathType;
-            e->bwd_data_ws = perf[i].memory;
-            e->have_bwd_data = 1;
-            verbose_choice(e, "bwd-data", (int)e->bwd_data, e->bwd_data_math, e->bwd_data_ws, s);
-            return;
-        }
-    }
-    no_algorithm(s, e, perf, n, "conv2d_backward (data gradient)");
+    int i = pick(s, e, perf, n, bwd_data_transform, "data gradient");
+    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_backward (data gradient)");
+    e->bwd_data = perf[i].algo;
+    e->bwd_data_math = perf[i].mathType;
+    e->bwd_data_ws = perf[i].memory;
+    e->have_bwd_data = 1;
+    verbose_choice(e, "bwd-data", (int)e->bwd_data, e->bwd_data_math, e->bwd_data_ws, s);
 }
 
 static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
@@ -268,17 +276,13 @@ static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
         MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
                                                                         e->w_desc, CU_MAX_ALGOS, &n, perf));
     if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    for (int i = 0; i < n; i++) {
-        if (perf_ok(s, &e->key, perf[i].status, perf[i].memory, perf[i].mathType, bwd_filter_transform(perf[i].algo))) {
-            e->bwd_filter = perf[i].algo;
-            e->bwd_filter_math = perf[i].mathType;
-            e->bwd_filter_ws = perf[i].memory;
-            e->have_bwd_filter = 1;
-            verbose_choice(e, "bwd-filter", (int)e->bwd_filter, e->bwd_filter_math, e->bwd_filter_ws, s);
-            return;
-        }
-    }
-    no_algorithm(s, e, perf, n, "conv2d_backward (filter gradient)");
+    int i = pick(s, e, perf, n, bwd_filter_transform, "filter gradient");
+    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_backward (filter gradient)");
+    e->bwd_filter = perf[i].algo;
+    e->bwd_filter_math = perf[i].mathType;
+    e->bwd_filter_ws = perf[i].memory;
+    e->have_bwd_filter = 1;
+    verbose_choice(e, "bwd-filter", (int)e->bwd_filter, e->bwd_filter_math, e->bwd_filter_ws, s);
 }
 
 static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype, const char *op) {
@@ -305,12 +309,32 @@ static cudnnStatus_t run_fused(cu_state *s, cu_conv_algo *e, const void *x, cons
     /* The fused call's one algorithm under the precision's math type (what its
      * workspace size was asked with). */
     set_math(e, e->base_math);
-    /* z = y with alpha2 = 0: the call requires a z tensor; its value does not enter. */
+    /* The call computes act(conv(x) + alpha2 z + bias) and wants a z of y's shape;
+     * nothing documents that alpha2 = 0 keeps z unread, and 0 x NaN is NaN. So z = y
+     * with y zeroed first: whatever y held (a NaN-poisoned fresh buffer, a freed
+     * activation) cannot enter, for one extra write of y. */
+    MRCNN_CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)e->key.n * e->p * e->q * e->key.k * cu_dtype_size((mrcnn_dtype)e->key.dtype),
+                                     s->stream));
     cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
         s->cudnn, &k_one, e->x_desc, x, e->w_desc, w, e->conv_desc, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws,
         e->fused_ws, &k_zero, e->y_desc, y, e->b_desc, b, e->act_desc, e->y_desc, y);
     if (st == CUDNN_STATUS_SUCCESS) MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBiasActivationForward");
     return st;
+}
+
+/* A fused call that cuDNN refused: this shape takes the plain path from now on (the
+ * same result: conv, then the bias + ReLU kernel). Said once per process; every shape
+ * under MRCNN_CONV_VERBOSE. */
+static void fused_refused(cu_conv_algo *e, cudnnStatus_t st, const char *when) {
+    static int warned;
+    e->fused = 0;
+    if (!warned++)
+        mrcnn_warn("conv x (%d, %d, %d, %d) K %d %dx%d: the fused conv+bias+ReLU failed %s (%s); this shape, and any "
+                   "other whose fused call fails, runs the plain conv and the bias + ReLU kernel",
+                   e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, when, cudnnGetErrorString(st));
+    else if (getenv("MRCNN_CONV_VERBOSE"))
+        fprintf(stderr, "conv x (%d, %d, %d, %d) K %d %dx%d: fused conv+bias+ReLU failed %s (%s), plain path\n", e->key.n,
+                e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, when, cudnnGetErrorString(st));
 }
 
 /* b in its own dtype bt (an fp32 bias is added unrounded). */
@@ -350,10 +374,7 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
     }
     st = run_fused(s, e, x, w, bc, y);
     if (st != CUDNN_STATUS_SUCCESS) {
-        if (s->fused_mode == 1 || getenv("MRCNN_CONV_VERBOSE"))
-            fprintf(stderr, "conv x (%d, %d, %d, %d) K %d %dx%d: fused conv+bias+ReLU unavailable (%s), plain path\n",
-                    e->key.n, e->key.h, e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, cudnnGetErrorString(st));
-        e->fused = 0;
+        fused_refused(e, st, "at its first call");
         return;
     }
     if (s->fused_mode == 1) {
@@ -367,15 +388,19 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
     const int reps = 3;
     run_plain(s, e, x, w, b, bt, 1, y); // warm-up of the plain path
     MRCNN_CHECK_CUDA(cudaEventRecord(t0, s->stream));
-    for (int i = 0; i < reps; i++) MRCNN_CHECK_CUDNN(run_fused(s, e, x, w, bc, y));
+    for (int i = 0; i < reps && st == CUDNN_STATUS_SUCCESS; i++) st = run_fused(s, e, x, w, bc, y);
     MRCNN_CHECK_CUDA(cudaEventRecord(t1, s->stream));
     for (int i = 0; i < reps; i++) run_plain(s, e, x, w, b, bt, 1, y);
     MRCNN_CHECK_CUDA(cudaEventRecord(t2, s->stream));
     float fused_ms = time_ms(s, t0, t1), plain_ms = time_ms(s, t1, t2);
-    e->fused = fused_ms < plain_ms;
+    e->fused = st == CUDNN_STATUS_SUCCESS && fused_ms < plain_ms;
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     cudaEventDestroy(t2);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        fused_refused(e, st, "while timed against the plain path");
+        return;
+    }
     if (getenv("MRCNN_CONV_VERBOSE"))
         fprintf(stderr, "conv x (%d, %d, %d, %d) K %d %dx%d s%d: fused %.3f ms, plain %.3f ms -> %s\n", e->key.n, e->key.h,
                 e->key.w, e->key.c, e->key.k, e->key.r, e->key.s, e->key.sh, fused_ms / reps, plain_ms / reps,
@@ -414,8 +439,9 @@ static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
         const void *bc = cu_as_dtype(s, b, dt, CU_SCRATCH_B);
         if (e->fused < 0) choose_fused(s, e, x->data, wp, bc, b->data, bt, y->data);
         if (e->fused == 1) {
-            MRCNN_CHECK_CUDNN(run_fused(s, e, x->data, wp, bc, y->data));
-            return;
+            cudnnStatus_t st = run_fused(s, e, x->data, wp, bc, y->data);
+            if (st == CUDNN_STATUS_SUCCESS) return;
+            fused_refused(e, st, "after earlier calls succeeded");
         }
     }
     run_plain(s, e, x->data, wp, b ? b->data : NULL, bt, relu, y->data);

@@ -336,6 +336,13 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
     step_tail(t, data_s, lr, r);
 }
 
+void mrcnn_trainer_step_direct(mrcnn_trainer *t, mrcnn_step_result *r) {
+    const int graphs = t->graphs;
+    t->graphs = 0; // the plan is DIRECT and leaves the cache as it is
+    mrcnn_trainer_step(t, r);
+    t->graphs = graphs;
+}
+
 /* What held Inf/NaN at the window's newest skipped step: a loss term (the window
  * keeps that step's terms), else the gradient, named by a host copy of the gradients
  * (rare, and worth it) when that step is the newest one, whose gradients they still
