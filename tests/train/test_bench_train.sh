@@ -4,6 +4,9 @@
 # last line (every field, a finite loss, img/s > 0, the CPU's max RSS as the peak), the
 # timeline it writes (accepted by `mrcnn bench scaling --model`, 44.4 M parameters'
 # worth of fp32 gradient bytes), fp16 runs the loss scaler, and bad arguments exit 2.
+# The timed steps' result comes first (human line, then a JSON line with the timeline's
+# fields null), before the forward-only and timeline passes (a run stopped there keeps
+# its number); the complete JSON line is the last; --no-timeline stops after the first.
 set -u
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
 MRCNN=$BUILD/mrcnn
@@ -16,9 +19,20 @@ fail() { echo "FAIL: $*"; [ -f "$tmp/out.txt" ] && cat "$tmp/out.txt" "$tmp/err.
 grep -qE '^mrcnn train bf16 +bs=1 128x160: [0-9.]+ ms/iter, [0-9.]+ img/s, peak [0-9.]+ GiB' "$tmp/out.txt" \
     || fail "no human-readable img/s line"
 tail -1 "$tmp/out.txt" > "$tmp/last.json"
-"${PY_COCO:-python3}" - "$tmp/last.json" "$tmp/tl.json" <<'PY' || fail "JSON check"
+"${PY_COCO:-python3}" - "$tmp/last.json" "$tmp/tl.json" "$tmp/out.txt" <<'PY' || fail "JSON check"
 import json, math, sys
 j = json.load(open(sys.argv[1]))
+# the order: img/s line, the early JSON line, then the timeline, then the complete JSON
+lines = open(sys.argv[3]).read().splitlines()
+kinds = ["ips" if l.startswith("mrcnn train ") else "json" if l.startswith('{"bench": "train"') else
+         "tl" if l.startswith("timeline: ") else "" for l in lines]
+kinds = [k for k in kinds if k]
+assert kinds == ["ips", "json", "tl", "json"], kinds
+early = json.loads([l for l in lines if l.startswith('{"bench"')][0])
+assert early["timeline"] is False and early["forward_ms"] is None and early["backward_ms"] is None, early
+assert j["timeline"] is True
+for k in ("step_ms", "img_per_s", "loss_first", "loss_last", "syncs_per_step", "peak_mem_mb"):
+    assert early[k] == j[k], (k, early[k], j[k])
 for k, v in {"bench": "train", "device": "cpu", "precision": "bf16", "batch": 1, "height": 128, "width": 160,
              "objects": 7, "steps": 2, "finite": True}.items():
     assert j[k] == v, (k, j[k], v)
@@ -45,15 +59,18 @@ PY
 "$MRCNN" bench scaling --model "$tmp/tl.json" --gpus 8 > "$tmp/model.txt" 2>&1 || { cat "$tmp/model.txt"; fail "scaling --model refused the timeline"; }
 grep -qE '^ +8 nvlink ' "$tmp/model.txt" || { cat "$tmp/model.txt"; fail "no 8-GPU prediction"; }
 
-"$MRCNN" bench train --device cpu --precision fp16 --size 64x64 --batch 1 --objects 2 --steps 1 --warmup 0 \
+"$MRCNN" bench train --device cpu --precision fp16 --size 64x64 --batch 1 --objects 2 --steps 1 --warmup 0 --no-timeline \
     --set MODEL.RPN.POST_NMS_TOPK_TRAIN=200 --set MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE=64 \
     > "$tmp/out.txt" 2> "$tmp/err.txt" || fail "fp16 bench exited $?"
 tail -1 "$tmp/out.txt" > "$tmp/fp16.json"
-# from 65536 the scale halves once per overflowing step (the forward-only timeline step
-# runs no update): scale x 2^skipped == 65536, at least one step applied or skipped
+[ "$(grep -c '^{"bench": "train"' "$tmp/out.txt")" = 1 ] && ! grep -q '^timeline: ' "$tmp/out.txt" \
+    || fail "--no-timeline: expected one JSON line and no timeline"
+# from 65536 the scale halves once per overflowing step: scale x 2^skipped == 65536,
+# at least one step applied or skipped
 "${PY_COCO:-python3}" -c '
 import json, math, sys
 j = json.load(open(sys.argv[1]))
+assert j["timeline"] is False and j["forward_ms"] is None, j
 assert j["precision"] == "fp16" and j["finite"] and math.isfinite(j["loss_last"]), j
 assert j["loss_scale"] * 2 ** j["skipped"] == 65536, (j["loss_scale"], j["skipped"])
 print("fp16 ok: loss %.3f, %d skipped, scale %g" % (j["loss_last"], j["skipped"], j["loss_scale"]))
@@ -61,6 +78,8 @@ print("fp16 ok: loss %.3f, %d skipped, scale %g" % (j["loss_last"], j["skipped"]
 
 "$MRCNN" bench train --device cpu --size 100x160 > "$tmp/out.txt" 2> "$tmp/err.txt"
 [ $? -eq 2 ] && grep -q "multiples of 32" "$tmp/err.txt" || fail "a bad --size should exit 2 naming the rule"
+"$MRCNN" bench train --device cpu --no-timeline --timeline x.json > "$tmp/out.txt" 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "exclude each other" "$tmp/err.txt" || fail "--timeline with --no-timeline should exit 2"
 "$MRCNN" bench train --device cpu --precision fp8 > "$tmp/out.txt" 2> "$tmp/err.txt"
 [ $? -eq 2 ] && grep -q "got 'fp8'" "$tmp/err.txt" || fail "a bad --precision should exit 2 naming it"
 echo "bench train: ok"
