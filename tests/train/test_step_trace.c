@@ -316,8 +316,27 @@ static void step_trace(const char *precision, int cuda) {
  * Replayed kernels are the captured ones, so the two differ by no more than two direct
  * runs differ from each other (atomics in ROIAlign's backward may reorder sums): the
  * tolerance is measured, 4x the direct-vs-direct spread plus a 1e-6 relative floor,
- * not guessed. Returns the weights (host copy), the window's mean total loss and the
- * steps replayed. */
+ * not guessed. That holds only if every run runs the same kernels: each run makes a
+ * fresh backend, and cuDNN's timed search and the timed fused-or-plain choice could
+ * pick others run to run; so the runs take cuDNN's heuristics (deterministic for a
+ * shape on a device) and the plain conv path (pinned_choices). Returns the weights
+ * (host copy), the window's mean total loss and the steps replayed. */
+/* The CUDA backend reads these when it is made (backend_cuda.cu); restored after. */
+static const char *const pinned_env[][2] = {{"MRCNN_CUDNN_FIND", "0"}, {"MRCNN_CONV_FUSED", "0"}};
+#define N_PINNED ((int)(sizeof pinned_env / sizeof *pinned_env))
+
+static void pinned_choices(int on, char saved[N_PINNED][64], int had[N_PINNED]) {
+    for (int i = 0; i < N_PINNED; i++) {
+        if (on) {
+            const char *v = getenv(pinned_env[i][0]);
+            had[i] = v != NULL;
+            snprintf(saved[i], 64, "%s", v ? v : "");
+            setenv(pinned_env[i][0], pinned_env[i][1], 1);
+        } else if (had[i]) setenv(pinned_env[i][0], saved[i], 1);
+        else unsetenv(pinned_env[i][0]);
+    }
+}
+
 static float *train_plans(const char *precision, const char *graph, int cpu, double *mean_total, int64_t *replays,
                           int64_t *n_params) {
     static runner r; // large arrays
@@ -331,7 +350,11 @@ static float *train_plans(const char *precision, const char *graph, int cpu, dou
     snprintf(p, sizeof p, "SOLVER.CUDA_GRAPH=%s", graph);
     mrcnn_config_set(&cfg, p, "test");
     const char *why = NULL;
+    char saved[N_PINNED][64];
+    int had[N_PINNED];
+    pinned_choices(1, saved, had);
     r.be = cpu ? mrcnn_backend_cpu_create() : mrcnn_backend_cuda_create(0, &why);
+    pinned_choices(0, saved, had);
     if (!r.be) fail_msg("a CUDA device is visible but the CUDA backend failed: %s", why ? why : "?");
     if (cpu) r.be->det.count_hint = NULL;
     mrcnn_precision_apply(r.be, precision);
@@ -355,8 +378,9 @@ static float *train_plans(const char *precision, const char *graph, int cpu, dou
     *n_params = mrcnn_tensor_numel(&flat);
     float *h = MRCNN_MALLOC((size_t)*n_params * sizeof(float), "weights (host copy)");
     r.be->mem.read(r.be, &flat, h);
-    printf("%s CUDA_GRAPH=%s: mean total loss %.9g, %lld of %d steps replayed\n", precision, graph, w.mean_total,
-           (long long)*replays, N_STEPS);
+    printf("%s CUDA_GRAPH=%s: mean total loss %.9g, %lld of %d steps replayed (cuDNN choices pinned: %s=%s %s=%s)\n",
+           precision, graph, w.mean_total, (long long)*replays, N_STEPS, pinned_env[0][0], pinned_env[0][1],
+           pinned_env[1][0], pinned_env[1][1]);
     mrcnn_trainer_free(&tr);
     mrcnn_model_trainable_free(&mt);
     mrcnn_model_free(&m);
