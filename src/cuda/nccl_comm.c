@@ -8,6 +8,7 @@
 #include "mrcnn/cuda_check.h"
 #include "mrcnn/dist.h"
 #include "mrcnn/log.h"
+#include "../dist/nccl_start.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,20 @@ static void nccl_check_async(mrcnn_nccl *n, const char *what) {
                 last && *last ? ")" : "", what);
 }
 
+_Static_assert(MRCNN_NCCL_SUCCESS == (int)ncclSuccess && MRCNN_NCCL_IN_PROGRESS == (int)ncclInProgress,
+               "nccl_start.h's result codes are NCCL's");
+
+/* The start-up machine's hooks (nccl_start.h) on the real communicator. */
+static int start_poll(void *ctx, int *state) {
+    ncclResult_t st = ncclInProgress;
+    ncclResult_t r = ncclCommGetAsyncError(*(ncclComm_t *)ctx, &st);
+    *state = (int)st;
+    return (int)r;
+}
+static double start_now(void *ctx) { return mrcnn_time_now(); }
+static void start_pause(void *ctx) { usleep(1000); }
+static void start_abort(void *ctx) { ncclCommAbort(*(ncclComm_t *)ctx); }
+
 mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -64,16 +79,26 @@ mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int devic
     mrcnn_nccl *n = MRCNN_CALLOC(1, sizeof *n, "NCCL communicator");
     n->rank = rank;
     n->device = device;
-    /* Nonblocking init, so that a rank that never arrives is a timeout, not a hang. */
+    /* Nonblocking init, so that a rank that never arrives is a timeout, not a hang: the
+     * call returns ncclInProgress (not an error) and the communicator is polled until
+     * ready, failed or MRCNN_NCCL_INIT_TIMEOUT seconds passed (nccl_start.c). */
+    const char *tv = getenv("MRCNN_NCCL_INIT_TIMEOUT");
+    double timeout_s = 0;
+    if (!mrcnn_nccl_start_timeout(tv, &timeout_s))
+        mrcnn_failf("NCCL", "MRCNN_NCCL_INIT_TIMEOUT", __FILE__, __LINE__,
+                    "MRCNN_NCCL_INIT_TIMEOUT='%s' is not a positive number of seconds", tv);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    MRCNN_CHECK_NCCL(ncclCommInitRankConfig(&n->comm, world_size, id, rank, &cfg));
-    ncclResult_t st = ncclInProgress;
-    while (st == ncclInProgress) {
-        MRCNN_CHECK_NCCL(ncclCommGetAsyncError(n->comm, &st));
-        if (st == ncclInProgress) usleep(1000);
+    const ncclResult_t init = ncclCommInitRankConfig(&n->comm, world_size, id, rank, &cfg);
+    const mrcnn_nccl_start start = {.poll = start_poll, .now = start_now, .pause = start_pause, .abort = start_abort,
+                                    .ctx = &n->comm, .timeout_s = timeout_s};
+    const mrcnn_nccl_start_result sr = mrcnn_nccl_start_wait(&start, (int)init);
+    if (sr.status != MRCNN_NCCL_START_OK) {
+        char msg[768];
+        mrcnn_nccl_start_describe(&sr, rank, device, timeout_s, ncclGetErrorString((ncclResult_t)sr.code),
+                                  ncclGetLastError(NULL), msg, sizeof msg);
+        mrcnn_failf("NCCL", "ncclCommInitRankConfig", __FILE__, __LINE__, "%s", msg);
     }
-    MRCNN_CHECK_NCCL(st);
     MRCNN_CHECK_CUDA(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
     MRCNN_CHECK_CUDA(cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming));
     return n;
