@@ -51,7 +51,7 @@
 #
 # env: GPU_CHECK_STAGE (1|2|3|all), GPU_CHECK_OUT (./gpu-check-out; $OUT on the device
 # tool), GPU_CHECK_BUDGET (seconds for this call; with `all`, for the three together),
-# GPU_CHECK_CPU (1: the CPU rehearsal), BUILD (default: the build packed in
+# GPU_CHECK_CPU (1: the CPU rehearsal), GPU_CHECK_PLAN_ONLY (1: check the plan, run nothing), BUILD (default: the build packed in
 # .gpu-pack/pack.tar.xz by bench/gpu_pack.sh, unpacked into .gpu-pack/root; else
 # build/release), TV_ARGS ("8 800 1216 bf16"), PYTHON (python3), SKIP_TV=1,
 # TRAIN_DTYPES ("bf16 fp32"), TRAIN_ARGS (more arguments of `mrcnn bench train`),
@@ -162,6 +162,7 @@ if [ "$plan_ok" != 1 ]; then
     cp "$LOG" "$SUMMARY"
     exit 2
 fi
+[ "${GPU_CHECK_PLAN_ONLY:-0}" = 1 ] && exit 0 # the plan alone (tests/cuda/test_gpu_check_plan.sh)
 
 GPU_PRESENT=0
 if [ -e /dev/nvidia0 ] || [ -n "$(ls -A /proc/driver/nvidia/gpus 2>/dev/null)" ]; then GPU_PRESENT=1; fi

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh's plan, without a GPU and without running a step: every stage's step
+# limits, plus each step's kill grace and the reserve, fit its budget (stage 1 in 240 s,
+# the ratio's steps first); a budget too small for them stops the script (exit 2) before
+# any step runs; and every step of a stage takes its limit from an L_* variable that the
+# stage's plan_check sums (a literal limit, or one left out of the sum, would escape it).
+set -u
+cd "$(dirname "$0")/../.."
+S=bench/gpu_check.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; [ -f "$tmp/out.txt" ] && cat "$tmp/out.txt"; exit 1; }
+
+GPU_CHECK_PLAN_ONLY=1 GPU_CHECK_STAGE=all GPU_CHECK_OUT=$tmp/o timeout 20 bash $S > "$tmp/out.txt" 2>&1 \
+    || fail "the default plan does not fit (exit $?)"
+for st in 1 2 3; do grep -qE "^gpu_check: stage $st plan: .* = [0-9]+s of [0-9]+s$" "$tmp/out.txt" || fail "no stage $st plan"; done
+grep -qE "^gpu_check: stage 1 plan: .* of 240s$" "$tmp/out.txt" || fail "stage 1's budget is not 240 s"
+grep -q "^== " "$tmp/out.txt" && fail "a step ran in plan-only mode"
+awk '/ plan: / { need = $(NF-2); sub(/s$/, "", need); b = $NF; sub(/s$/, "", b); if (need + 0 > b + 0) bad = 1 } END { exit bad }' \
+    "$tmp/out.txt" || fail "a stage's plan exceeds its budget"
+
+GPU_CHECK_PLAN_ONLY=1 GPU_CHECK_STAGE=1 GPU_CHECK_BUDGET=200 GPU_CHECK_OUT=$tmp/o timeout 20 bash $S > "$tmp/out.txt" 2>&1
+[ $? -eq 2 ] && grep -q "STOP: stage 1's step limits need" "$tmp/out.txt" || fail "a 200 s budget for stage 1 should stop the script"
+
+# stage 1's order: torchvision, then bench train, then the op table, then the model test
+order=$(grep -nE 'step "torchvision train"|bench_train "\$first_dt" \$L_BENCH1|step "op table"|gpu_model_test "\$\{GPU_MODEL_STEPS_1' $S | cut -d: -f1 | tr '\n' ' ')
+set -- $order
+[ $# -eq 4 ] && [ "$1" -lt "$2" ] && [ "$2" -lt "$3" ] && [ "$3" -lt "$4" ] || fail "stage 1's order (lines: $order)"
+
+# the limits: each stage section's step calls use L_* variables, all of them in its plan_check
+for st in 1 2 3; do
+    next=$((st + 1))
+    body=$(awk -v a="=== stage $st ===" -v b="=== stage $next ===" 'index($0, a) { on = 1; next } index($0, b) || /^# ---- summary/ { on = 0 } on' $S)
+    used=$(echo "$body" | grep -E '^\s*(\[.*\] && |\[.*\] \|\| |.*\|\| *)?(step|bench_train|gpu_model_test|cuda_ops) ' |
+        grep -oE '\$L_[A-Z0-9_]+' | sort -u)
+    literal=$(echo "$body" | grep -E '^\s*(if )?step "[^"]*" [0-9]+ ')
+    [ -z "$literal" ] || fail "stage $st: a step with a literal limit: $literal"
+    summed=$(grep -E "plan_check $st " $S | grep -oE '\$L_[A-Z0-9_]+' | sort -u)
+    # the unknown CUDA tests: one $L_OTHER per program, through $other_limits
+    grep -E "plan_check $st " $S | grep -q '\$other_limits' && grep -q 'other_limits="\$other_limits \$L_OTHER"' $S &&
+        summed=$(printf '%s\n$L_OTHER' "$summed")
+    [ -n "$used" ] || fail "stage $st: no step limits found"
+    for v in $used; do echo "$summed" | grep -qx "$v" || fail "stage $st: $v is used but not in its plan_check"; done
+done
+echo "gpu_check plan: ok"
