@@ -14,7 +14,8 @@ PACK=.gpu-pack
 [ -f "$BUILD/libmrcnn_cuda.so" ] || { echo "gpu_pack: $BUILD/libmrcnn_cuda.so missing: build with CUDA first (make -j2)" >&2; exit 1; }
 
 files=("$BUILD/libmrcnn_cuda.so")
-for f in "$BUILD/mrcnn" "$BUILD/mrcnn-prep" "$BUILD"/bench/* "$BUILD"/tests/cuda/* "$BUILD/tests/mpi/prog_buckets"; do
+for f in "$BUILD/mrcnn" "$BUILD/mrcnn-prep" "$BUILD"/bench/* "$BUILD"/tests/cuda/* "$BUILD/tests/mpi/prog_buckets" \
+    "$BUILD/tests/train/test_step_trace" "$BUILD"/tests/*/test_op_table*; do
     [ -f "$f" ] && [ -x "$f" ] && files+=("$f")
 done
 
