@@ -184,13 +184,17 @@ struct mrcnn_backend {
      *   event_wait:   the compute stream's later work starts after ev (recorded on any
      *                 stream of the device, e.g. NCCL's)
      * Graphs: graph_begin returns 1 when it started recording the compute stream (the
-     * region's ops are captured, not run), 0 when the backend cannot (CPU), and then the
-     * caller runs the region directly every time. graph_end returns the instantiated
-     * region, or NULL with a warning when the capture failed at its end (the capture was
+     * region's ops are captured, not run), 0 when the backend cannot (CPU) or the capture
+     * did not start, and then the caller runs the region directly. graph_end returns the
+     * instantiated region, or NULL when the capture failed at its end (the capture was
      * invalidated, work forked to another stream was never joined, or the graph does not
      * instantiate; the stream is usable again and nothing of the region ran: run it
-     * directly; a CUDA call that fails inside the region still stops the run);
-     * graph_launch replays it on the compute stream. The region
+     * directly); graph_launch replays it on the compute stream, and a launch that fails
+     * queues nothing. Inside a graph guard (check.h; the trainer opens one around each
+     * graph call and the captured region) every such failure, and a library call that
+     * fails inside the region, is recorded for the caller instead of stopping the run or
+     * warning; without a guard graph_begin's and graph_launch's failures stop the run
+     * and graph_end's warn. The region
      * must be capture-safe: no host read or sync, no buffer growth or algorithm search
      * (run it once uncaptured first), the same device addresses each replay. Caller's
      * pattern:

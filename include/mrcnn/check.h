@@ -29,6 +29,26 @@ void mrcnn_set_fail_hint(mrcnn_fail_hint hint);
  * what must stay valid until then. */
 void mrcnn_fail_context(const char *what);
 
+/* Graph work on the calling thread (a CUDA graph being captured or launched), so that
+ * its failure never costs a run. While a guard is open, a library call that fails (the
+ * CUDA, cuDNN, cuBLAS and NCCL checks, a kernel launch check) does not end the run: its
+ * message is kept and the check returns. Nothing the guarded work recorded has run
+ * (a capture records, a launch that fails starts nothing), so the caller drops the
+ * graph and runs the work directly, where a real failure stops the run as usual.
+ * Argument checks (MRCNN_CHECK) and host memory failures stay fatal. Thread-local: a
+ * loader thread's CUDA calls meanwhile are not guarded. */
+void mrcnn_graph_guard_begin(void);
+/* Closes the guard: 0 when nothing failed inside it, else the number of failures,
+ * with the first one's message in why (n bytes; why may be NULL). */
+int mrcnn_graph_guard_end(char *why, size_t n);
+/* Inside a guard: records the failure described by fmt and returns 1; outside: 0,
+ * nothing recorded (the caller then fails or warns as it would without graphs). */
+int mrcnn_graph_guard_note(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
 /* C11 spells it _Noreturn; C++ (nvcc compiles .cu as C++) spells it [[noreturn]]. */
 #ifdef __cplusplus
 #define MRCNN_NORETURN [[noreturn]]
@@ -46,6 +66,9 @@ MRCNN_NORETURN void mrcnn_fail(const char *lib, const char *call, const char *de
                           const char *file, int line);
 MRCNN_NORETURN void mrcnn_failf(const char *lib, const char *call, const char *file, int line,
                            const char *fmt, ...) MRCNN_PRINTF(5, 6);
+/* The library-call checks' failure path: inside a graph guard the failure is recorded
+ * and this returns; elsewhere it is mrcnn_fail (never returns). */
+void mrcnn_fail_call(const char *lib, const char *call, const char *detail, const char *file, int line);
 /* The fatal exit behind every check, usable from any thread: the first caller prints
  * message (one line) and the hint, removes the registered temporary files, flushes
  * stdout/stderr, then calls MPI_Abort(code) when MPI is initialized with more than one

@@ -12,23 +12,26 @@
 #define MRCNN_CHECK_CUDA(call)                                                         \
     do {                                                                               \
         cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess) mrcnn_fail("CUDA", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+        if (e_ != cudaSuccess) mrcnn_fail_call("CUDA", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
     } while (0)
 #define MRCNN_CHECK_CUBLAS(call)                                                       \
     do {                                                                               \
         cublasStatus_t e_ = (call);                                                    \
-        if (e_ != CUBLAS_STATUS_SUCCESS) mrcnn_fail("cuBLAS", #call, cublasGetStatusString(e_), __FILE__, __LINE__); \
+        if (e_ != CUBLAS_STATUS_SUCCESS) mrcnn_fail_call("cuBLAS", #call, cublasGetStatusString(e_), __FILE__, __LINE__); \
     } while (0)
 #define MRCNN_CHECK_CUDNN(call)                                                        \
     do {                                                                               \
         cudnnStatus_t e_ = (call);                                                     \
-        if (e_ != CUDNN_STATUS_SUCCESS) mrcnn_fail("cuDNN", #call, cudnnGetErrorString(e_), __FILE__, __LINE__); \
+        if (e_ != CUDNN_STATUS_SUCCESS) mrcnn_fail_call("cuDNN", #call, cudnnGetErrorString(e_), __FILE__, __LINE__); \
     } while (0)
 #define MRCNN_CHECK_NCCL(call)                                                         \
     do {                                                                               \
         ncclResult_t e_ = (call);                                                      \
-        if (e_ != ncclSuccess) mrcnn_fail("NCCL", #call, ncclGetErrorString(e_), __FILE__, __LINE__); \
+        if (e_ != ncclSuccess) mrcnn_fail_call("NCCL", #call, ncclGetErrorString(e_), __FILE__, __LINE__); \
     } while (0)
+/* Inside a graph guard (check.h: a capture or a graph launch on this thread) a failing
+ * call is recorded and the macro returns, so the trainer can run the step directly;
+ * elsewhere it stops the run. */
 /* Kernel launches report errors only through cudaGetLastError. MRCNN_CHECK_LAUNCH("op")
  * after each launch fails with the op (kernel) named, the CUDA error's name and text,
  * and file:line. An asynchronous fault (illegal address, trap) of a kernel surfaces

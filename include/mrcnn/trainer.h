@@ -170,8 +170,11 @@ void mrcnn_output_dir_release(void);
  * captures and launches it, later ones replay it. When the backend's graph_epoch
  * changes (it reallocated a buffer that graphs point at), every graph is destroyed and
  * its key captured again at its next step. A backend that cannot capture (CPU:
- * graph_begin returns 0) or a capture that fails (one warning) turns graphs off for
- * the run; the step then runs directly, with the same results.
+ * graph_begin returns 0) turns graphs off for the run; so does a graph failure of any
+ * kind (the capture's start, a call refused or failing inside the captured region, its
+ * end, instantiation, a launch: one warning), and the step then reruns directly. A
+ * capture records and a failed launch queues nothing, so the rerun starts from the
+ * weights and state the step began with: the same results as with graphs off.
  *
  * Issue 12: a step performs no host read. The loss terms, the skipped steps, the
  * non-finite count and the fp16 scaler's state stay in the trainer's device control

@@ -163,6 +163,42 @@ _Noreturn void mrcnn_failf(const char *lib, const char *call, const char *file, 
     fail_message(msg);
 }
 
+/* ---- graph guards (check.h) ---- */
+static _Thread_local int g_guard_depth = 0;
+static _Thread_local int g_guard_failures = 0;
+static _Thread_local char g_guard_first[1024];
+
+void mrcnn_graph_guard_begin(void) {
+    if (g_guard_depth++ == 0) {
+        g_guard_failures = 0;
+        g_guard_first[0] = 0;
+    }
+}
+
+int mrcnn_graph_guard_end(char *why, size_t n) {
+    if (g_guard_depth > 0) g_guard_depth--;
+    if (why && n) snprintf(why, n, "%s", g_guard_first);
+    return g_guard_failures;
+}
+
+int mrcnn_graph_guard_note(const char *fmt, ...) {
+    if (g_guard_depth == 0) return 0;
+    /* The first failure is the cause; the later ones are its echo (every call into an
+     * invalidated capture fails too). */
+    if (g_guard_failures++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_guard_first, sizeof g_guard_first, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+void mrcnn_fail_call(const char *lib, const char *call, const char *detail, const char *file, int line) {
+    if (mrcnn_graph_guard_note("%s: %s failed: %s (%s:%d)", lib, call, detail ? detail : "", file, line)) return;
+    mrcnn_fail(lib, call, detail, file, line);
+}
+
 int64_t mrcnn_check_h5(int64_t r, const char *call, const char *what, const char *file, int line) {
     if (r >= 0) return r;
     char detail[512];

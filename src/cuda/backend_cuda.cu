@@ -65,6 +65,11 @@ void cu_check_numel(const mrcnn_tensor *t, int64_t n, const char *what) {
 
 static void *cu_grow(cu_state *s, void **buf, size_t *size, size_t bytes, const char *what) {
     if (bytes <= *size) return *buf;
+    /* The capture is then dropped (nothing recorded runs, so the small buffer is never
+     * used) and the step rerun directly, where the buffer grows. */
+    if (s->capturing && mrcnn_graph_guard_note("CUDA graph capture: %s must grow to %zu bytes inside the captured "
+                                               "region", what, bytes))
+        return *buf;
     MRCNN_CHECK(!s->capturing, "CUDA graph capture: %s must grow to %zu bytes inside a captured region; run the "
                 "region once uncaptured first so every buffer reaches its size", what, bytes);
     /* Grow by half again, so a slowly rising need reallocates a few times only. */
@@ -120,6 +125,12 @@ static thread_local int cu_captures_open = 0;
 extern "C" void mrcnn_cuda_check_launch(const char *what, const char *file, int line) {
     const int sync = mrcnn_cuda_sync_check() && cu_captures_open == 0;
     cudaError_t e = cudaGetLastError();
+    /* Inside a capture a launch is recorded, not run: its error (a refused or
+     * invalidated capture) goes to the trainer, which reruns the step directly, where a
+     * real launch error of this kernel stops the run below. */
+    if (e != cudaSuccess && mrcnn_graph_guard_note("CUDA kernel %s: launch failed: %s: %s (%s:%d)", what ? what : "?",
+                                                   cudaGetErrorName(e), cudaGetErrorString(e), file, line))
+        return;
     if (e != cudaSuccess)
         mrcnn_failf("CUDA", "kernel launch", file, line, "CUDA kernel %s: launch failed: %s: %s%s", what ? what : "?",
                     cudaGetErrorName(e), cudaGetErrorString(e),
@@ -381,11 +392,19 @@ static void cu_event_wait(const mrcnn_backend *be, void *ev) {
     MRCNN_CHECK_CUDA(cudaStreamWaitEvent(cu_st(be)->stream, (cudaEvent_t)ev, 0));
 }
 
-/* Thread-local capture: the loader's threads may call CUDA (pinned buffers) meanwhile. */
+/* Thread-local capture: the loader's threads may call CUDA (pinned buffers) meanwhile.
+ * A capture that cannot start returns 0 (the caller runs the region directly) after
+ * reporting it through the check family: recorded inside the trainer's graph guard,
+ * fatal elsewhere. */
 static int cu_graph_begin(const mrcnn_backend *be) {
     cu_state *s = cu_st(be);
     MRCNN_CHECK(!s->capturing, "graph_begin: a capture is already open");
-    MRCNN_CHECK_CUDA(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); // not the direct run's first launch check's error
+        mrcnn_fail_call("CUDA", "cudaStreamBeginCapture", cudaGetErrorString(e), __FILE__, __LINE__);
+        return 0;
+    }
     s->capturing = 1;
     cu_captures_open++;
     return 1;
@@ -394,8 +413,11 @@ static int cu_graph_begin(const mrcnn_backend *be) {
 /* Allocations made inside the region (stream-ordered be->mem.alloc) become graph memory
  * nodes; AutoFreeOnLaunch releases one left unfreed before the next replay. A capture
  * that failed (cudaStreamEndCapture's errors, e.g. an invalidated capture, are not
- * sticky: the stream is usable again) or does not instantiate returns NULL with a
- * warning, and the caller runs the region directly: nothing of it ran while capturing. */
+ * sticky: the stream is usable again) or does not instantiate returns NULL, its cause
+ * recorded in the trainer's graph guard (a warning without one), and the caller runs
+ * the region directly: nothing of it ran while capturing. The runtime's last error is
+ * cleared whatever the outcome: a call refused inside the region left it set, and the
+ * direct run's first launch check would otherwise report it as that kernel's. */
 static void *cu_graph_end(const mrcnn_backend *be) {
     cu_state *s = cu_st(be);
     MRCNN_CHECK(s->capturing, "graph_end without graph_begin");
@@ -403,12 +425,13 @@ static void *cu_graph_end(const mrcnn_backend *be) {
     cudaError_t e = cudaStreamEndCapture(s->stream, &g);
     s->capturing = 0;
     cu_captures_open--;
+    (void)cudaGetLastError();
     if (e != cudaSuccess) {
-        (void)cudaGetLastError(); // clear it, so the next launch check does not report it
         if (g) cudaGraphDestroy(g);
-        mrcnn_warn("CUDA graph capture failed: %s: %s (an op in the region synchronised, read to the host, or "
-                   "used another stream without an event); the region runs uncaptured",
-                   cudaGetErrorName(e), cudaGetErrorString(e));
+        if (!mrcnn_graph_guard_note("CUDA graph capture failed: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e)))
+            mrcnn_warn("CUDA graph capture failed: %s: %s (an op in the region synchronised, read to the host, or "
+                       "used another stream without an event); the region runs uncaptured",
+                       cudaGetErrorName(e), cudaGetErrorString(e));
         return NULL;
     }
     cudaGraphExec_t x = NULL;
@@ -416,16 +439,25 @@ static void *cu_graph_end(const mrcnn_backend *be) {
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        mrcnn_warn("CUDA graph instantiation failed: %s: %s; the region runs uncaptured", cudaGetErrorName(e),
-                   cudaGetErrorString(e));
+        if (!mrcnn_graph_guard_note("CUDA graph instantiation failed: %s: %s", cudaGetErrorName(e),
+                                    cudaGetErrorString(e)))
+            mrcnn_warn("CUDA graph instantiation failed: %s: %s; the region runs uncaptured", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
         return NULL;
     }
     return (void *)x;
 }
 
+/* A launch that fails returns before anything of the graph was queued; inside the
+ * trainer's graph guard the failure is recorded and the step runs directly. */
 static void cu_graph_launch(const mrcnn_backend *be, void *graph) {
     MRCNN_CHECK(graph != NULL, "graph_launch: NULL graph");
-    MRCNN_CHECK_CUDA(cudaGraphLaunch((cudaGraphExec_t)graph, cu_st(be)->stream));
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, cu_st(be)->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        mrcnn_fail_call("CUDA", "cudaGraphLaunch", cudaGetErrorString(e), __FILE__, __LINE__);
+        return;
+    }
     MRCNN_CUDA_DEBUG_SYNC("cudaGraphLaunch");
 }
 

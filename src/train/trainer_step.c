@@ -161,6 +161,22 @@ static void graphs_off(mrcnn_trainer *t, const char *why) {
     if (t->dist->rank == 0) mrcnn_info("CUDA graphs: off from step %lld: %s; steps run directly", (long long)t->st.step, why);
 }
 
+/* A graph call failed (where: at the capture's start, inside the region, at its end,
+ * at the launch; why: the first failure the guard recorded): one warning on the rank
+ * it happened on, and graphs off for the rest of the run. The caller reruns the step
+ * directly: a capture records and a launch that fails starts nothing, so no part of
+ * the region has touched the weights, the momentum or the control vector. Destroying
+ * the cached graphs is guarded too: a failure there leaks a graph, not the run. */
+static void graphs_failed(mrcnn_trainer *t, const char *where, const char *why) {
+    mrcnn_warn("CUDA graph %s failed at step %lld: %s; graphs off for the rest of the run, the step reruns directly "
+               "(the same results as SOLVER.CUDA_GRAPH=off)",
+               where, (long long)t->st.step, why && *why ? why : "no reason given");
+    mrcnn_graph_guard_begin();
+    graphs_drop(t);
+    mrcnn_graph_guard_end(NULL, 0);
+    t->graphs = 0;
+}
+
 /* st (a resume may have set it) to the device, once, before the first step, with the
  * step's lr and index: an upload. */
 static void upload_state(mrcnn_trainer *t, float lr) {
@@ -286,6 +302,61 @@ static void step_tail(mrcnn_trainer *t, double data_s, float lr, mrcnn_step_resu
     t->win_steps++;
 }
 
+/* Launches g under a graph guard: 1 when it was queued, else 0 after graphs_failed. */
+static int graph_launch_guarded(mrcnn_trainer *t, void *g) {
+    char why[1024];
+    mrcnn_graph_guard_begin();
+    t->be->stream.graph_launch(t->be, g);
+    if (!mrcnn_graph_guard_end(why, sizeof why)) return 1;
+    graphs_failed(t, "launch", why);
+    return 0;
+}
+
+/* The region captured (CAPTURE) or replayed (REPLAY) as a graph. Returns 1 when the
+ * graph ran it, 0 when the caller must run it directly: the backend cannot capture
+ * (CPU; graphs off, an info line) or a graph call failed (graphs off, one warning).
+ * Every graph call runs inside a graph guard, so a library call that fails there
+ * (refused by the capture, or failing) is reported here instead of ending the run. */
+static int step_graph(mrcnn_trainer *t, const mrcnn_graph_plan *p) {
+    mrcnn_backend *be = t->be;
+    if (p->action == MRCNN_GRAPH_REPLAY) {
+        if (!graph_launch_guarded(t, t->gc.e[p->slot].graph)) return 0;
+        t->graph_stats.replay++;
+        return 1;
+    }
+    char why[1024];
+    mrcnn_graph_guard_begin();
+    if (!be->stream.graph_begin(be)) {
+        if (mrcnn_graph_guard_end(why, sizeof why)) graphs_failed(t, "capture start", why);
+        else graphs_off(t, "the backend does not capture graphs"); // CPU: nothing to capture
+        return 0;
+    }
+    /* A check that is not a library call (an argument, host memory) still stops the run:
+     * say that a capture was going on and the way out. */
+    char what[200];
+    snprintf(what, sizeof what, "capturing training step %lld into a CUDA graph; SOLVER.CUDA_GRAPH=off runs "
+             "every step directly", (long long)t->st.step);
+    mrcnn_fail_context(what);
+    step_region(t); // recorded, not run
+    void *g = be->stream.graph_end(be);
+    mrcnn_fail_context(NULL);
+    /* A call that failed inside the region may have left a capture that still ends and
+     * instantiates: its graph would lack that call's work, so it is dropped too. */
+    if (mrcnn_graph_guard_end(why, sizeof why) || !g) {
+        if (g) {
+            mrcnn_graph_guard_begin();
+            be->stream.graph_destroy(be, g);
+            mrcnn_graph_guard_end(NULL, 0);
+        }
+        graphs_failed(t, "capture", why);
+        return 0;
+    }
+    t->gc.e[p->slot].graph = g;
+    if (!graph_launch_guarded(t, g)) return 0; // graphs_failed destroyed g with the cache
+    t->graph_stats.capture++;
+    return 1;
+}
+
 void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
     mrcnn_backend *be = t->be;
     memset(r, 0, sizeof *r);
@@ -301,35 +372,11 @@ void mrcnn_trainer_step(mrcnn_trainer *t, mrcnn_step_result *r) {
     switch (p.action) {
     case MRCNN_GRAPH_DIRECT: t->graph_stats.direct++; data_s += step_region(t); break;
     case MRCNN_GRAPH_WARMUP: t->graph_stats.warmup++; data_s += step_region(t); break;
-    case MRCNN_GRAPH_CAPTURE: {
-        if (!be->stream.graph_begin(be)) { // CPU: nothing to capture
-            graphs_off(t, "the backend does not capture graphs");
-            t->graph_stats.direct++;
-            data_s += step_region(t);
-            break;
-        }
-        /* A call the capture refuses fails the run: say what was going on and the way out. */
-        char what[200];
-        snprintf(what, sizeof what, "capturing training step %lld into a CUDA graph; SOLVER.CUDA_GRAPH=off runs "
-                 "every step directly", (long long)t->st.step);
-        mrcnn_fail_context(what);
-        step_region(t); // recorded, not run
-        void *g = be->stream.graph_end(be);
-        mrcnn_fail_context(NULL);
-        if (!g) { // the backend warned: nothing of the region ran
-            graphs_off(t, "the capture failed");
-            t->graph_stats.direct++;
-            data_s += step_region(t);
-            break;
-        }
-        t->gc.e[p.slot].graph = g;
-        t->graph_stats.capture++;
-        be->stream.graph_launch(be, g);
-        break;
-    }
+    case MRCNN_GRAPH_CAPTURE:
     case MRCNN_GRAPH_REPLAY:
-        t->graph_stats.replay++;
-        be->stream.graph_launch(be, t->gc.e[p.slot].graph);
+        if (step_graph(t, &p)) break;
+        t->graph_stats.direct++;
+        data_s += step_region(t);
         break;
     }
     if (t->on_region) t->on_region(t->on_region_ctx, 0);

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static mrcnn_backend_stats stats_since(const mrcnn_backend *be, const mrcnn_backend_stats *s0) {
     mrcnn_backend_stats s = mrcnn_backend_stats_get(be);
@@ -395,26 +396,93 @@ static void test_graph_on_cpu_equals_off(void **state) {
  * The CPU generic backend with stream.graph_* replaced: graph_begin says it captures, the
  * region then still runs (the CPU cannot record), graph_launch runs nothing. What is
  * checked is the trainer's use of the calls (which step warms up, captures, replays,
- * when graphs are destroyed), the region bracket and that no upload happens inside it. */
+ * when graphs are destroyed), the region bracket and that no upload happens inside it.
+ * Failures can be injected at every graph point (fk.fail_at), reported the way the CUDA
+ * backend reports them (the check family's mrcnn_fail_call, or a guard note from
+ * graph_end). With buffers registered (fk_snap_add) the fake also keeps a capture's
+ * promise that nothing recorded runs: graph_begin copies them, graph_end puts them
+ * back, and the launch right after the capture applies what the recording computed. */
+typedef enum {
+    FK_NONE = 0,
+    FK_BEGIN,       // cudaStreamBeginCapture fails
+    FK_REFUSED,     // a call inside the region refused by the capture (invalidates it)
+    FK_FAILED,      // a call inside the region fails (the capture itself still ends)
+    FK_END,         // cudaStreamEndCapture fails
+    FK_INSTANTIATE, // cudaGraphInstantiate fails
+    FK_LAUNCH,      // the launch right after the capture fails
+    FK_REPLAY,      // the first replay's launch fails
+    FK_POINTS
+} fk_point;
+static const char *const fk_point_name[FK_POINTS] = {"none", "begin", "refused call", "failed call", "end",
+                                                     "instantiate", "launch", "replay launch"};
 static struct {
-    int begin, end, launch, destroy, created, fail_end, capturing, fail_in_capture;
+    int begin, end, launch, destroy, created, fail_end, capturing, fail_in_capture, check_in_capture;
     uint64_t epoch;
     int in_region, region_calls, uploads_in_region, bad_bracket;
     void (*write)(const mrcnn_backend *be, mrcnn_tensor *dst, const void *src);
+    fk_point fail_at;
+    int invalidated, fail_direct;
+    struct { void *p; size_t n; char *pre, *post; } snap[4];
+    int n_snap, post_valid;
 } fk;
+static void fk_snap_add(void *p, size_t n) {
+    fk.snap[fk.n_snap].p = p;
+    fk.snap[fk.n_snap].n = n;
+    fk.snap[fk.n_snap].pre = malloc(n);
+    fk.snap[fk.n_snap].post = malloc(n);
+    fk.n_snap++;
+}
+static void fk_snap_free(void) {
+    for (int i = 0; i < fk.n_snap; i++) {
+        free(fk.snap[i].pre);
+        free(fk.snap[i].post);
+    }
+    fk.n_snap = 0;
+}
 static int fk_begin(const mrcnn_backend *be) {
     fk.begin++;
+    if (fk.fail_at == FK_BEGIN) {
+        mrcnn_fail_call("CUDA", "cudaStreamBeginCapture", "operation not permitted", __FILE__, __LINE__);
+        return 0;
+    }
     fk.capturing = 1;
+    fk.invalidated = 0;
+    for (int i = 0; i < fk.n_snap; i++) memcpy(fk.snap[i].pre, fk.snap[i].p, fk.snap[i].n);
     return 1;
 }
 static void *fk_end(const mrcnn_backend *be) {
     fk.end++;
     fk.capturing = 0;
+    for (int i = 0; i < fk.n_snap; i++) { // recorded, not run
+        memcpy(fk.snap[i].post, fk.snap[i].p, fk.snap[i].n);
+        memcpy(fk.snap[i].p, fk.snap[i].pre, fk.snap[i].n);
+    }
     if (fk.fail_end) return NULL;
+    if (fk.invalidated || fk.fail_at == FK_END || fk.fail_at == FK_INSTANTIATE) {
+        mrcnn_graph_guard_note("CUDA graph %s", fk.fail_at == FK_INSTANTIATE ? "instantiation failed: cudaErrorInvalidValue"
+                                               : fk.invalidated ? "capture failed: cudaErrorStreamCaptureInvalidated"
+                                                                : "capture failed: cudaErrorStreamCaptureUnjoined");
+        return NULL;
+    }
+    fk.post_valid = fk.n_snap > 0;
     fk.created++;
     return malloc(1); // a distinct handle; ASan/LSan catch a leak or a double destroy
 }
-static void fk_launch(const mrcnn_backend *be, void *g) { assert_non_null(g); fk.launch++; }
+static void fk_launch(const mrcnn_backend *be, void *g) {
+    assert_non_null(g);
+    fk.launch++;
+    if ((fk.fail_at == FK_LAUNCH && fk.launch == 1) || (fk.fail_at == FK_REPLAY && fk.launch == 2)) {
+        fk.post_valid = 0;
+        mrcnn_fail_call("CUDA", "cudaGraphLaunch", "out of memory", __FILE__, __LINE__);
+        return;
+    }
+    if (fk.post_valid) { // the capture's own step: its recorded work runs now
+        for (int i = 0; i < fk.n_snap; i++) memcpy(fk.snap[i].p, fk.snap[i].post, fk.snap[i].n);
+        fk.post_valid = 0;
+    } else if (fk.n_snap > 0) {
+        fail_msg("the fake cannot replay a graph on another step's inputs");
+    }
+}
 static void fk_destroy(const mrcnn_backend *be, void *g) { fk.destroy++; free(g); }
 static uint64_t fk_epoch(const mrcnn_backend *be) { return fk.epoch; }
 static void fk_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *src) {
@@ -427,10 +495,29 @@ static void fk_on_region(void *ctx, int begin) {
     fk.region_calls += begin;
 }
 
-/* An op the capture refuses (as a CUDA call may be): fails inside the captured region. */
+/* Calls inside the region that fail as a CUDA call may: refused by the capture (which
+ * the capture then reports at its end), failing on their own, or a failing argument
+ * check (not a library call: fatal even while capturing). fail_direct: a call that
+ * fails outside any capture (a real kernel error: fatal, the call named). */
 static void (*fk_decide_inner)(const mrcnn_backend *be, const mrcnn_step_desc *d, mrcnn_tensor *ctl);
 static void fk_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, mrcnn_tensor *ctl) {
-    MRCNN_CHECK(!(fk.capturing && fk.fail_in_capture), "fake capture: operation not permitted when stream is capturing");
+    MRCNN_CHECK(!(fk.capturing && fk.check_in_capture), "fake capture: a bad argument");
+    if (fk.capturing && (fk.fail_in_capture || fk.fail_at == FK_REFUSED)) {
+        fk.invalidated = 1;
+        mrcnn_fail_call("CUDA", "cudaMemsetAsync(decide)", "operation not permitted when stream is capturing",
+                        __FILE__, __LINE__);
+        return;
+    }
+    if (fk.capturing && fk.fail_at == FK_FAILED) {
+        mrcnn_fail_call("cuDNN", "cudnnConvolutionForward(decide)", "CUDNN_STATUS_EXECUTION_FAILED", __FILE__,
+                        __LINE__);
+        return;
+    }
+    if (fk.fail_direct) {
+        mrcnn_fail_call("CUDA", "step_decide_kernel<<<>>>", "an illegal memory access was encountered", __FILE__,
+                        __LINE__);
+        return;
+    }
     fk_decide_inner(be, d, ctl);
 }
 
@@ -447,6 +534,31 @@ static mrcnn_backend *fk_backend(void) {
     fk_decide_inner = be->step.decide;
     be->step.decide = fk_decide;
     return be;
+}
+
+/* stderr into a temporary file while the steps run, to count the warnings. */
+static FILE *stderr_capture(int *saved) {
+    fflush(stderr);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    *saved = dup(2);
+    dup2(fileno(f), 2);
+    return f;
+}
+static int stderr_release(FILE *f, int saved, const char *needle, char *first, size_t n) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    char line[2048];
+    int count = 0;
+    if (n) first[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        fputs(line, stderr); // still shown in the test's log
+        if (strstr(line, needle) && count++ == 0) snprintf(first, n, "%s", line);
+    }
+    fclose(f);
+    return count;
 }
 
 static void test_graph_trainer_calls(void **state) {
@@ -498,8 +610,10 @@ static void test_graph_trainer_calls(void **state) {
     mrcnn_backend_destroy(be);
 }
 
-/* A call refused while capturing stops the run (nothing of the step ran) with a message
- * that says a capture was going on and how to run without graphs. */
+/* A call refused while capturing no longer stops the run: the capture is dropped, one
+ * warning names the call, graphs go off and the step reruns directly. A failing check
+ * that is not a library call (an argument) still stops the run, with a message that
+ * says a capture was going on and how to run without graphs. */
 static void test_graph_capture_refused_call(void **state) {
     mrcnn_backend *be = fk_backend();
     fk.fail_in_capture = 1;
@@ -513,15 +627,117 @@ static void test_graph_capture_refused_call(void **state) {
     mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
     mrcnn_step_result r;
     mrcnn_trainer_step(&tr, &r); // the warm-up runs directly: no failure
+    int saved;
+    FILE *err = stderr_capture(&saved);
+    mrcnn_trainer_step(&tr, &r);
+    char first[2048];
+    const int warns = stderr_release(err, saved, "WARN", first, sizeof first);
+    assert_int_equal(warns, 1);
+    assert_non_null(strstr(first, "CUDA graph capture failed at step 1"));
+    assert_non_null(strstr(first, "cudaMemsetAsync(decide) failed: operation not permitted when stream is capturing"));
+    assert_int_equal(tr.graphs, 0);
+    assert_int_equal(tr.st.step, 2);
+    assert_int_equal(fk.launch, 0);
+    mrcnn_trainer_free(&tr);
+
+    fk.fail_in_capture = 0;
+    fk.check_in_capture = 1;
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
+    mrcnn_trainer_step(&tr, &r);
     EXPECT_FAIL(mrcnn_trainer_step(&tr, &r), "(while capturing training step 1 into a CUDA graph; "
                                              "SOLVER.CUDA_GRAPH=off runs every step directly)");
     mrcnn_fail_context(NULL); // the longjmp skipped the trainer's own reset
+    mrcnn_graph_guard_end(NULL, 0);
     EXPECT_FAIL(MRCNN_CHECK(0, "after the capture"), "after the capture");
     assert_null(strstr(mrcnn_test_msg, "while capturing"));
     fk.capturing = 0;
     mrcnn_trainer_free(&tr);
     lin_free(&l);
     mrcnn_backend_destroy(be);
+}
+
+/* One run of the stand-in (SOLVER.CUDA_GRAPH=graph, 6 steps, an Inf at step 3) on the
+ * fake with a failure injected at `at`; the weights, momentum and window come back.
+ * Returns the warnings printed; *first: the first. */
+enum { FB_STEPS = 6 };
+static int run_failing(const char *graph, fk_point at, float *params, float *mom, mrcnn_loss_window *w,
+                       mrcnn_trainer *keep, char *first, size_t n) {
+    mrcnn_backend *be = fk_backend();
+    fk.fail_at = at;
+    mrcnn_config cfg;
+    lin_config(&cfg, 1);
+    mrcnn_config_set(&cfg, "SOLVER.WARMUP_ITERS=4", "test");
+    char a[64];
+    snprintf(a, sizeof a, "SOLVER.CUDA_GRAPH=%s", graph);
+    mrcnn_config_set(&cfg, a, "test");
+    lin l;
+    lin_init(&l, be);
+    l.inject_step = 3;
+    mrcnn_trainable m = lin_trainable(&l);
+    mrcnn_trainer tr;
+    mrcnn_trainer_init(&tr, &cfg, &one_rank, be, &m, 0);
+    fk_snap_add(l.params.base, l.params.size);
+    fk_snap_add(l.grads.base, l.grads.size);
+    fk_snap_add(tr.sgd.momentum.base, tr.sgd.momentum.size);
+    fk_snap_add(tr.ctl_mem, (size_t)MRCNN_CTL_SIZE(2) * sizeof(float));
+    int saved;
+    FILE *err = stderr_capture(&saved);
+    for (int i = 0; i < FB_STEPS; i++) {
+        mrcnn_step_result r;
+        mrcnn_trainer_step(&tr, &r);
+    }
+    const int warns = stderr_release(err, saved, "WARN", first, n);
+    mrcnn_trainer_take_losses(&tr, w);
+    memcpy(params, l.params.base, D_OUT * D_IN * sizeof(float));
+    memcpy(mom, tr.sgd.momentum.base, D_OUT * D_IN * sizeof(float));
+    *keep = tr;
+    /* a real kernel error outside any capture still stops the run, the call named */
+    fk.fail_direct = 1;
+    mrcnn_step_result r;
+    EXPECT_FAIL(mrcnn_trainer_step(&tr, &r), "step_decide_kernel<<<>>> failed: an illegal memory access");
+    fk_snap_free();
+    mrcnn_trainer_free(&tr);
+    assert_int_equal(fk.destroy, fk.created); // no graph left behind
+    lin_free(&l);
+    mrcnn_backend_destroy(be);
+    return warns;
+}
+
+/* A graph failure at each point (capture start, a refused call and a failing call in
+ * the region, capture end, instantiation, the launch after the capture, a replay's
+ * launch): one warning naming it, graphs off for the rest of the run, and the weights,
+ * momentum and loss window bit for bit those of SOLVER.CUDA_GRAPH=off. */
+static void test_graph_failure_points(void **state) {
+    enum { NP = D_OUT * D_IN };
+    float p_off[NP], v_off[NP], p[NP], v[NP];
+    mrcnn_loss_window w_off, w;
+    mrcnn_trainer t_off, t;
+    char first[2048];
+    assert_int_equal(run_failing("off", FK_NONE, p_off, v_off, &w_off, &t_off, first, sizeof first), 0);
+    static const char *const cause[FK_POINTS] = {
+        [FK_BEGIN] = "cudaStreamBeginCapture failed", [FK_REFUSED] = "cudaMemsetAsync(decide) failed",
+        [FK_FAILED] = "cudnnConvolutionForward(decide) failed", [FK_END] = "cudaErrorStreamCaptureUnjoined",
+        [FK_INSTANTIATE] = "instantiation failed: cudaErrorInvalidValue", [FK_LAUNCH] = "cudaGraphLaunch failed",
+        [FK_REPLAY] = "cudaGraphLaunch failed"};
+    for (int at = FK_BEGIN; at < FK_POINTS; at++) {
+        const int warns = run_failing("on", (fk_point)at, p, v, &w, &t, first, sizeof first);
+        printf("failure at %s: %d warning(s): %s", fk_point_name[at], warns, first);
+        if (warns != 1) fail_msg("failure at %s: %d warnings, expected 1", fk_point_name[at], warns);
+        if (!strstr(first, cause[at])) fail_msg("failure at %s: the warning lacks '%s'", fk_point_name[at], cause[at]);
+        if (t.graphs != 0) fail_msg("failure at %s: graphs still on", fk_point_name[at]);
+        /* after the failure no graph call: one capture attempt, a launch only where one failed */
+        assert_int_equal(fk.begin, 1);
+        assert_int_equal(fk.launch, at == FK_LAUNCH ? 1 : at == FK_REPLAY ? 2 : 0);
+        assert_int_equal(t.graph_stats.warmup, 1);
+        assert_int_equal(t.graph_stats.capture, at == FK_REPLAY ? 1 : 0);
+        assert_int_equal(t.graph_stats.replay, 0);
+        assert_int_equal(t.graph_stats.direct, FB_STEPS - 1 - t.graph_stats.capture);
+        if (memcmp(p, p_off, sizeof p) || memcmp(v, v_off, sizeof v))
+            fail_msg("failure at %s: weights or momentum differ from SOLVER.CUDA_GRAPH=off", fk_point_name[at]);
+        assert_memory_equal(w.mean, w_off.mean, sizeof w.mean);
+        assert_int_equal(w.last_skipped, 3);
+        assert_int_equal(w.finite_steps, FB_STEPS - 1);
+    }
 }
 
 /* A capture that fails (graph_end NULL): graphs off for the run, the region runs
@@ -765,6 +981,7 @@ int main(void) {
         cmocka_unit_test(test_graph_trainer_calls),
         cmocka_unit_test(test_graph_capture_failure),
         cmocka_unit_test(test_graph_capture_refused_call),
+        cmocka_unit_test(test_graph_failure_points),
         cmocka_unit_test(test_tiny_model_no_reads),
         cmocka_unit_test(test_tiny_model_fp16_no_reads),
     };
