@@ -8,7 +8,7 @@
 #include "mrcnn/cuda_check.h"
 #include "mrcnn/dist.h"
 #include "mrcnn/log.h"
-#include "../dist/nccl_start.h"
+#include "mrcnn/nccl_start.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* The non-blocking NCCL start-up's decisions (nccl_start.h); no NCCL or CUDA here. */
-#include "nccl_start.h"
+#include "mrcnn/nccl_start.h"
 
 #include <stdio.h>
 #include <stdlib.h>

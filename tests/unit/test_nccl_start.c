@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../../src/dist/nccl_start.h"
+#include "mrcnn/nccl_start.h"
 
 #include <stdio.h>
 #include <stdlib.h>
