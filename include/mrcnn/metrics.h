@@ -1,7 +1,7 @@
 /* Training metrics on rank 0: the periodic log line, metrics.json (one JSON object
  * per logged step, appended), TensorBoard event files (written here in C: TFRecord
- * framing with masked CRC32C around hand-encoded Event protos), and a loss-curve
- * PNG (libpng). */
+ * framing with masked CRC32C around hand-encoded Event protos). The pictures drawn
+ * from metrics.json: plot.h. */
 #ifndef MRCNN_METRICS_H
 #define MRCNN_METRICS_H
 
@@ -80,14 +80,6 @@ void mrcnn_metrics_close(mrcnn_metrics *m);
 int mrcnn_mkdir_p(const char *path);
 /* Resident set size of this process in MiB (/proc/self/statm). */
 double mrcnn_rss_mb(void);
-
-/* ---- loss curve ---- */
-/* A w x h PNG of y over x (n points) with axes, ticks and a title; fails naming path. */
-void mrcnn_plot_png(const char *path, const double *x, const double *y, int n, int w, int h,
-                    const char *title);
-/* Reads "step" and "total_loss" from a metrics.json (the last entry per step wins,
- * so a resumed run's repeats do not zigzag) and plots it. Returns the points drawn. */
-int mrcnn_plot_metrics_json(const char *json_path, const char *png_path);
 
 #ifdef __cplusplus
 }

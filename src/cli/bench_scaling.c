@@ -16,6 +16,7 @@
 #include "bench_scaling.h"
 #include "mrcnn/json.h"
 #include "mrcnn/metrics.h"
+#include "mrcnn/plot.h"
 
 /* Shared with cmd_bench.c's model mode (bench_scaling.h); here so that cmd_bench.c ->
  * bench_scaling.c is the only direction. */
@@ -42,9 +43,43 @@ int bench_parse_int_list(const char *s, int *out, int cap) {
     return n;
 }
 
-void bench_plot(const char *path, const double *x, const double *y, int n, const char *title) {
-    if (n < 1) return;
-    mrcnn_plot_png(path, x, y, n, 640, 360, title);
+int bench_plot_scaling(const char *base, const char *title, const char *xlabel, const double *x,
+                       const double *img_s, const double *eff, int n, int modelled) {
+    if (n < 1 || !mrcnn_plot_enabled()) return 0;
+    char csv[1300], q[2700], qt[1200];
+    snprintf(csv, sizeof csv, "%s_plot.csv", base); // base.csv is the full table
+    FILE *f = fopen(csv, "w");
+    if (!f) {
+        fprintf(stderr, "mrcnn bench: cannot write %s\n", csv);
+        return 0;
+    }
+    /* Ideal: throughput linear in the count from the first point, efficiency 1. */
+    fprintf(f, "%s,img_per_s,ideal_img_per_s,efficiency,ideal_efficiency\n", modelled ? "gpus" : "ranks");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%.17g,%.17g,%.17g,%.17g,1\n", x[i], img_s[i], img_s[0] * x[i] / x[0], eff[i]);
+    if (fclose(f) != 0) return 0;
+    const char *kind = modelled ? "modelled" : "measured";
+    /* measured: filled points on a solid line; modelled: open points on a dashed one */
+    const char *style = modelled ? "linespoints pt 6 ps 1.5 dt 2" : "linespoints pt 7 ps 1.5 dt 1";
+    mrcnn_plot_quote(q, sizeof q, csv);
+    mrcnn_plot_quote(qt, sizeof qt, title);
+    mrcnn_plot_buf b = {0};
+    mrcnn_plot_buf_printf(&b,
+                          "set datafile separator ','\nset grid\nset key top left font ',9'\nset logscale x 2\n"
+                          "set xlabel '%s'\nset xrange [*:*] noextend\nset offsets graph 0.05, graph 0.05, 0, 0\n"
+                          "set multiplot layout 1,2 title %s font ',12'\n"
+                          "set title 'throughput (log-log: ideal is a straight line)'\n"
+                          "set ylabel 'throughput (images/s, all ranks)'\nset logscale y 2\n"
+                          "plot %s using 1:3 with lines lw 2 dt 3 lc rgb '#555555' title 'ideal (linear from the first "
+                          "point)', \\\n    '' using 1:2 with %s lw 2 lc rgb '%s' title '%s'\n"
+                          "unset logscale y\nset title 'weak-scaling efficiency'\n"
+                          "set ylabel 'efficiency (img/s per rank / first)'\nset yrange [0:1.1]\n"
+                          "plot %s using 1:5 with lines lw 2 dt 3 lc rgb '#555555' title 'ideal (1.0)', \\\n"
+                          "    '' using 1:4 with %s lw 2 lc rgb '%s' title '%s'\nunset multiplot\n",
+                          xlabel, qt, q, style, mrcnn_plot_color(0), kind, q, style, mrcnn_plot_color(1), kind);
+    int ok = mrcnn_plot_render(base, 1200, 480, b.s);
+    mrcnn_plot_buf_free(&b);
+    return ok;
 }
 
 #define MAX_RANK_COUNTS 64
@@ -357,11 +392,10 @@ int bench_scaling_measure(int argc, char **argv) {
         return 1;
     }
     printf("wrote %s\n", path);
-    snprintf(path, sizeof path, "%s/scaling.png", o.out);
-    bench_plot(path, xs, ys, o.n_ranks, "img/s vs ranks");
-    printf("wrote %s\n", path);
-    snprintf(path, sizeof path, "%s/scaling_efficiency.png", o.out);
-    bench_plot(path, xs, es, o.n_ranks, "weak-scaling efficiency vs ranks");
-    printf("wrote %s\n", path);
+    snprintf(path, sizeof path, "%s/scaling", o.out);
+    char title[600];
+    snprintf(title, sizeof title, "measured weak scaling: %s, %d images per rank, %d timed steps", o.config,
+             o.per_rank_batch, rows[0].timed_steps);
+    if (bench_plot_scaling(path, title, "MPI ranks", xs, ys, es, o.n_ranks, 0)) printf("wrote %s.png\n", path);
     return 0;
 }

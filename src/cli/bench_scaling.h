@@ -11,7 +11,10 @@ int bench_scaling_probe(int argc, char **argv);
 
 /* "1,2,4" or "1-3" into up to cap positive ints; 0 on a malformed list. */
 int bench_parse_int_list(const char *s, int *out, int cap);
-/* Writes x/y as a PNG line plot; returns 0 (with a warning) when it cannot. */
-void bench_plot(const char *path, const double *x, const double *y, int n, const char *title);
+/* base.png (+ base_plot.csv, the plotted series, and base.gp): img/s and weak-scaling efficiency against x (ranks or GPUs)
+ * with the ideal line; modelled points are drawn open and dashed, measured ones filled.
+ * Returns 0 when no picture was written (plots off, or a write failed). */
+int bench_plot_scaling(const char *base, const char *title, const char *xlabel, const double *x,
+                       const double *img_s, const double *eff, int n, int modelled);
 
 #endif

@@ -14,5 +14,6 @@ int mrcnn_cmd_config(int argc, char **argv);
 int mrcnn_cmd_bench(int argc, char **argv);
 int mrcnn_cmd_train(int argc, char **argv);
 int mrcnn_cmd_predict(int argc, char **argv);
+int mrcnn_cmd_plot(int argc, char **argv);
 
 #endif

@@ -24,8 +24,9 @@ static void usage(FILE *out) {
             "Measured: for each rank count n, runs `CMD mrcnn train` with a fixed batch per rank (weak\n"
             "scaling), reads img/s from its metrics.json, and runs an all-reduce probe under the same\n"
             "launcher over the trainer's gradient buckets: all-reduce ms per step alone, and the share of\n"
-            "it hidden behind a backward of D ms. Writes DIR/scaling.csv, DIR/scaling.png (img/s) and\n"
-            "DIR/scaling_efficiency.png.\n"
+            "it hidden behind a backward of D ms. Writes DIR/scaling.csv and DIR/scaling.png (img/s and\n"
+            "efficiency against ranks, with the ideal line; the plotted series in DIR/scaling_plot.csv;\n"
+            "--model: scaling_model.csv, scaling_model.png, scaling_model_plot.csv).\n"
             "  --ranks LIST       rank counts, e.g. 1,2,3 or 1-4 (default 1,2)\n"
             "  --config FILE      trainer config (default configs/tiny.yaml); --set is passed on\n"
             "  --steps N          optimizer steps per run (default 8); --warmup N: first N not timed (2)\n"
@@ -130,7 +131,7 @@ static int model_mode(int argc, char **argv, const char *timeline_path) {
     }
     printf("%6s %-8s %9s %13s %11s %7s %11s %10s\n", "gpus", "link", "step_ms", "allreduce_ms", "exposed_ms",
            "hidden", "efficiency", "img/s");
-    double xs[64], ys[64];
+    double xs[64], ys[64], es[64];
     for (int g = 0; g < n_gpus; g++) {
         mrcnn_scaling_prediction p;
         mrcnn_scaling_predict(&t, gpus[g], per_node, &intra, &inter, bscale, &p);
@@ -140,14 +141,17 @@ static int model_mode(int argc, char **argv, const char *timeline_path) {
             fprintf(csv, "%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", p.gpus, p.link, p.step_ms, p.comm_ms, p.exposed_ms,
                     p.hidden_share, p.efficiency, p.img_per_s);
         xs[g] = p.gpus;
-        ys[g] = p.efficiency;
+        ys[g] = p.img_per_s;
+        es[g] = p.efficiency;
     }
     if (csv) {
         fclose(csv);
         printf("wrote %s\n", path);
-        snprintf(path, sizeof path, "%s/scaling_model.png", out_dir);
-        bench_plot(path, xs, ys, n_gpus, "predicted weak-scaling efficiency vs GPUs");
-        printf("wrote %s\n", path);
+        snprintf(path, sizeof path, "%s/scaling_model", out_dir);
+        char title[1400];
+        snprintf(title, sizeof title, "modelled weak scaling: timeline %s, %s intra-node, %s inter-node", timeline_path,
+                 intra.name, inter.name);
+        if (bench_plot_scaling(path, title, "GPUs", xs, ys, es, n_gpus, 1)) printf("wrote %s.png\n", path);
     }
     mrcnn_timeline_free(&t);
     return 0;

@@ -15,7 +15,7 @@
 static void eval_usage(FILE *out) {
     fprintf(out,
             "usage: mrcnn eval --gt INSTANCES.json --results DETS.json [--iou-type bbox|segm|both]\n"
-            "                  [--json STATS.json] [--per-category] [--threads N]\n"
+            "                  [--json STATS.json] [--per-category] [--threads N] [--plots DIR]\n"
             "Evaluates COCO-format detections against COCO ground truth with exactly the\n"
             "semantics of pycocotools' COCOeval and prints its 12-line summary.\n"
             "  --gt FILE         ground truth (instances_*.json)\n"
@@ -26,14 +26,17 @@ static void eval_usage(FILE *out) {
             "  --json FILE       write {\"bbox\": {\"stats\": [12 in pycocotools' order], \"AP\": ...,\n"
             "                    \"per_category\": [...]}, \"segm\": {...}}\n"
             "  --per-category    also print AP, AP50, AP75 per category\n"
-            "  --threads N       worker threads (default: all cores, or OMP_NUM_THREADS)\n");
+            "  --threads N       worker threads (default: all cores, or OMP_NUM_THREADS)\n"
+            "  --plots DIR       pictures (gnuplot): DIR/eval_<bbox|segm>_pr.png, precision-recall at\n"
+            "                    IoU .50/.75/.50:.95 and per area, and eval_<bbox|segm>_categories.png,\n"
+            "                    AP per category; each with the plotted series as .csv beside it\n");
     eval_shards_usage(out);
 }
 
 /* sets: room for argc --set assignments, owned by the caller so no return path leaks it. */
 static int eval_main(int argc, char **argv, const char **sets) {
     const char *gt_path = NULL, *res_path = NULL, *type = NULL, *json_path = NULL;
-    const char *config_path = NULL, *weights = NULL, *shards = NULL, *out_dir = NULL;
+    const char *config_path = NULL, *weights = NULL, *shards = NULL, *out_dir = NULL, *plots_dir = NULL;
     int per_cat = 0, threads = 0, n_sets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -59,6 +62,8 @@ static int eval_main(int argc, char **argv, const char **sets) {
             out_dir = argv[++i];
         } else if (has_val && !strcmp(a, "--set")) {
             sets[n_sets++] = argv[++i];
+        } else if (has_val && !strcmp(a, "--plots")) {
+            plots_dir = argv[++i];
         } else if (has_val && !strcmp(a, "--json")) {
             json_path = argv[++i];
         } else if (has_val && !strcmp(a, "--threads")) {
@@ -87,7 +92,8 @@ static int eval_main(int argc, char **argv, const char **sets) {
     if (model_mode) {
         eval_shards_opts o = {.config_path = config_path, .weights = weights, .shards = shards, .out_dir = out_dir,
                               .json_path = json_path, .iou_type = type ? type : "both", .sets = sets,
-                              .n_sets = n_sets, .per_category = per_cat, .threads = threads};
+                              .n_sets = n_sets, .per_category = per_cat, .threads = threads,
+                              .plots_dir = plots_dir};
         return eval_shards_run(argc, argv, &o);
     }
     if (!gt_path || !res_path) {
@@ -110,7 +116,7 @@ static int eval_main(int argc, char **argv, const char **sets) {
             mrcnn_time_now() - t0);
     if (!type) type = dets.n > 0 && dets.anns[0].segm.kind != MRCNN_SEGM_NONE ? "both" : "bbox";
 
-    eval_report(&gt, &dets, type, threads, per_cat, json_path);
+    eval_report(&gt, &dets, type, threads, per_cat, json_path, plots_dir);
     mrcnn_coco_dets_free(&dets);
     mrcnn_coco_gt_free(&gt);
     return 0;

@@ -5,9 +5,10 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/plot.h"
 
 void eval_report(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, const char *iou_type, int threads,
-                 int per_category, const char *json_path) {
+                 int per_category, const char *json_path, const char *plots_dir) {
     FILE *jf = NULL;
     if (json_path) {
         jf = fopen(json_path, "w");
@@ -30,6 +31,7 @@ void eval_report(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, const cha
             mrcnn_coco_eval_write_json(&e, gt, jf);
         }
         n_done++;
+        if (plots_dir) mrcnn_plot_eval(&e, gt, name, plots_dir);
         mrcnn_coco_eval_free(&e);
     }
     if (jf) {

@@ -5,8 +5,9 @@
 
 #include "mrcnn/cocoeval.h"
 
-/* iou_type: bbox | segm | both. json_path NULL: no JSON file. */
+/* iou_type: bbox | segm | both. json_path NULL: no JSON file. plots_dir NULL: no
+ * pictures (else precision-recall and per-category AP pictures there, plot.h). */
 void eval_report(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, const char *iou_type, int threads,
-                 int per_category, const char *json_path);
+                 int per_category, const char *json_path, const char *plots_dir);
 
 #endif

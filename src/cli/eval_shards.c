@@ -22,7 +22,7 @@ void eval_shards_usage(FILE *out) {
     fprintf(out,
             "\n   or: mpirun -np K mrcnn eval --config CFG --weights CKPT [--shards INDEX] [--out DIR]\n"
             "                  [--iou-type bbox|segm|both] [--set KEY=VALUE]... [--json STATS.json]\n"
-            "                  [--per-category] [--threads N]\n"
+            "                  [--per-category] [--threads N] [--plots DIR]\n"
             "Runs the model on every image of a shard set (DATASETS.TEST unless --shards), spread\n"
             "over the ranks, writes DIR/coco_instances_results.json (DIR: --out, default\n"
             "OUTPUT_DIR/inference) and evaluates it against the shards' annotations.\n"
@@ -215,7 +215,7 @@ int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
         mrcnn_coco_gt gt;
         mrcnn_coco_gt_from_shards(&gt, index);
         mrcnn_coco_dets_check(&dets, &gt);
-        eval_report(&gt, &dets, o->iou_type, o->threads, o->per_category, o->json_path);
+        eval_report(&gt, &dets, o->iou_type, o->threads, o->per_category, o->json_path, o->plots_dir);
         mrcnn_coco_gt_free(&gt);
         mrcnn_info("mrcnn eval: %.1f s in all", mrcnn_time_now() - t0);
     }

@@ -10,7 +10,7 @@
 #include "mrcnn/infer.h"
 
 typedef struct eval_shards_opts {
-    const char *config_path, *weights, *shards, *out_dir, *json_path;
+    const char *config_path, *weights, *shards, *out_dir, *json_path, *plots_dir;
     const char *iou_type; // bbox | segm | both
     const char **sets;    // (n_sets) --set assignments in command-line order
     int n_sets, per_category, threads;

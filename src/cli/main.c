@@ -12,6 +12,7 @@ static const mrcnn_command k_commands[] = {
     {"bench", mrcnn_cmd_bench, "benchmarks: scaling (measured over ranks, or --model for N GPUs)"},
     {"train", mrcnn_cmd_train, "train Mask R-CNN data-parallel over MPI ranks (CPU or CUDA + NCCL)"},
     {"predict", mrcnn_cmd_predict, "detections on JPEG/PNG files: detections.json and PNG overlays"},
+    {"plot", mrcnn_cmd_plot, "training curves of a run, or of several overlaid (gnuplot PNGs)"},
 };
 
 static void usage(FILE *out) {

@@ -1,128 +1,334 @@
-/* A small line plot as a PNG (mrcnn_png_write_rgb): white canvas, axes with tick marks and
- * labels from a built-in 5x7 digit font, the curve in blue. Enough to eyeball a
- * loss curve without Python. */
-#include "mrcnn/metrics.h"
-#include "mrcnn/check.h"
-#include "mrcnn/png_write.h"
+/* Training curves from metrics.json (plot.h): one figure of four panels (losses on a
+ * log axis, learning rate, throughput and memory, fp16 loss scale and skipped steps),
+ * one run or several overlaid (`mrcnn plot`). The series are read back from the file
+ * the trainer appends, so a resumed run, a finished run and a run still going plot
+ * the same way. */
+#include "mrcnn/plot.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrcnn/check.h"
+#include "mrcnn/json.h"
+#include "mrcnn/log.h"
+#include "mrcnn/metrics.h"
+
+#define MAX_COLS 32
+
 typedef struct {
-    unsigned char *px; // (h, w, 3)
-    int w, h;
-} canvas;
+    char name[256];             // directory name, and the run id when metrics.json has one
+    char cols[MAX_COLS][64];    // (n_cols) series names, metrics.json keys
+    int n_cols;
+    double *rows;               // (n, 1 + MAX_COLS): step, then the columns; NaN where absent
+    int n, cap;
+} run_table;
 
-static void put(canvas *c, int x, int y, const unsigned char rgb[3]) {
-    if (x < 0 || y < 0 || x >= c->w || y >= c->h) return;
-    memcpy(c->px + ((size_t)y * c->w + x) * 3, rgb, 3);
+/* The keys worth a curve; everything else in metrics.json (timings, ids) is left out. */
+static int wanted(const char *k) {
+    static const char *const keep[] = {"total_loss", "lr",         "img_per_s", "mem_mb",
+                                       "gpu_mem_mb", "loss_scale", "skipped"};
+    if (!strncmp(k, "loss_", 5) && strcmp(k, "loss_scale")) return 1;
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        if (!strcmp(k, keep[i])) return 1;
+    return 0;
 }
 
-static void line(canvas *c, int x0, int y0, int x1, int y1, const unsigned char rgb[3], int thick) {
-    int dx = abs(x1 - x0), sx = x0 < x1 ? 1 : -1, dy = -abs(y1 - y0), sy = y0 < y1 ? 1 : -1, err = dx + dy;
-    for (;;) {
-        for (int a = 0; a < thick; a++)
-            for (int b = 0; b < thick; b++) put(c, x0 + a, y0 + b, rgb);
-        if (x0 == x1 && y0 == y1) break;
-        int e2 = 2 * err;
-        if (e2 >= dy) { err += dy; x0 += sx; }
-        if (e2 <= dx) { err += dx; y0 += sy; }
-    }
+/* Column order: total, the loss terms as logged, then the rest in keep's order. */
+static int rank_of(const char *k) {
+    if (!strcmp(k, "total_loss")) return 0;
+    if (!strncmp(k, "loss_", 5) && strcmp(k, "loss_scale")) return 1;
+    static const char *const tail[] = {"lr", "img_per_s", "mem_mb", "gpu_mem_mb", "loss_scale", "skipped"};
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(k, tail[i])) return 2 + i;
+    return 99;
 }
 
-/* 5x7 glyphs for "0-9 . - e" and a few letters of the titles; rows top to bottom,
- * bit 4 = leftmost column. */
-static const char *k_glyph_chars = "0123456789.-e";
-static const unsigned char k_glyphs[][7] = {
-    {14, 17, 19, 21, 25, 17, 14}, {4, 12, 4, 4, 4, 4, 14},   {14, 17, 1, 2, 4, 8, 31},
-    {31, 2, 4, 2, 1, 17, 14},     {2, 6, 10, 18, 31, 2, 2},  {31, 16, 30, 1, 1, 17, 14},
-    {6, 8, 16, 30, 17, 17, 14},   {31, 1, 2, 4, 8, 8, 8},    {14, 17, 17, 14, 17, 17, 14},
-    {14, 17, 17, 15, 1, 2, 12},   {0, 0, 0, 0, 0, 12, 12},   {0, 0, 0, 31, 0, 0, 0},
-    {0, 0, 14, 17, 31, 16, 14},
-};
-
-static void text(canvas *c, int x, int y, const char *s, const unsigned char rgb[3]) {
-    for (; *s; s++, x += 6) {
-        const char *g = strchr(k_glyph_chars, *s);
-        if (!g) continue; // letters are not drawn: labels are numbers
-        const unsigned char *rows = k_glyphs[g - k_glyph_chars];
-        for (int r = 0; r < 7; r++)
-            for (int b = 0; b < 5; b++)
-                if (rows[r] & (16 >> b)) put(c, x + b, y + r, rgb);
-    }
+static int col_index(run_table *t, const char *k) {
+    for (int c = 0; c < t->n_cols; c++)
+        if (!strcmp(t->cols[c], k)) return c;
+    if (t->n_cols == MAX_COLS) return -1;
+    snprintf(t->cols[t->n_cols], sizeof t->cols[0], "%s", k);
+    return t->n_cols++;
 }
 
-void mrcnn_plot_png(const char *path, const double *x, const double *y, int n, int w, int h, const char *title) {
-    MRCNN_CHECK(n >= 1 && w >= 64 && h >= 48, "plot %s: need >= 1 point and >= 64x48 pixels (got %d, %dx%d)", path,
-                n, w, h);
-    canvas c = {MRCNN_MALLOC((size_t)w * h * 3, "plot canvas"), w, h};
-    memset(c.px, 255, (size_t)w * h * 3);
-    double x0 = x[0], x1 = x[0], y0 = y[0], y1 = y[0];
-    for (int i = 1; i < n; i++) {
-        x0 = fmin(x0, x[i]); x1 = fmax(x1, x[i]);
-        if (isfinite(y[i])) { y0 = fmin(y0, y[i]); y1 = fmax(y1, y[i]); }
-    }
-    if (x1 == x0) x1 = x0 + 1;
-    if (!(y1 > y0)) y1 = y0 + 1;
-    y0 = fmin(y0, 0.0); // a loss axis from 0 shows how far it fell
-    const int L = 56, R = w - 16, T = 16, B = h - 28;
-    const unsigned char black[3] = {0, 0, 0}, grey[3] = {220, 220, 220}, blue[3] = {31, 119, 180};
-    for (int k = 0; k <= 4; k++) {
-        int yy = B - (B - T) * k / 4, xx = L + (R - L) * k / 4;
-        line(&c, L, yy, R, yy, grey, 1);
-        line(&c, L - 4, yy, L, yy, black, 1);
-        line(&c, xx, B, xx, B + 4, black, 1);
-        char lab[32];
-        snprintf(lab, sizeof lab, "%.3g", y0 + (y1 - y0) * k / 4);
-        text(&c, 4, yy - 3, lab, black);
-        snprintf(lab, sizeof lab, "%.0f", x0 + (x1 - x0) * k / 4);
-        text(&c, xx - 3 * (int)strlen(lab), B + 8, lab, black);
-    }
-    line(&c, L, T, L, B, black, 1);
-    line(&c, L, B, R, B, black, 1);
-    int px = -1, py = -1;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(y[i])) continue;
-        int xx = L + (int)lround((x[i] - x0) / (x1 - x0) * (R - L));
-        int yy = B - (int)lround((y[i] - y0) / (y1 - y0) * (B - T));
-        if (px >= 0) line(&c, px, py, xx, yy, blue, 2);
-        else put(&c, xx, yy, blue);
-        px = xx;
-        py = yy;
-    }
-    char err[1200];
-    const int ok = mrcnn_png_write_rgb(path, c.px, h, w, title ? title : "", err, sizeof err);
-    free(c.px);
-    MRCNN_CHECK(ok, "plot: %s", err);
-}
+static double *row_at(run_table *t, int i) { return t->rows + (size_t)i * (1 + MAX_COLS); }
 
-int mrcnn_plot_metrics_json(const char *json_path, const char *png_path) {
-    FILE *f = fopen(json_path, "r");
-    MRCNN_CHECK(f != NULL, "plot: cannot open %s", json_path);
-    int cap = 1024, n = 0;
-    double *x = MRCNN_MALLOC(sizeof(double) * cap, "plot x"), *y = MRCNN_MALLOC(sizeof(double) * cap, "plot y");
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        long long step;
-        double loss;
-        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"total_loss\":");
-        if (!s || !l || sscanf(s + 7, "%lld", &step) != 1 || sscanf(l + 13, "%lf", &loss) != 1) continue;
-        /* A resumed run repeats the steps after its checkpoint: drop the stale tail. */
-        while (n > 0 && x[n - 1] >= (double)step) n--;
-        if (n == cap) {
-            cap *= 2;
-            x = MRCNN_REALLOC(x, sizeof(double) * cap, "plot x");
-            y = MRCNN_REALLOC(y, sizeof(double) * cap, "plot y");
+/* One metrics.json line; eval lines (no total_loss) and lines that do not parse are
+ * skipped, unknown keys ignored, so fields added later do not break old readers. */
+static void read_line(run_table *t, const char *line, char *run_id, size_t run_id_cap) {
+    mrcnn_json *j = mrcnn_json_open_mem(line, strlen(line));
+    if (!j) return;
+    double vals[MAX_COLS];
+    int idx[MAX_COLS], nv = 0, have_step = 0, have_total = 0;
+    double step = 0;
+    char key[64] = "";
+    mrcnn_json_token tok = mrcnn_json_next(j);
+    if (tok != MRCNN_JSON_OBJECT_BEGIN) goto done;
+    while ((tok = mrcnn_json_next(j)) == MRCNN_JSON_KEY) {
+        snprintf(key, sizeof key, "%s", mrcnn_json_text(j, NULL));
+        tok = mrcnn_json_next(j);
+        if (tok == MRCNN_JSON_NUMBER || tok == MRCNN_JSON_NULL) {
+            double v = tok == MRCNN_JSON_NUMBER ? mrcnn_json_double(j) : NAN;
+            if (!strcmp(key, "step")) {
+                step = v;
+                have_step = isfinite(v);
+            } else if (wanted(key) && nv < MAX_COLS) {
+                int c = col_index(t, key);
+                if (c >= 0) {
+                    idx[nv] = c;
+                    vals[nv++] = v;
+                }
+                have_total |= !strcmp(key, "total_loss");
+            }
+        } else if (tok == MRCNN_JSON_STRING) {
+            if (!strcmp(key, "run_id") && run_id[0] == 0) snprintf(run_id, run_id_cap, "%s", mrcnn_json_text(j, NULL));
+        } else if (tok == MRCNN_JSON_OBJECT_BEGIN || tok == MRCNN_JSON_ARRAY_BEGIN) {
+            if (!mrcnn_json_skip(j)) goto done;
+        } else if (tok != MRCNN_JSON_TRUE && tok != MRCNN_JSON_FALSE) {
+            goto done;
         }
-        x[n] = (double)step;
-        y[n] = loss;
-        n++;
     }
+    if (!have_step || !have_total) goto done;
+    /* A resumed run repeats the steps after its checkpoint: the later lines win. */
+    while (t->n > 0 && row_at(t, t->n - 1)[0] >= step) t->n--;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 256;
+        t->rows = MRCNN_REALLOC(t->rows, sizeof(double) * (1 + MAX_COLS) * t->cap, "training plot rows");
+    }
+    double *r = row_at(t, t->n++);
+    r[0] = step;
+    for (int c = 1; c <= MAX_COLS; c++) r[c] = NAN;
+    for (int k = 0; k < nv; k++) r[1 + idx[k]] = vals[k];
+done:
+    mrcnn_json_close(j);
+}
+
+static int read_run(const char *dir, run_table *t) {
+    memset(t, 0, sizeof *t);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/metrics.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        mrcnn_warn("plot: cannot open %s", path);
+        return 0;
+    }
+    char run_id[128] = "";
+    size_t cap = 1 << 16;
+    char *line = MRCNN_MALLOC(cap, "metrics line");
+    while (fgets(line, (int)cap, f)) read_line(t, line, run_id, sizeof run_id);
+    free(line);
     fclose(f);
-    if (n > 0) mrcnn_plot_png(png_path, x, y, n, 640, 360, "total loss");
-    free(x);
-    free(y);
-    return n;
+    /* Stable order whatever order the keys were first seen in: insertion sort by rank. */
+    int perm[MAX_COLS];
+    for (int c = 0; c < t->n_cols; c++) perm[c] = c;
+    for (int a = 1; a < t->n_cols; a++)
+        for (int b = a; b > 0 && rank_of(t->cols[perm[b]]) < rank_of(t->cols[perm[b - 1]]); b--) {
+            int x = perm[b];
+            perm[b] = perm[b - 1];
+            perm[b - 1] = x;
+        }
+    char cols[MAX_COLS][64];
+    memcpy(cols, t->cols, sizeof cols);
+    for (int c = 0; c < t->n_cols; c++) memcpy(t->cols[c], cols[perm[c]], sizeof cols[0]);
+    double tmp[MAX_COLS];
+    for (int i = 0; i < t->n; i++) {
+        double *r = row_at(t, i);
+        for (int c = 0; c < t->n_cols; c++) tmp[c] = r[1 + perm[c]];
+        memcpy(r + 1, tmp, sizeof(double) * t->n_cols);
+    }
+    /* The run's name: its directory's, and the run id metrics.json may carry. */
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    size_t s = len;
+    while (s > 0 && dir[s - 1] != '/') s--;
+    snprintf(t->name, sizeof t->name, "%.*s%s%s%s", (int)(len - s), dir + s, run_id[0] ? " (" : "", run_id,
+             run_id[0] ? ")" : "");
+    return t->n;
+}
+
+static int col_of(const run_table *t, const char *k) {
+    for (int c = 0; c < t->n_cols; c++)
+        if (!strcmp(t->cols[c], k)) return c;
+    return -1;
+}
+
+/* True when some value of the column is finite and, for the loss scale, not 1 (fp32
+ * and bf16 runs log a constant 1 or 0: no panel for them). */
+static int col_shows(const run_table *t, int c, int scale) {
+    if (c < 0) return 0;
+    for (int i = 0; i < t->n; i++) {
+        double v = row_at((run_table *)t, i)[1 + c];
+        if (isfinite(v) && (!scale || (v != 1 && v != 0))) return 1;
+    }
+    return 0;
+}
+
+static int write_csv(const char *path, const run_table *t, const char *config) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        mrcnn_warn("plot: cannot write %s", path);
+        return 0;
+    }
+    fprintf(f, "# run: %s\n# config: %s\nstep", t->name, config ? config : "");
+    for (int c = 0; c < t->n_cols; c++) fprintf(f, ",%s", t->cols[c]);
+    fputc('\n', f);
+    for (int i = 0; i < t->n; i++) {
+        const double *r = row_at((run_table *)t, i);
+        fprintf(f, "%.17g", r[0]);
+        for (int c = 0; c < t->n_cols; c++) {
+            if (isfinite(r[1 + c])) fprintf(f, ",%.17g", r[1 + c]);
+            else fputc(',', f); // an empty field is missing to gnuplot
+        }
+        fputc('\n', f);
+    }
+    return fclose(f) == 0;
+}
+
+/* The config line an earlier plot of this run recorded (the trainer knows the config,
+ * `mrcnn plot` does not). */
+static void config_from_csv(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f) && line[0] == '#')
+        if (!strncmp(line, "# config: ", 10)) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(out, cap, "%s", line + 10);
+        }
+    fclose(f);
+}
+
+/* series: a metrics.json key; the runs' colour is the series' (by its global index), the
+ * run tells itself by its dash pattern. */
+static void plot_series(mrcnn_plot_buf *b, const run_table *runs, char (*csv)[1300], int n_runs, const char *key,
+                        int color, const char *axes, int *first) {
+    for (int r = 0; r < n_runs; r++) {
+        int c = col_of(&runs[r], key);
+        if (c < 0 || !col_shows(&runs[r], c, 0)) continue;
+        char q[2700], title[400];
+        mrcnn_plot_quote(q, sizeof q, csv[r]);
+        if (n_runs > 1) snprintf(title, sizeof title, "%s: %s", runs[r].name, key);
+        else snprintf(title, sizeof title, "%s", key);
+        char qt[900];
+        mrcnn_plot_quote(qt, sizeof qt, title);
+        mrcnn_plot_buf_printf(b, "%s %s using 1:%d axes %s with lines lw %d dt %d lc rgb '%s' title %s",
+                              *first ? "plot" : ", \\\n    ", q, c + 2, axes, strcmp(key, "total_loss") ? 2 : 3,
+                              1 + r % 5, mrcnn_plot_color(color), qt);
+        *first = 0;
+    }
+}
+
+int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out_dir, const char *config) {
+    if (n_runs < 1 || !mrcnn_plot_enabled()) return 0;
+    run_table *runs = MRCNN_CALLOC((size_t)n_runs, sizeof *runs, "plot runs");
+    char(*csv)[1300] = MRCNN_CALLOC((size_t)n_runs, sizeof *csv, "plot csv paths");
+    const char *stem = n_runs == 1 ? "training" : "compare";
+    int steps = 0, ok = 1;
+    char cfg_line[512] = "";
+    if (config) snprintf(cfg_line, sizeof cfg_line, "%s", config);
+    if (!mrcnn_mkdir_p(out_dir)) {
+        mrcnn_warn("plot: cannot create %s", out_dir);
+        ok = 0;
+    }
+    for (int r = 0; ok && r < n_runs; r++) {
+        if (read_run(run_dirs[r], &runs[r]) == 0) {
+            mrcnn_warn("plot: no training steps in %s/metrics.json", run_dirs[r]);
+            ok = 0;
+            break;
+        }
+        steps += runs[r].n;
+        if (n_runs == 1) snprintf(csv[r], sizeof csv[r], "%s/%s.csv", out_dir, stem);
+        else snprintf(csv[r], sizeof csv[r], "%s/%s_%d.csv", out_dir, stem, r + 1);
+        if (!config && n_runs == 1) {
+            char prev[1200];
+            snprintf(prev, sizeof prev, "%s/plots/training.csv", run_dirs[r]);
+            config_from_csv(prev, cfg_line, sizeof cfg_line);
+            if (!cfg_line[0]) config_from_csv(csv[r], cfg_line, sizeof cfg_line);
+        }
+        ok = write_csv(csv[r], &runs[r], cfg_line);
+    }
+    if (!ok) goto out;
+
+    /* Global colour of each series: its first place over all runs. */
+    char keys[2 * MAX_COLS][64];
+    int n_keys = 0, fp16 = 0;
+    for (int r = 0; r < n_runs; r++) {
+        for (int c = 0; c < runs[r].n_cols; c++) {
+            int k = 0;
+            while (k < n_keys && strcmp(keys[k], runs[r].cols[c])) k++;
+            if (k == n_keys && n_keys < 2 * MAX_COLS) snprintf(keys[n_keys++], sizeof keys[0], "%s", runs[r].cols[c]);
+        }
+        fp16 |= col_shows(&runs[r], col_of(&runs[r], "loss_scale"), 1) ||
+                col_shows(&runs[r], col_of(&runs[r], "skipped"), 1);
+    }
+    char title[1400], q[2900];
+    if (n_runs == 1) {
+        snprintf(title, sizeof title, "training: run %s%s%s", runs[0].name, cfg_line[0] ? " - " : "", cfg_line);
+    } else {
+        int n = snprintf(title, sizeof title, "training: runs");
+        for (int r = 0; r < n_runs && n < (int)sizeof title; r++)
+            n += snprintf(title + n, sizeof title - n, "%s %s (%s)", r ? " vs" : "", runs[r].name,
+                          r == 0 ? "solid" : r % 5 == 1 ? "dashed" : "dash pattern " );
+    }
+    mrcnn_plot_quote(q, sizeof q, title);
+    mrcnn_plot_buf b = {0};
+    mrcnn_plot_buf_printf(&b,
+                          "set datafile separator ','\nset grid\nset key top right font ',8'\n"
+                          "set multiplot layout 2,2 title %s font ',12'\nset xlabel 'step (iterations)'\n",
+                          q);
+    /* 1: the losses, log y: the terms span decades */
+    mrcnn_plot_buf_printf(&b, "set title 'losses'\nset ylabel 'loss (log scale)'\nset logscale y\nset key bottom left\n");
+    int first = 1;
+    for (int k = 0; k < n_keys; k++)
+        if (rank_of(keys[k]) <= 1) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
+    mrcnn_plot_buf_printf(&b, "\nunset logscale y\nset key top right\n");
+    /* 2: learning rate */
+    mrcnn_plot_buf_printf(&b, "set title 'learning rate'\nset ylabel 'learning rate'\n");
+    first = 1;
+    for (int k = 0; k < n_keys; k++)
+        if (!strcmp(keys[k], "lr")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
+    mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no learning rate logged' at graph 0.5,0.5 center\n"
+                                              "plot NaN notitle\nunset label 1" : "");
+    /* 3: throughput (left axis) and memory (right axis) */
+    mrcnn_plot_buf_printf(&b, "set title 'throughput and memory'\nset ylabel 'throughput (images/s, all ranks)'\n"
+                              "set y2label 'memory on rank 0 (MiB)'\nset ytics nomirror\nset y2tics\n");
+    first = 1;
+    for (int k = 0; k < n_keys; k++) {
+        if (!strcmp(keys[k], "img_per_s")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
+        if (!strcmp(keys[k], "mem_mb") || !strcmp(keys[k], "gpu_mem_mb"))
+            plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y2", &first);
+    }
+    mrcnn_plot_buf_printf(&b, "%s\n", first ? "plot NaN notitle" : "");
+    /* 4: fp16's dynamic loss scale (log2 steps) and the steps it skipped */
+    if (fp16) {
+        mrcnn_plot_buf_printf(&b, "set title 'fp16 loss scaling'\nset ylabel 'loss scale (log scale)'\n"
+                                  "set logscale y 2\nset y2label 'skipped steps (cumulative)'\n");
+        first = 1;
+        for (int k = 0; k < n_keys; k++) {
+            if (!strcmp(keys[k], "loss_scale")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
+            if (!strcmp(keys[k], "skipped")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y2", &first);
+        }
+        mrcnn_plot_buf_printf(&b, "%s\nunset logscale y\n", first ? "plot NaN notitle" : "");
+    }
+    mrcnn_plot_buf_printf(&b, "unset multiplot\n");
+    char base[1200];
+    snprintf(base, sizeof base, "%s/%s", out_dir, stem);
+    ok = mrcnn_plot_render(base, 1400, 900, b.s);
+    mrcnn_plot_buf_free(&b);
+out:
+    for (int r = 0; r < n_runs; r++) free(runs[r].rows);
+    free(runs);
+    free(csv);
+    return ok ? steps : 0;
+}
+
+void mrcnn_plot_run(const mrcnn_config *cfg) {
+    char dir[1100], config[512];
+    snprintf(dir, sizeof dir, "%s/plots", cfg->output_dir);
+    snprintf(config, sizeof config, "%s, %s, batch %d, base lr %g, %s, %d iterations", cfg->backbone_name,
+             cfg->solver_precision, cfg->solver_ims_per_batch, cfg->solver_base_lr, cfg->solver_lr_scheduler,
+             cfg->solver_max_iter);
+    const char *runs[1] = {cfg->output_dir};
+    if (mrcnn_plot_training(runs, 1, dir, config) > 0) mrcnn_info("training curves: %s/training.png", dir);
 }

@@ -6,6 +6,7 @@
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
+#include "mrcnn/plot.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -228,6 +229,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         if ((period > 0 && t.st.step % period == 0) || r.stop_signal) {
             save(&t);
             last_saved = t.st.step;
+            if (dist->rank == 0) mrcnn_plot_run(cfg);
         }
         if (eval_period > 0 && t.st.step % eval_period == 0 && t.st.step < max_steps && !r.stop_signal) {
             /* its time is no training time: the throughput and ETA skip it */
@@ -255,11 +257,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     }
     if (rc == 0 && last_saved != t.st.step) save(&t);
     if (rc == 0 && eval_period > 0 && last_eval != t.st.step) evaluate(m, &metrics, t.st.step);
-    if (rc == 0 && dist->rank == 0) {
-        char png[1100];
-        snprintf(png, sizeof png, "%s/loss.png", cfg->output_dir);
-        if (mrcnn_plot_metrics_json(metrics.json_path, png) > 0) mrcnn_info("loss curve: %s", png);
-    }
+    if (rc == 0 && dist->rank == 0) mrcnn_plot_run(cfg);
     mrcnn_metrics_close(&metrics);
     mrcnn_trainer_free(&t);
     return rc;

@@ -1,6 +1,6 @@
-/* Writes a TensorBoard event file and a loss-curve PNG through the C writers, for
- * test_tensorboard.sh to read back with TensorBoard's own reader:
- *   prog_events DIR   ->  DIR/events.out.tfevents.*, DIR/metrics.json, DIR/loss.png */
+/* Writes a TensorBoard event file through the C writer, for test_tensorboard.sh to
+ * read back with TensorBoard's own reader (the pictures: test_plots.sh):
+ *   prog_events DIR   ->  DIR/events.out.tfevents.*, DIR/metrics.json */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,10 +36,5 @@ int main(int argc, char **argv) {
         mrcnn_metrics_log(&m, &s);
     }
     mrcnn_metrics_close(&m);
-    char json[1100], png[1100];
-    snprintf(json, sizeof json, "%s/metrics.json", argv[1]);
-    snprintf(png, sizeof png, "%s/loss.png", argv[1]);
-    int n = mrcnn_plot_metrics_json(json, png);
-    printf("plotted %d points\n", n);
-    return n == 50 ? 0 : 1;
+    return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Event files written in C are read back by TensorBoard's own EventAccumulator;
-# the metrics.json lines parse as JSON; the loss PNG decodes with the curve drawn.
+# the metrics.json lines parse as JSON.
 set -u
 prog=$BUILD/tests/train/prog_events
 [ -x "$prog" ] || { echo "not built: $prog"; exit 1; }
@@ -36,15 +36,5 @@ assert struct.unpack("<I", raw[12 + n:16 + n])[0] == masked_crc32c(raw[12:12 + n
 lines = [json.loads(l) for l in open(d + "/metrics.json")]
 assert len(lines) == 50 and lines[4]["step"] == 5 and abs(lines[4]["loss_rpn_cls"] - 0.2) < 1e-9
 print("tensorboard: %d scalar tags, %d events each" % (len(tags), len(ev)))
-PY
-/usr/bin/python3 - "$tmp/loss.png" <<'PY' || exit 1
-import sys
-from PIL import Image
-im = Image.open(sys.argv[1]).convert("RGB")
-assert im.size == (640, 360), im.size
-px = im.load()
-blue = sum(1 for x in range(im.size[0]) for y in range(im.size[1]) if px[x, y] == (31, 119, 180))
-assert blue > 300, blue
-print("loss.png: %dx%d, %d curve pixels" % (im.size[0], im.size[1], blue))
 PY
 echo PASS
