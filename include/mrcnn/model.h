@@ -77,6 +77,7 @@ typedef struct mrcnn_staged {
     mrcnn_tensor pinned_counts;    // (N) int32
     const mrcnn_model_anchors *anchors; // the model's cached anchors of (H, W)
     uint64_t shape_key;         // what mrcnn_model_stage returned
+    double stage_ms;            // host time of the last mrcnn_model_stage into this slot
 } mrcnn_staged;
 
 /* ---- the model ---------------------------------------------------------------- */

@@ -30,6 +30,7 @@
 #include "mrcnn/model_trainable.h"
 #include "mrcnn/precision.h"
 #include "mrcnn/rng.h"
+#include "mrcnn/step_profile.h"
 #include "mrcnn/trainer.h"
 
 #define BT_BATCHES 3 // distinct batches, cycled (as torchvision_bench.py)
@@ -39,6 +40,7 @@ static void usage(FILE *out) {
             "usage: mrcnn bench train [--device cuda|cpu] [--precision bf16|fp16|fp32|tf32|auto] [--size HxW]\n"
             "                         [--batch N] [--objects K] [--steps N] [--warmup N] [--gpu I]\n"
             "                         [--config FILE] [--set KEY=VALUE]... [--timeline FILE] [--no-timeline]\n"
+            "                         [--profile]\n"
             "                         [--seed S]\n"
             "\n"
             "Training throughput on bench/torchvision_bench.py's workload (R50-FPN, 91 classes, 7 objects\n"
@@ -54,6 +56,8 @@ static void usage(FILE *out) {
             "  --timeline FILE write the 1-GPU step timeline (ready time and bytes of each gradient\n"
             "                  bucket) for `mrcnn bench scaling --model FILE`\n"
             "  --no-timeline   stop after the timed steps (no forward-only pass, no timeline step)\n"
+            "  --profile       then one more step, traced: backend calls by op kind, bytes uploaded,\n"
+            "                  host staging ms, FLOPs by stage\n"
             "Exit codes: 0 done (finite loss), 1 failure or a non-finite loss, 2 bad command line.\n");
 }
 
@@ -182,6 +186,9 @@ static double train_step(bt_state *s, int i, int direct) {
     s->m.be->mem.sync(s->m.be);
     return w.last_total;
 }
+
+/* --profile's step: one more step, run directly (a replayed graph is one call). */
+static void profile_step(void *s) { train_step(s, 0, 1); }
 
 /* The forward pass alone (the timeline's forward time), synchronized. */
 static void forward_only(bt_state *s, const bt_batch *b) {
@@ -313,7 +320,7 @@ static void print_result(const bt_state *s, const mrcnn_backend *be, const char 
 
 int bench_train_main(int argc, char **argv) {
     const char *device = "cuda", *precision = "bf16", *config_path = NULL, *timeline = NULL;
-    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0, timeline_pass = 1;
+    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0, timeline_pass = 1, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -322,6 +329,10 @@ int bench_train_main(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-timeline")) {
             timeline_pass = 0;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            profile = 1;
             continue;
         }
         if (!v) {
@@ -474,6 +485,7 @@ int bench_train_main(int argc, char **argv) {
     peak_of(be, s->ready.mem_mb, &res);
     /* The number the run exists for, before anything else can stop it. */
     print_result(s, be, mode, N, H, W, K, warmup, steps, &res);
+    if (profile) mrcnn_step_profile_run(be, &s->m, N, profile_step, s, stdout, NULL);
 
     if (timeline_pass) {
         // timeline: a forward-only pass, then a step with each gradient's ready time

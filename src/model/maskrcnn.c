@@ -10,6 +10,7 @@
  * and the head outputs back for the host's postprocessing. */
 #include "mrcnn/anchors.h"
 #include "mrcnn/check.h"
+#include "mrcnn/log.h"
 #include "mrcnn/model.h"
 #include "mrcnn/postprocess.h"
 #include "mrcnn/proposals.h"
@@ -290,6 +291,7 @@ static void stage_images(mrcnn_model *m, const mrcnn_batch *b, mrcnn_tensor *dst
 }
 
 uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
+    const double t0 = mrcnn_time_now();
     const mrcnn_backend *be = m->be;
     MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
     MRCNN_CHECK(slot >= 0 && slot < 4096, "model stage: slot %d", slot);
@@ -402,6 +404,7 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
     mrcnn_tensor rest = mrcnn_tensor_view(dev + small, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)(off - small)});
     be->mem.write(be, &rest, sg->host);
     sg->ready = true;
+    sg->stage_ms = 1e3 * (mrcnn_time_now() - t0);
     // the shape key: everything that decides the device half's calls and addresses
     if (!m->hint_probe.data) {
         m->hint_probe = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, d, 1, (int64_t[]){1});
