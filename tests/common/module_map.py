@@ -42,7 +42,7 @@ HEADERS = {
     "model.h": "model", "anchors.h": "model", "boxes.h": "model", "postprocess.h": "model",
     "proposals.h": "model", "roi_targets.h": "model", "params.h": "model", "layers.h": "model",
     "backbone.h": "model", "heads.h": "model", "checkpoint.h": "model",
-    "dist.h": "dist", "scaling_model.h": "dist",
+    "dist.h": "dist", "scaling_model.h": "dist", "nccl_start.h": "dist",
     "cuda_check.h": "cuda",
     "data.h": "data", "train_feed.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
