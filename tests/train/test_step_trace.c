@@ -319,10 +319,11 @@ static void step_trace(const char *precision, int cuda) {
  * not guessed. That holds only if every run runs the same kernels: each run makes a
  * fresh backend, and cuDNN's timed search and the timed fused-or-plain choice could
  * pick others run to run; so the runs take cuDNN's heuristics (deterministic for a
- * shape on a device) and the plain conv path (pinned_choices). Returns the weights
+ * shape on a device) and the fused conv + bias + ReLU wherever cuDNN accepts it, so
+ * that the fused call is captured too (pinned_choices). Returns the weights
  * (host copy), the window's mean total loss and the steps replayed. */
 /* The CUDA backend reads these when it is made (backend_cuda.cu); restored after. */
-static const char *const pinned_env[][2] = {{"MRCNN_CUDNN_FIND", "0"}, {"MRCNN_CONV_FUSED", "0"}};
+static const char *const pinned_env[][2] = {{"MRCNN_CUDNN_FIND", "0"}, {"MRCNN_CONV_FUSED", "1"}};
 #define N_PINNED ((int)(sizeof pinned_env / sizeof *pinned_env))
 
 static void pinned_choices(int on, char saved[N_PINNED][64], int had[N_PINNED]) {
