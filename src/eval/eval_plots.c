@@ -90,7 +90,7 @@ static void plot_pr(const mrcnn_coco_eval *e, const char *iou, const char *dir) 
                                   first ? "plot" : ", \\\n    ", q, c + 2, mrcnn_plot_color(c), mean[c], names[c]);
             first = 0;
         }
-        mrcnn_plot_buf_printf(&b, "%s\n", first ? "plot NaN title 'no ground truth'" : "");
+        mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no ground truth' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     }
     mrcnn_plot_buf_printf(&b, "unset multiplot\n");
     if (mrcnn_plot_render(base, 1200, 520, b.s)) mrcnn_info("%s precision-recall curves: %s.png", iou, base);
@@ -142,7 +142,7 @@ static void plot_categories(const mrcnn_coco_eval *e, const mrcnn_coco_gt *gt, c
                                   "    '' using ($1-1):4:(sprintf('%%.2f', $4)) with labels offset 0,0.6 font ',7' "
                                   "notitle\n",
                               q, mrcnn_plot_color(0));
-    else mrcnn_plot_buf_printf(&b, "plot NaN title 'no category has ground truth'\n");
+    else mrcnn_plot_buf_printf(&b, "set label 1 'no category has ground truth' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1\n");
     int w = n > 20 ? (int)(300 + 18 * n) : 800;
     if (mrcnn_plot_render(base, w, 520, b.s)) mrcnn_info("%s AP per category: %s.png", iou, base);
     mrcnn_plot_buf_free(&b);

@@ -288,8 +288,7 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
     first = 1;
     for (int k = 0; k < n_keys; k++)
         if (!strcmp(keys[k], "lr")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
-    mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no learning rate logged' at graph 0.5,0.5 center\n"
-                                              "plot NaN notitle\nunset label 1" : "");
+    mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no learning rate logged' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     /* 3: throughput (left axis) and memory (right axis) */
     mrcnn_plot_buf_printf(&b, "set title 'throughput and memory'\nset ylabel 'throughput (images/s, all ranks)'\n"
                               "set y2label 'memory on rank 0 (MiB)'\nset ytics nomirror\nset y2tics\n");
@@ -299,7 +298,7 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
         if (!strcmp(keys[k], "mem_mb") || !strcmp(keys[k], "gpu_mem_mb"))
             plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y2", &first);
     }
-    mrcnn_plot_buf_printf(&b, "%s\n", first ? "plot NaN notitle" : "");
+    mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no throughput or memory logged' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     /* 4: fp16's dynamic loss scale (log2 steps) and the steps it skipped */
     if (fp16) {
         mrcnn_plot_buf_printf(&b, "set title 'fp16 loss scaling'\nset ylabel 'loss scale (log scale)'\n"
@@ -309,7 +308,7 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
             if (!strcmp(keys[k], "loss_scale")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
             if (!strcmp(keys[k], "skipped")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y2", &first);
         }
-        mrcnn_plot_buf_printf(&b, "%s\nunset logscale y\n", first ? "plot NaN notitle" : "");
+        mrcnn_plot_buf_printf(&b, "%s\nunset logscale y\n", first ? "unset logscale y\nset label 1 'no loss scale logged' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     }
     mrcnn_plot_buf_printf(&b, "unset multiplot\n");
     char base[1200];
