@@ -38,7 +38,7 @@ static void usage(FILE *out) {
             "                    earlier in backward, larger ones use the network better)\n"
             "SOLVER.IMS_PER_BATCH is the global batch; with SOLVER.REFERENCE_WORLD_SIZE > 0 the batch,\n"
             "LR and schedule are rescaled to the world size (detectron2's rule). Writes OUTPUT_DIR/\n"
-            "model_*.h5 checkpoints, metrics.json, TensorBoard events and loss.png.\n"
+            "model_*.h5 checkpoints, metrics.json, TensorBoard events and plots/training.png.\n"
             "Exit codes: 0 done, 1 error, 2 usage, 3 comm timeout, 4 too many non-finite steps,\n"
             "99 preempted by SIGTERM/SIGUSR1 (checkpoint written; requeue with --resume).\n");
 }
@@ -306,7 +306,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     int rc = mrcnn_trainer_run(&cfg, &opts, &dist, be, &b.mt.tm);
     if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
-                   cfg.output_dir, cfg.output_dir, rc == 0 ? ", loss.png" : "");
+                   cfg.output_dir, cfg.output_dir, rc == 0 ? ", plots/training.png" : "");
     mrcnn_train_feed_destroy(b.feed);
     eval_free(&b);
     free(b.gt);
