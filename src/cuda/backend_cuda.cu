@@ -164,6 +164,20 @@ extern "C" void mrcnn_cuda_debug_sync(const char *what, const char *file, int li
  * free is no device-wide synchronization (cudaFree is). Everything the backend runs
  * is on its one stream, so a block freed there is reused only after the kernels that
  * read it. Without pool support (or MRCNN_CUDA_POOL=0): plain cudaMalloc / cudaFree. */
+/* An allocation that fails inside a capture (one already broken by a refused call, or
+ * cudaMalloc, which a capture refuses) is recorded in the trainer's graph guard, and the
+ * region goes on recording into a capture that will be dropped: it gets a placeholder
+ * address that nothing dereferences (nothing recorded runs), distinct per allocation (an
+ * op may check aliasing), never device memory, and ignored by cu_free. */
+#define CU_PLACEHOLDER_BASE ((uintptr_t)0xdead0000000000ull)
+#define CU_PLACEHOLDER_SPAN ((uintptr_t)1 << 40)
+static thread_local uintptr_t cu_placeholder_next = 0;
+
+static int cu_is_placeholder(const void *p) {
+    const uintptr_t u = (uintptr_t)p;
+    return u >= CU_PLACEHOLDER_BASE && u < CU_PLACEHOLDER_BASE + CU_PLACEHOLDER_SPAN;
+}
+
 static void *cu_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
     cu_state *s = cu_st(be);
     void *p = NULL;
@@ -171,6 +185,13 @@ static void *cu_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
     cudaError_t e = s->use_pool ? cudaMallocAsync(&p, bytes, s->stream) : cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        if (s->capturing && mrcnn_graph_guard_note("cudaMalloc%s of %zu bytes for %s inside the captured region "
+                                                   "failed: %s", s->use_pool ? "Async" : "", bytes,
+                                                   what ? what : "?", cudaGetErrorString(e))) {
+            void *placeholder = (void *)(CU_PLACEHOLDER_BASE + cu_placeholder_next);
+            cu_placeholder_next = (cu_placeholder_next + ((bytes + 255) & ~(size_t)255)) % CU_PLACEHOLDER_SPAN;
+            return placeholder;
+        }
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
         MRCNN_CHECK(0, "cudaMalloc%s of %zu bytes for %s failed: %s (%zu of %zu MB free)", s->use_pool ? "Async" : "",
@@ -180,7 +201,7 @@ static void *cu_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
 }
 
 static void cu_free(const mrcnn_backend *be, void *p) {
-    if (!p) return;
+    if (!p || cu_is_placeholder(p)) return;
     if (cu_st(be)->use_pool) MRCNN_CHECK_CUDA(cudaFreeAsync(p, cu_st(be)->stream));
     else MRCNN_CHECK_CUDA(cudaFree(p));
 }

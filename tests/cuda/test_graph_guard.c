@@ -1,7 +1,7 @@
 /* The CUDA backend's graph calls under a graph guard (check.h), as the trainer makes
  * them, on a GPU (skips without one): a capture that a prohibited call breaks in the
  * middle (a device synchronisation, which a capture on this thread refuses) ends the
- * run neither there nor at the next kernel's launch check; graph_end and the guard
+ * run neither there nor at the next kernel's launch check or allocation; graph_end and the guard
  * report it, nothing of the region ran, and the region then runs directly with the
  * right result and no error left over from the capture. Whatever CUDA does with the
  * refused call (invalidate the capture, or only refuse the call), the outcome must be
@@ -47,6 +47,9 @@ static void test_capture_broken_midway(void **state) {
     G->nn.add_backward(G, &a, &y, NULL); // recorded: y += a
     const cudaError_t refused = cudaDeviceSynchronize();
     G->nn.add_backward(G, &a, &y, NULL); // its launch check must not end the run
+    void *scratch = G->mem.alloc(G, 4096, "scratch inside the broken capture"); // nor an allocation
+    assert_non_null(scratch);
+    G->mem.free(G, scratch);
     void *g = G->stream.graph_end(G);
     char why[1024];
     const int failures = mrcnn_graph_guard_end(why, sizeof why);
