@@ -38,10 +38,6 @@ static float *f32_like(const mrcnn_tensor *t, const char *what, const mrcnn_tens
     return f32_shape(t, what, ref->ndim, ref->shape);
 }
 
-static float *opt_f32_shape(const mrcnn_tensor *t, const char *what, int ndim, const int64_t *shape) {
-    return t ? f32_shape(t, what, ndim, shape) : NULL;
-}
-
 static void round_out(const mrcnn_backend *be, mrcnn_tensor *t) {
     if (t && be->storage != MRCNN_DTYPE_F32) mrcnn_round_array(t->data, (size_t)mrcnn_tensor_numel(t), be->storage);
 }
@@ -127,20 +123,15 @@ static void cpu_destroy(mrcnn_backend *be) { free(be); }
 
 /* ---- convolutions ---- */
 
-static void conv_shapes(const mrcnn_conv2d_desc *d, int64_t xs[4], int64_t ws[4], int64_t ys[4]) {
-    MRCNN_CHECK(d != NULL, "conv2d: NULL descriptor");
-    mrcnn_conv2d_desc_check(d);
-    int64_t x_[4] = {d->n, d->h, d->w, d->c}, w_[4] = {d->k, d->r, d->s, d->c},
-            y_[4] = {d->n, mrcnn_conv2d_out_h(d), mrcnn_conv2d_out_w(d), d->k};
-    memcpy(xs, x_, sizeof x_), memcpy(ws, w_, sizeof w_), memcpy(ys, y_, sizeof y_);
-}
+/* Shapes, layout, devices and activations of the nn entries are checked once, in front
+ * of them (mrcnn_backend_validate, src/core/backend_validate.c, which both CPU
+ * factories run); what is left here is what this backend adds: fp32 data, since the
+ * CPU ops compute on floats whatever the storage precision. */
 
 static void cpu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
                                const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    int64_t xs[4], ws[4], ys[4], bs[1] = {d ? d->k : 0};
-    conv_shapes(d, xs, ws, ys);
-    mrcnn_conv2d_forward(d, f32_shape(x, "conv2d_forward x", 4, xs), f32_shape(w, "conv2d_forward w", 4, ws),
-                         opt_f32_shape(b, "conv2d_forward b", 1, bs), f32_shape(y, "conv2d_forward y", 4, ys));
+    mrcnn_conv2d_forward(d, f32(x, "conv2d_forward x"), f32(w, "conv2d_forward w"),
+                         b ? f32(b, "conv2d_forward b") : NULL, f32(y, "conv2d_forward y"));
     apply_act(act, y, "conv2d_forward");
     round_out(be, y);
 }
@@ -157,57 +148,48 @@ static void bias_grad(int64_t m, int k, const float *dy, float *db) {
 static void cpu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
                                 const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
                                 mrcnn_tensor *db) {
-    int64_t xs[4], ws[4], ys[4], bs[1] = {d ? d->k : 0};
-    conv_shapes(d, xs, ws, ys);
-    const float *g = f32_shape(dy, "conv2d_backward dy", 4, ys);
-    float *pdb = opt_f32_shape(db, "conv2d_backward db", 1, bs);
-    if (dx) mrcnn_conv2d_backward_data(d, g, f32_shape(w, "conv2d_backward w", 4, ws), f32_shape(dx, "conv2d_backward dx", 4, xs));
+    const float *g = f32(dy, "conv2d_backward dy");
+    float *pdb = db ? f32(db, "conv2d_backward db") : NULL;
+    if (dx) mrcnn_conv2d_backward_data(d, g, f32(w, "conv2d_backward w"), f32(dx, "conv2d_backward dx"));
     if (dw)
-        mrcnn_conv2d_backward_filter(d, f32_shape(x, "conv2d_backward x", 4, xs), g, f32_shape(dw, "conv2d_backward dw", 4, ws), pdb);
+        mrcnn_conv2d_backward_filter(d, f32(x, "conv2d_backward x"), g, f32(dw, "conv2d_backward dw"), pdb);
     else if (pdb)
-        bias_grad(ys[0] * ys[1] * ys[2], d->k, g, pdb);
+        bias_grad(mrcnn_tensor_numel(dy) / (d->k ? d->k : 1), d->k, g, pdb);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
 static void cpu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
                                   const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    int64_t xs[4] = {-1, -1, -1, -1};
-    const float *px = f32_shape(x, "deconv2x2_forward x", 4, xs);
-    int64_t k = w ? w->shape[0] : 0;
-    int64_t ws[4] = {-1, 2, 2, x->shape[3]}, bs[1] = {k}, ys[4] = {x->shape[0], 2 * x->shape[1], 2 * x->shape[2], k};
-    const float *pw = f32_shape(w, "deconv2x2_forward w", 4, ws);
     mrcnn_deconv2x2_forward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
-                            to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"), to_int(k, "deconv2x2 K"),
-                            px, pw, opt_f32_shape(b, "deconv2x2_forward b", 1, bs), f32_shape(y, "deconv2x2_forward y", 4, ys));
+                            to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"),
+                            to_int(w->shape[0], "deconv2x2 K"), f32(x, "deconv2x2_forward x"),
+                            f32(w, "deconv2x2_forward w"), b ? f32(b, "deconv2x2_forward b") : NULL,
+                            f32(y, "deconv2x2_forward y"));
     apply_act(act, y, "deconv2x2_forward");
     round_out(be, y);
 }
 
 static void cpu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
                                    const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    int64_t xs[4] = {-1, -1, -1, -1};
-    const float *px = f32_shape(x, "deconv2x2_backward x", 4, xs);
-    int64_t k = w ? w->shape[0] : 0;
-    int64_t ws[4] = {-1, 2, 2, x->shape[3]}, bs[1] = {k}, ys[4] = {x->shape[0], 2 * x->shape[1], 2 * x->shape[2], k};
-    const float *pw = f32_shape(w, "deconv2x2_backward w", 4, ws);
     mrcnn_deconv2x2_backward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
-                             to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"), to_int(k, "deconv2x2 K"),
-                             px, pw, f32_shape(dy, "deconv2x2_backward dy", 4, ys), dx ? f32_like(dx, "deconv2x2_backward dx", x) : NULL,
-                             dw ? f32_like(dw, "deconv2x2_backward dw", w) : NULL, opt_f32_shape(db, "deconv2x2_backward db", 1, bs));
+                             to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"),
+                             to_int(w->shape[0], "deconv2x2 K"), f32(x, "deconv2x2_backward x"),
+                             f32(w, "deconv2x2_backward w"), f32(dy, "deconv2x2_backward dy"),
+                             dx ? f32(dx, "deconv2x2_backward dx") : NULL, dw ? f32(dw, "deconv2x2_backward dw") : NULL,
+                             db ? f32(db, "deconv2x2_backward db") : NULL);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
 /* ---- elementwise and pooling ---- */
 
 static void cpu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    const float *px = f32(x, "relu_forward x");
-    mrcnn_relu_forward(mrcnn_tensor_numel(x), px, f32_like(y, "relu_forward y", x));
+    mrcnn_relu_forward(mrcnn_tensor_numel(x), f32(x, "relu_forward x"), f32(y, "relu_forward y"));
     round_out(be, y);
 }
 
 static void cpu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
-    const float *py = f32(y, "relu_backward y");
-    mrcnn_relu_backward(mrcnn_tensor_numel(y), py, f32_like(dy, "relu_backward dy", y), f32_like(dx, "relu_backward dx", y));
+    mrcnn_relu_backward(mrcnn_tensor_numel(y), f32(y, "relu_backward y"), f32(dy, "relu_backward dy"),
+                        f32(dx, "relu_backward dx"));
     round_out(be, dx);
 }
 
@@ -225,10 +207,8 @@ static void add_relu(int64_t n, const float *a, const float *b, float *y, mrcnn_
 
 static void cpu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
                             mrcnn_tensor *y) {
-    const float *pa = f32(a, "add_forward a");
-    const float *pb = f32_like(b, "add_forward b", a);
-    float *py = f32_like(y, "add_forward y", a);
-    MRCNN_CHECK(act == MRCNN_ACT_NONE || act == MRCNN_ACT_RELU, "add_forward: unknown activation %d", (int)act);
+    const float *pa = f32(a, "add_forward a"), *pb = f32(b, "add_forward b");
+    float *py = f32(y, "add_forward y");
     if (act == MRCNN_ACT_RELU) {
         add_relu(mrcnn_tensor_numel(a), pa, pb, py, be->storage);
         return;
@@ -238,91 +218,60 @@ static void cpu_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, cons
 }
 
 static void cpu_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
-    const float *g = f32(dy, "add_backward dy");
-    mrcnn_add_backward(mrcnn_tensor_numel(dy), g, da ? f32_like(da, "add_backward da", dy) : NULL,
-                       db ? f32_like(db, "add_backward db", dy) : NULL);
+    mrcnn_add_backward(mrcnn_tensor_numel(dy), f32(dy, "add_backward dy"), da ? f32(da, "add_backward da") : NULL,
+                       db ? f32(db, "add_backward db") : NULL);
     round_out(be, da), round_out(be, db);
 }
 
-static void pool_shapes(const mrcnn_pool2d_desc *d, int64_t xs[4], int64_t ys[4]) {
-    MRCNN_CHECK(d != NULL, "maxpool2d: NULL descriptor");
-    MRCNN_CHECK(d->kernel > 0 && d->stride > 0 && d->pad >= 0, "maxpool2d: kernel %d, stride %d, pad %d are invalid",
-                d->kernel, d->stride, d->pad);
-    int64_t x_[4] = {d->n, d->h, d->w, d->c}, y_[4] = {d->n, mrcnn_pool2d_out_h(d), mrcnn_pool2d_out_w(d), d->c};
-    memcpy(xs, x_, sizeof x_), memcpy(ys, y_, sizeof y_);
-}
-
 static void cpu_maxpool2d_forward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    int64_t xs[4], ys[4];
-    pool_shapes(d, xs, ys);
-    mrcnn_maxpool2d_forward(d, f32_shape(x, "maxpool2d_forward x", 4, xs), f32_shape(y, "maxpool2d_forward y", 4, ys));
+    mrcnn_maxpool2d_forward(d, f32(x, "maxpool2d_forward x"), f32(y, "maxpool2d_forward y"));
     round_out(be, y);
 }
 
 static void cpu_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
                                    const mrcnn_tensor *dy, mrcnn_tensor *dx) {
-    int64_t xs[4], ys[4];
-    pool_shapes(d, xs, ys);
-    mrcnn_maxpool2d_backward(d, f32_shape(x, "maxpool2d_backward x", 4, xs), f32_shape(dy, "maxpool2d_backward dy", 4, ys),
-                             f32_shape(dx, "maxpool2d_backward dx", 4, xs));
+    mrcnn_maxpool2d_backward(d, f32(x, "maxpool2d_backward x"), f32(dy, "maxpool2d_backward dy"),
+                             f32(dx, "maxpool2d_backward dx"));
     round_out(be, dx);
 }
 
 static void cpu_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
                                      mrcnn_tensor *y) {
-    int64_t any[4] = {-1, -1, -1, -1};
-    const float *pl = f32_shape(lateral, "upsample_add_forward lateral", 4, any);
-    int64_t ts[4] = {lateral->shape[0], -1, -1, lateral->shape[3]};
-    const float *pt = f32_shape(top, "upsample_add_forward top", 4, ts);
     mrcnn_upsample_add_forward(to_int(top->shape[0], "upsample N"), to_int(top->shape[1], "upsample h"),
                                to_int(top->shape[2], "upsample w"), to_int(lateral->shape[1], "upsample H"),
-                               to_int(lateral->shape[2], "upsample W"), to_int(top->shape[3], "upsample C"), pt, pl,
-                               f32_like(y, "upsample_add_forward y", lateral));
+                               to_int(lateral->shape[2], "upsample W"), to_int(top->shape[3], "upsample C"),
+                               f32(top, "upsample_add_forward top"), f32(lateral, "upsample_add_forward lateral"),
+                               f32(y, "upsample_add_forward y"));
     round_out(be, y);
 }
 
 static void cpu_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
                                       mrcnn_tensor *dlateral) {
-    int64_t any[4] = {-1, -1, -1, -1};
-    const float *g = f32_shape(dy, "upsample_add_backward dy", 4, any);
-    int64_t ts[4] = {dy->shape[0], -1, -1, dy->shape[3]};
-    float *pt = opt_f32_shape(dtop, "upsample_add_backward dtop", 4, ts);
-    float *pl = dlateral ? f32_like(dlateral, "upsample_add_backward dlateral", dy) : NULL;
     mrcnn_upsample_add_backward(to_int(dy->shape[0], "upsample N"), dtop ? to_int(dtop->shape[1], "upsample h") : 1,
                                 dtop ? to_int(dtop->shape[2], "upsample w") : 1, to_int(dy->shape[1], "upsample H"),
-                                to_int(dy->shape[2], "upsample W"), to_int(dy->shape[3], "upsample C"), g, pt, pl);
+                                to_int(dy->shape[2], "upsample W"), to_int(dy->shape[3], "upsample C"),
+                                f32(dy, "upsample_add_backward dy"), dtop ? f32(dtop, "upsample_add_backward dtop") : NULL,
+                                dlateral ? f32(dlateral, "upsample_add_backward dlateral") : NULL);
     round_out(be, dtop), round_out(be, dlateral);
 }
 
 /* ---- fully connected: x may be any (N, ...) block, flattened per row ---- */
 
-static int64_t linear_in(const mrcnn_tensor *x, const char *what) {
-    f32(x, what);
-    MRCNN_CHECK(x->ndim >= 2 && x->shape[0] > 0, "%s: needs a (N, ...) tensor with N > 0, got %d dims", what, x->ndim);
-    return mrcnn_tensor_numel(x) / x->shape[0];
-}
-
 static void cpu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
                                const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    int64_t in = linear_in(x, "linear_forward x");
-    int64_t ws[2] = {-1, in};
-    const float *pw = f32_shape(w, "linear_forward w", 2, ws);
-    int64_t out = w->shape[0], bs[1] = {out}, ys[2] = {x->shape[0], out};
-    mrcnn_linear_forward(to_int(x->shape[0], "linear N"), to_int(in, "linear in"), to_int(out, "linear out"), x->data, pw,
-                         opt_f32_shape(b, "linear_forward b", 1, bs), f32_shape(y, "linear_forward y", 2, ys));
+    mrcnn_linear_forward(to_int(x->shape[0], "linear N"), to_int(w->shape[1], "linear in"), to_int(w->shape[0], "linear out"),
+                         f32(x, "linear_forward x"), f32(w, "linear_forward w"), b ? f32(b, "linear_forward b") : NULL,
+                         f32(y, "linear_forward y"));
     apply_act(act, y, "linear_forward");
     round_out(be, y);
 }
 
 static void cpu_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
                                 const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    int64_t in = linear_in(x, "linear_backward x");
-    int64_t ws[2] = {-1, in};
-    const float *pw = f32_shape(w, "linear_backward w", 2, ws);
-    int64_t out = w->shape[0], bs[1] = {out}, ys[2] = {x->shape[0], out};
-    mrcnn_linear_backward(to_int(x->shape[0], "linear N"), to_int(in, "linear in"), to_int(out, "linear out"), x->data, pw,
-                          f32_shape(dy, "linear_backward dy", 2, ys), dx ? f32_like(dx, "linear_backward dx", x) : NULL,
-                          dw ? f32_like(dw, "linear_backward dw", w) : NULL, opt_f32_shape(db, "linear_backward db", 1, bs));
+    mrcnn_linear_backward(to_int(x->shape[0], "linear N"), to_int(w->shape[1], "linear in"), to_int(w->shape[0], "linear out"),
+                          f32(x, "linear_backward x"), f32(w, "linear_backward w"), f32(dy, "linear_backward dy"),
+                          dx ? f32(dx, "linear_backward dx") : NULL, dw ? f32(dw, "linear_backward dw") : NULL,
+                          db ? f32(db, "linear_backward db") : NULL);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
@@ -412,20 +361,23 @@ static void cpu_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const 
 
 /* ---- optimizer ---- */
 
-/* PyTorch's SGD: g' = grad_scale * g + weight_decay * mask * p; v = mu v + g'; p -= lr v.
- * decay_mask: per element (0 exempts, e.g. biases and norms) or NULL for all ones. */
+/* PyTorch's SGD: g' = grad_scale * q * g + weight_decay * mask * p; v = mu v + g'; p -= lr v.
+ * decay_mask: (n) per element (0 exempts, e.g. biases and norms), or (2, n): that, then
+ * the gradient's preconditioner q (train.h); NULL for all ones. */
 static void cpu_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                            mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
                            float weight_decay, float grad_scale) {
     float *p = f32(params, "sgd_update params");
     const float *g = same_numel(grads, "sgd_update grads", params);
     float *v = (float *)same_numel(momentum, "sgd_update momentum", params);
-    const float *mask = same_numel(decay_mask, "sgd_update decay_mask", params);
-    MRCNN_CHECK(g != NULL && v != NULL, "sgd_update: NULL grads or momentum");
     const int64_t n = mrcnn_tensor_numel(params);
+    const int with_q = decay_mask && mrcnn_tensor_numel(decay_mask) == 2 * n && n > 0;
+    const float *mask = with_q ? f32(decay_mask, "sgd_update decay_mask") : same_numel(decay_mask, "sgd_update decay_mask", params);
+    const float *q = with_q ? mask + n : NULL;
+    MRCNN_CHECK(g != NULL && v != NULL, "sgd_update: NULL grads or momentum");
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t i = 0; i < n; i++) {
-        float d = g[i] * grad_scale + weight_decay * (mask ? mask[i] : 1.0f) * p[i];
+        float d = g[i] * grad_scale * (q ? q[i] : 1.0f) + weight_decay * (mask ? mask[i] : 1.0f) * p[i];
         v[i] = momentum_coef * v[i] + d;
         p[i] -= lr * v[i];
     }
@@ -525,5 +477,6 @@ mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     be->info.memory_used_mb = cpu_memory_used_mb;
     be->info.peak_mb = cpu_peak_mb;
     mrcnn_backend_cpu_fill_step(be); // the training step's bookkeeping (backend_cpu_step.c)
+    mrcnn_backend_validate(be);      // the shape checks, in front of the entries above
     return be;
 }

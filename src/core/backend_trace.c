@@ -356,7 +356,7 @@ static void depth_leave(int *unused) { t_depth--; }
 
 /* ---- mem ---- */
 
-static void *t_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
+static void *t_mem_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
     trace_state *S = lookup(be);
     const int nested = t_depth > 0;
     t_depth++;
@@ -378,7 +378,7 @@ static void *t_alloc(const mrcnn_backend *be, size_t bytes, const char *what) {
     return p;
 }
 
-static void t_free(const mrcnn_backend *be, void *p) {
+static void t_mem_free(const mrcnn_backend *be, void *p) {
     TRACE_OPEN("mem.free");
     if (S->open) {
         if (L) {
@@ -397,17 +397,8 @@ static void t_free(const mrcnn_backend *be, void *p) {
     S->inner.mem.free(be, p);
 }
 
-static void t_zero(const mrcnn_backend *be, mrcnn_tensor *t) {
-    TRACE_OPEN("mem.zero");
-    if (L) {
-        ln_tensor(L, "t", t);
-        record(L);
-    }
-    S->inner.mem.zero(be, t);
-}
-
 /* The host source is not hashed: its address and contents are the upload's data. */
-static void t_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src) {
+static void t_mem_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src) {
     TRACE_OPEN("mem.write");
     if (S->open) __atomic_fetch_add(&S->cur.uploads, 1, __ATOMIC_RELAXED);
     if (L) {
@@ -418,7 +409,7 @@ static void t_write(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host
     S->inner.mem.write(be, dst, host_src);
 }
 
-static void t_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
+static void t_mem_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst) {
     TRACE_OPEN("mem.read");
     if (S->open) __atomic_fetch_add(&S->cur.reads, 1, __ATOMIC_RELAXED);
     if (L) {
@@ -428,306 +419,17 @@ static void t_read(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_
     S->inner.mem.read(be, src, host_dst);
 }
 
-static void t_sync(const mrcnn_backend *be) {
+static void t_mem_sync(const mrcnn_backend *be) {
     TRACE_OPEN("mem.sync");
     if (S->open) __atomic_fetch_add(&S->cur.syncs, 1, __ATOMIC_RELAXED);
     if (L) record(L);
     S->inner.mem.sync(be);
 }
 
-/* ---- nn ---- */
-
-static void t_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
-                             const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.conv2d_forward");
-    if (L) {
-        ln_conv(L, d);
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "b", b);
-        ln_int(L, "act", act);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.conv2d_forward(be, d, x, w, b, act, y);
-}
-
-static void t_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
-                              const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
-                              mrcnn_tensor *db) {
-    TRACE_OPEN("nn.conv2d_backward");
-    if (L) {
-        ln_conv(L, d);
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dx", dx);
-        ln_tensor(L, "dw", dw);
-        ln_tensor(L, "db", db);
-        record(L);
-    }
-    S->inner.nn.conv2d_backward(be, d, x, w, dy, dx, dw, db);
-}
-
-static void t_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.deconv2x2_forward");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "b", b);
-        ln_int(L, "act", act);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.deconv2x2_forward(be, x, w, b, act, y);
-}
-
-static void t_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                 const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    TRACE_OPEN("nn.deconv2x2_backward");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dx", dx);
-        ln_tensor(L, "dw", dw);
-        ln_tensor(L, "db", db);
-        record(L);
-    }
-    S->inner.nn.deconv2x2_backward(be, x, w, dy, dx, dw, db);
-}
-
-static void t_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.relu_forward");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.relu_forward(be, x, y);
-}
-
-static void t_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
-    TRACE_OPEN("nn.relu_backward");
-    if (L) {
-        ln_tensor(L, "y", y);
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dx", dx);
-        record(L);
-    }
-    S->inner.nn.relu_backward(be, y, dy, dx);
-}
-
-static void t_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
-                          mrcnn_tensor *y) {
-    TRACE_OPEN("nn.add_forward");
-    if (L) {
-        ln_tensor(L, "a", a);
-        ln_tensor(L, "b", b);
-        ln_int(L, "act", act);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.add_forward(be, a, b, act, y);
-}
-
-static void t_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
-    TRACE_OPEN("nn.add_backward");
-    if (L) {
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "da", da);
-        ln_tensor(L, "db", db);
-        record(L);
-    }
-    S->inner.nn.add_backward(be, dy, da, db);
-}
-
-static void t_maxpool2d_forward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
-                                mrcnn_tensor *y) {
-    TRACE_OPEN("nn.maxpool2d_forward");
-    if (L) {
-        ln_pool(L, d);
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.maxpool2d_forward(be, d, x, y);
-}
-
-static void t_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_desc *d, const mrcnn_tensor *x,
-                                 const mrcnn_tensor *dy, mrcnn_tensor *dx) {
-    TRACE_OPEN("nn.maxpool2d_backward");
-    if (L) {
-        ln_pool(L, d);
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dx", dx);
-        record(L);
-    }
-    S->inner.nn.maxpool2d_backward(be, d, x, dy, dx);
-}
-
-static void t_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
-                                   mrcnn_tensor *y) {
-    TRACE_OPEN("nn.upsample_add_forward");
-    if (L) {
-        ln_tensor(L, "top", top);
-        ln_tensor(L, "lateral", lateral);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.upsample_add_forward(be, top, lateral, y);
-}
-
-static void t_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
-                                    mrcnn_tensor *dlateral) {
-    TRACE_OPEN("nn.upsample_add_backward");
-    if (L) {
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dtop", dtop);
-        ln_tensor(L, "dlateral", dlateral);
-        record(L);
-    }
-    S->inner.nn.upsample_add_backward(be, dy, dtop, dlateral);
-}
-
-static void t_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                             const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.linear_forward");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "b", b);
-        ln_int(L, "act", act);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.linear_forward(be, x, w, b, act, y);
-}
-
-static void t_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                              const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    TRACE_OPEN("nn.linear_backward");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "w", w);
-        ln_tensor(L, "dy", dy);
-        ln_tensor(L, "dx", dx);
-        ln_tensor(L, "dw", dw);
-        ln_tensor(L, "db", db);
-        record(L);
-    }
-    S->inner.nn.linear_backward(be, x, w, dy, dx, dw, db);
-}
-
-static void t_roi_align_forward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *feats,
-                                const mrcnn_tensor *rois, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.roi_align_forward");
-    if (L) {
-        ln_roi_desc(L, d);
-        ln_tensors(L, "feats", feats, d ? clamp_levels(d->n_levels, MRCNN_ROI_MAX_LEVELS) : 0);
-        ln_tensor(L, "rois", rois);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.roi_align_forward(be, d, feats, rois, y);
-}
-
-static void t_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois,
-                                 const mrcnn_tensor *dy, mrcnn_tensor *dfeats) {
-    TRACE_OPEN("nn.roi_align_backward");
-    if (L) {
-        ln_roi_desc(L, d);
-        ln_tensor(L, "rois", rois);
-        ln_tensor(L, "dy", dy);
-        ln_tensors(L, "dfeats", dfeats, d ? clamp_levels(d->n_levels, MRCNN_ROI_MAX_LEVELS) : 0);
-        record(L);
-    }
-    S->inner.nn.roi_align_backward(be, d, rois, dy, dfeats);
-}
-
-static void t_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    TRACE_OPEN("nn.cast");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "y", y);
-        record(L);
-    }
-    S->inner.nn.cast(be, x, y);
-}
-
-/* ---- loss ---- */
-
-static void t_bce_logits(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                         const mrcnn_tensor *weight, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
-                         mrcnn_tensor *dx) {
-    TRACE_OPEN("loss.bce_logits");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "t", t);
-        ln_tensor(L, "weight", weight);
-        ln_norm(L, norm);
-        ln_tensor(L, "loss", loss);
-        ln_tensor(L, "dx", dx);
-        record(L);
-    }
-    S->inner.loss.bce_logits(be, x, t, weight, norm, loss, dx);
-}
-
-static void t_softmax_ce(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
-                         const mrcnn_loss_norm *norm, mrcnn_tensor *loss, mrcnn_tensor *dx) {
-    TRACE_OPEN("loss.softmax_ce");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "labels", labels);
-        ln_norm(L, norm);
-        ln_tensor(L, "loss", loss);
-        ln_tensor(L, "dx", dx);
-        record(L);
-    }
-    S->inner.loss.softmax_ce(be, x, labels, norm, loss, dx);
-}
-
-static void t_smooth_l1(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                        const mrcnn_tensor *weight, float beta, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
-                        mrcnn_tensor *dx) {
-    TRACE_OPEN("loss.smooth_l1");
-    if (L) {
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "t", t);
-        ln_tensor(L, "weight", weight);
-        ln_f32(L, "beta", beta);
-        ln_norm(L, norm);
-        ln_tensor(L, "loss", loss);
-        ln_tensor(L, "dx", dx);
-        record(L);
-    }
-    S->inner.loss.smooth_l1(be, x, t, weight, beta, norm, loss, dx);
-}
-
 /* ---- opt ---- */
 
-static void t_opt_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                             mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
-                             float weight_decay, float grad_scale) {
-    TRACE_OPEN("opt.sgd_update");
-    if (L) {
-        ln_tensor(L, "params", params);
-        ln_tensor(L, "grads", grads);
-        ln_tensor(L, "momentum", momentum);
-        ln_tensor(L, "decay_mask", decay_mask);
-        ln_f32(L, "lr", lr);
-        ln_f32(L, "momentum_coef", momentum_coef);
-        ln_f32(L, "weight_decay", weight_decay);
-        ln_f32(L, "grad_scale", grad_scale);
-        record(L);
-    }
-    S->inner.opt.sgd_update(be, params, grads, momentum, decay_mask, lr, momentum_coef, weight_decay, grad_scale);
-}
-
 /* A read: the flag comes back to the host. */
-static int t_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
+static int t_opt_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     TRACE_OPEN("opt.nonfinite");
     if (S->open) __atomic_fetch_add(&S->cur.reads, 1, __ATOMIC_RELAXED);
     if (L) {
@@ -737,259 +439,103 @@ static int t_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     return S->inner.opt.nonfinite(be, t);
 }
 
-/* ---- det ---- */
+/* ---- nn, loss, opt, det, stream, step, info: generated from the op list ---- */
 
-static void t_rpn_targets(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d, const mrcnn_tensor *anchors,
-                          const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs, mrcnn_tensor *labels,
-                          mrcnn_tensor *obj_weights, mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights,
-                          mrcnn_tensor *n_sampled) {
-    TRACE_OPEN("det.rpn_targets");
-    if (L) {
-        const int nl = d ? clamp_levels(d->n_levels, MRCNN_DET_MAX_LEVELS) : 0;
-        ln_rpn_desc(L, d);
-        ln_tensor(L, "anchors", anchors);
-        ln_gt(L, gt);
-        ln_tensor(L, "rngs", rngs);
-        ln_tensors(L, "labels", labels, nl);
-        ln_tensors(L, "obj_weights", obj_weights, nl);
-        ln_tensors(L, "reg_targets", reg_targets, nl);
-        ln_tensors(L, "reg_weights", reg_weights, nl);
-        ln_tensor(L, "n_sampled", n_sampled);
-        record(L);
-    }
-    S->inner.det.rpn_targets(be, d, anchors, gt, rngs, labels, obj_weights, reg_targets, reg_weights, n_sampled);
-}
+/* One trace field per argument, in the order of the list's trace_fields. */
+#define TR_T(x) ln_tensor(L, #x, x);
+#define TR_LV(x, max) ln_tensors(L, #x, x, d ? clamp_levels(d->n_levels, max) : 0);
+#define TR_I(x) ln_int(L, #x, x);
+#define TR_F(x) ln_f32(L, #x, x);
+#define TR_P(x) ln_ptr(L, #x, x);
+#define TR_SZ(x) put(L, " " #x "=%zu", x);
+#define TR_D(kind, d) TR_D_##kind(d)
+#define TR_D_conv(d) ln_conv(L, d);
+#define TR_D_pool(d) ln_pool(L, d);
+#define TR_D_roi(d) ln_roi_desc(L, d);
+#define TR_D_norm(n) ln_norm(L, n);
+#define TR_D_step(d) ln_step_desc(L, d);
+#define TR_D_rpn(d) ln_rpn_desc(L, d);
+#define TR_D_prop(d) ln_prop_desc(L, d);
+#define TR_D_sample(d) ln_sample_desc(L, d);
+#define TR_D_gt(g) ln_gt(L, g);
 
-static void t_proposals(const mrcnn_backend *be, const mrcnn_proposals_desc *d, const mrcnn_tensor *logits,
-                        const mrcnn_tensor *deltas, const mrcnn_tensor *anchors, const mrcnn_tensor *image_hw,
-                        mrcnn_tensor *boxes, mrcnn_tensor *scores, mrcnn_tensor *counts) {
-    TRACE_OPEN("det.proposals");
-    if (L) {
-        const int nl = d ? clamp_levels(d->n_levels, MRCNN_DET_MAX_LEVELS) : 0;
-        ln_prop_desc(L, d);
-        ln_tensors(L, "logits", logits, nl);
-        ln_tensors(L, "deltas", deltas, nl);
-        ln_tensor(L, "anchors", anchors);
-        ln_tensor(L, "image_hw", image_hw);
-        ln_tensor(L, "boxes", boxes);
-        ln_tensor(L, "scores", scores);
-        ln_tensor(L, "counts", counts);
-        record(L);
-    }
-    S->inner.det.proposals(be, d, logits, deltas, anchors, image_hw, boxes, scores, counts);
-}
-
-static void t_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d, const mrcnn_tensor *proposals,
-                         const mrcnn_tensor *counts, const mrcnn_gt_batch *gt, const mrcnn_tensor *rngs,
-                         mrcnn_tensor *rois, mrcnn_tensor *labels, mrcnn_tensor *box_labels,
-                         mrcnn_tensor *reg_targets, mrcnn_tensor *reg_weights, mrcnn_tensor *fg_rois,
-                         mrcnn_tensor *fg_labels, mrcnn_tensor *fg_gt, mrcnn_tensor *n_rois, mrcnn_tensor *n_fg) {
-    TRACE_OPEN("det.roi_sample");
-    if (L) {
-        ln_sample_desc(L, d);
-        ln_tensor(L, "proposals", proposals);
-        ln_tensor(L, "counts", counts);
-        ln_gt(L, gt);
-        ln_tensor(L, "rngs", rngs);
-        ln_tensor(L, "rois", rois);
-        ln_tensor(L, "labels", labels);
-        ln_tensor(L, "box_labels", box_labels);
-        ln_tensor(L, "reg_targets", reg_targets);
-        ln_tensor(L, "reg_weights", reg_weights);
-        ln_tensor(L, "fg_rois", fg_rois);
-        ln_tensor(L, "fg_labels", fg_labels);
-        ln_tensor(L, "fg_gt", fg_gt);
-        ln_tensor(L, "n_rois", n_rois);
-        ln_tensor(L, "n_fg", n_fg);
-        record(L);
-    }
-    S->inner.det.roi_sample(be, d, proposals, counts, gt, rngs, rois, labels, box_labels, reg_targets, reg_weights,
-                            fg_rois, fg_labels, fg_gt, n_rois, n_fg);
-}
-
-static void t_mask_targets(const mrcnn_backend *be, const mrcnn_gt_batch *gt, const mrcnn_tensor *fg_rois,
-                           const mrcnn_tensor *fg_gt, int m, mrcnn_tensor *targets, mrcnn_tensor *weights) {
-    TRACE_OPEN("det.mask_targets");
-    if (L) {
-        ln_gt(L, gt);
-        ln_tensor(L, "fg_rois", fg_rois);
-        ln_tensor(L, "fg_gt", fg_gt);
-        ln_int(L, "m", m);
-        ln_tensor(L, "targets", targets);
-        ln_tensor(L, "weights", weights);
-        record(L);
-    }
-    S->inner.det.mask_targets(be, gt, fg_rois, fg_gt, m, targets, weights);
-}
-
-#define T_GATHER(fn, a, b, c)                                                                                          \
-    static void t_##fn(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_tensor *c) {      \
-        TRACE_OPEN("det." #fn);                                                                                        \
+/* The line "<table>.<name> <fields>", then the entry it replaced (the HAND entries'
+ * wrappers are above). Calls the host can see without a wait (count_hint's value on
+ * the CPU) show in the lines of the calls they steer. */
+#define TRACE_GEN_HAND(ret, table, name, params, args, fields, call)
+#define TRACE_GEN_GEN(ret, table, name, params, args, fields, call)                                                    \
+    static ret t_##table##_##name params {                                                                             \
+        TRACE_OPEN(#table "." #name);                                                                                  \
         if (L) {                                                                                                       \
-            ln_tensor(L, #a, a);                                                                                       \
-            ln_tensor(L, #b, b);                                                                                       \
-            ln_tensor(L, #c, c);                                                                                       \
-            record(L);                                                                                                 \
+            fields record(L);                                                                                          \
         }                                                                                                              \
-        S->inner.det.fn(be, a, b, c);                                                                                  \
+        call S->inner.table.name args;                                                                                 \
     }
-T_GATHER(gather_class_masks, x, labels, y)
-T_GATHER(gather_class_masks_backward, dy, labels, dx)
-T_GATHER(gather_class_deltas, x, labels, y)
-T_GATHER(gather_class_deltas_backward, dy, labels, dx)
+#define BE_OP(table, name, params, args, trace, fields, ...)                                                           \
+    TRACE_GEN_##trace(void, table, name, params, args, fields, )
+#define BE_OPR(table, name, ret, params, args, trace, fields, ...)                                                     \
+    TRACE_GEN_##trace(ret, table, name, params, args, fields, return)
+#include "mrcnn/backend_ops.def"
+#undef BE_OP
+#undef BE_OPR
 
-/* The value is the host's to see without a wait (CPU); the calls it steers show in
- * the lines after it. */
-static int64_t t_count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
-    TRACE_OPEN("det.count_hint");
-    if (L) {
-        ln_tensor(L, "count", count);
-        record(L);
-    }
-    return S->inner.det.count_hint(be, count);
-}
+/* The list names every entry of every sub-table: a member added to backend.h without
+ * its line fails the build here (each sub-table holds function pointers only). */
+enum { TAB_mem, TAB_nn, TAB_loss, TAB_opt, TAB_det, TAB_stream, TAB_step, TAB_info };
+#define BE_OP(table, ...) +(TAB_##table == TAB_CUR)
+#define BE_OPR(table, ...) +(TAB_##table == TAB_CUR)
+#define TAB_CUR TAB_mem
+_Static_assert(sizeof(((mrcnn_backend *)0)->mem) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->mem has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_nn
+_Static_assert(sizeof(((mrcnn_backend *)0)->nn) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->nn has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_loss
+_Static_assert(sizeof(((mrcnn_backend *)0)->loss) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->loss has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_opt
+_Static_assert(sizeof(((mrcnn_backend *)0)->opt) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->opt has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_det
+_Static_assert(sizeof(((mrcnn_backend *)0)->det) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->det has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_stream
+_Static_assert(sizeof(((mrcnn_backend *)0)->stream) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->stream has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_step
+_Static_assert(sizeof(((mrcnn_backend *)0)->step) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->step has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#define TAB_CUR TAB_info
+_Static_assert(sizeof(((mrcnn_backend *)0)->info) == sizeof(void (*)(void)) * (0
+#include "mrcnn/backend_ops.def"
+                                                                          ),
+               "be->info has an entry missing from include/mrcnn/backend_ops.def");
+#undef TAB_CUR
+#undef BE_OP
+#undef BE_OPR
 
-/* ---- stream ---- */
-
-static void *t_event_create(const mrcnn_backend *be) {
-    TRACE_OPEN("stream.event_create");
-    if (L) record(L);
-    return S->inner.stream.event_create(be);
-}
-
-#define T_EVENT(fn, arg)                                                                                               \
-    static void t_##fn(const mrcnn_backend *be, void *arg) {                                                           \
-        TRACE_OPEN("stream." #fn);                                                                                     \
-        if (L) {                                                                                                       \
-            ln_ptr(L, #arg, arg);                                                                                      \
-            record(L);                                                                                                 \
-        }                                                                                                              \
-        S->inner.stream.fn(be, arg);                                                                                   \
-    }
-T_EVENT(event_destroy, ev)
-T_EVENT(event_record, ev)
-T_EVENT(event_wait, ev)
-T_EVENT(graph_launch, graph)
-T_EVENT(graph_destroy, graph)
-
-static int t_graph_begin(const mrcnn_backend *be) {
-    TRACE_OPEN("stream.graph_begin");
-    if (L) record(L);
-    return S->inner.stream.graph_begin(be);
-}
-
-static void *t_graph_end(const mrcnn_backend *be) {
-    TRACE_OPEN("stream.graph_end");
-    if (L) record(L);
-    return S->inner.stream.graph_end(be);
-}
-
-static uint64_t t_graph_epoch(const mrcnn_backend *be) {
-    TRACE_OPEN("stream.graph_epoch");
-    if (L) record(L);
-    return S->inner.stream.graph_epoch(be);
-}
-
-/* ---- step ---- */
-
-static void t_axpy(const mrcnn_backend *be, float mult, const mrcnn_tensor *x, mrcnn_tensor *acc) {
-    TRACE_OPEN("step.axpy");
-    if (L) {
-        ln_f32(L, "mult", mult);
-        ln_tensor(L, "x", x);
-        ln_tensor(L, "acc", acc);
-        record(L);
-    }
-    S->inner.step.axpy(be, mult, x, acc);
-}
-
-static void t_nonfinite_or(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *flag) {
-    TRACE_OPEN("step.nonfinite_or");
-    if (L) {
-        ln_tensor(L, "t", t);
-        ln_tensor(L, "flag", flag);
-        record(L);
-    }
-    S->inner.step.nonfinite_or(be, t, flag);
-}
-
-static void t_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out) {
-    TRACE_OPEN("step.sum_squares");
-    if (L) {
-        ln_tensor(L, "t", t);
-        ln_tensor(L, "out", out);
-        record(L);
-    }
-    S->inner.step.sum_squares(be, t, out);
-}
-
-static void t_decide(const mrcnn_backend *be, const struct mrcnn_step_desc *d, mrcnn_tensor *ctl) {
-    TRACE_OPEN("step.decide");
-    if (L) {
-        ln_step_desc(L, d);
-        ln_tensor(L, "ctl", ctl);
-        record(L);
-    }
-    S->inner.step.decide(be, d, ctl);
-}
-
-static void t_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                              mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
-                              float weight_decay, const mrcnn_tensor *ctl) {
-    TRACE_OPEN("step.sgd_update");
-    if (L) {
-        ln_tensor(L, "params", params);
-        ln_tensor(L, "grads", grads);
-        ln_tensor(L, "momentum", momentum);
-        ln_tensor(L, "decay_mask", decay_mask);
-        ln_f32(L, "momentum_coef", momentum_coef);
-        ln_f32(L, "weight_decay", weight_decay);
-        ln_tensor(L, "ctl", ctl);
-        record(L);
-    }
-    S->inner.step.sgd_update(be, params, grads, momentum, decay_mask, momentum_coef, weight_decay, ctl);
-}
-
-/* ---- info, precision ---- */
-
-static void t_set_tf32(mrcnn_backend *be, int on) {
-    TRACE_OPEN("info.set_tf32");
-    if (L) {
-        ln_int(L, "on", on);
-        record(L);
-    }
-    S->inner.info.set_tf32(be, on);
-}
-
-static int t_compute_capability(const mrcnn_backend *be) {
-    TRACE_OPEN("info.compute_capability");
-    if (L) record(L);
-    return S->inner.info.compute_capability(be);
-}
-
-static const char *t_device_name(const mrcnn_backend *be, char *buf, size_t len) {
-    TRACE_OPEN("info.device_name");
-    if (L) {
-        put(L, " len=%zu", len);
-        record(L);
-    }
-    return S->inner.info.device_name(be, buf, len);
-}
-
-static double t_memory_used_mb(const mrcnn_backend *be) {
-    TRACE_OPEN("info.memory_used_mb");
-    if (L) record(L);
-    return S->inner.info.memory_used_mb(be);
-}
-
-static double t_peak_mb(const mrcnn_backend *be, int reset) {
-    TRACE_OPEN("info.peak_mb");
-    if (L) {
-        ln_int(L, "reset", reset);
-        record(L);
-    }
-    return S->inner.info.peak_mb(be, reset);
-}
+/* ---- precision ---- */
 
 static void t_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
     TRACE_OPEN("set_precision");
@@ -1033,7 +579,7 @@ static void check_all_wrapped(const void *before, const void *after, size_t byte
         memcpy(&a, (const char *)after + i * sizeof a, sizeof a);
         MRCNN_CHECK(b == NULL || a != b,
                     "backend_trace: entry #%zu of be->%s is not wrapped (a new entry in backend.h?): "
-                    "add its wrapper in src/core/backend_trace.c",
+                    "add its line to include/mrcnn/backend_ops.def",
                     i, table);
     }
 }
@@ -1056,69 +602,11 @@ void mrcnn_backend_trace_install(mrcnn_backend *be) {
         else snprintf(s->dump_prefix, sizeof s->dump_prefix, "%s", env);
     }
 
-    WRAP(mem, alloc, t_alloc);
-    WRAP(mem, free, t_free);
-    WRAP(mem, zero, t_zero);
-    WRAP(mem, write, t_write);
-    WRAP(mem, read, t_read);
-    WRAP(mem, sync, t_sync);
-
-    WRAP(nn, conv2d_forward, t_conv2d_forward);
-    WRAP(nn, conv2d_backward, t_conv2d_backward);
-    WRAP(nn, deconv2x2_forward, t_deconv2x2_forward);
-    WRAP(nn, deconv2x2_backward, t_deconv2x2_backward);
-    WRAP(nn, relu_forward, t_relu_forward);
-    WRAP(nn, relu_backward, t_relu_backward);
-    WRAP(nn, add_forward, t_add_forward);
-    WRAP(nn, add_backward, t_add_backward);
-    WRAP(nn, maxpool2d_forward, t_maxpool2d_forward);
-    WRAP(nn, maxpool2d_backward, t_maxpool2d_backward);
-    WRAP(nn, upsample_add_forward, t_upsample_add_forward);
-    WRAP(nn, upsample_add_backward, t_upsample_add_backward);
-    WRAP(nn, linear_forward, t_linear_forward);
-    WRAP(nn, linear_backward, t_linear_backward);
-    WRAP(nn, roi_align_forward, t_roi_align_forward);
-    WRAP(nn, roi_align_backward, t_roi_align_backward);
-    WRAP(nn, cast, t_cast);
-
-    WRAP(loss, bce_logits, t_bce_logits);
-    WRAP(loss, softmax_ce, t_softmax_ce);
-    WRAP(loss, smooth_l1, t_smooth_l1);
-
-    WRAP(opt, sgd_update, t_opt_sgd_update);
-    WRAP(opt, nonfinite, t_nonfinite);
-
-    WRAP(det, rpn_targets, t_rpn_targets);
-    WRAP(det, proposals, t_proposals);
-    WRAP(det, roi_sample, t_roi_sample);
-    WRAP(det, mask_targets, t_mask_targets);
-    WRAP(det, gather_class_masks, t_gather_class_masks);
-    WRAP(det, gather_class_masks_backward, t_gather_class_masks_backward);
-    WRAP(det, gather_class_deltas, t_gather_class_deltas);
-    WRAP(det, gather_class_deltas_backward, t_gather_class_deltas_backward);
-    WRAP(det, count_hint, t_count_hint);
-
-    WRAP(stream, event_create, t_event_create);
-    WRAP(stream, event_destroy, t_event_destroy);
-    WRAP(stream, event_record, t_event_record);
-    WRAP(stream, event_wait, t_event_wait);
-    WRAP(stream, graph_begin, t_graph_begin);
-    WRAP(stream, graph_end, t_graph_end);
-    WRAP(stream, graph_launch, t_graph_launch);
-    WRAP(stream, graph_destroy, t_graph_destroy);
-    WRAP(stream, graph_epoch, t_graph_epoch);
-
-    WRAP(step, axpy, t_axpy);
-    WRAP(step, nonfinite_or, t_nonfinite_or);
-    WRAP(step, sum_squares, t_sum_squares);
-    WRAP(step, decide, t_decide);
-    WRAP(step, sgd_update, t_step_sgd_update);
-
-    WRAP(info, set_tf32, t_set_tf32);
-    WRAP(info, compute_capability, t_compute_capability);
-    WRAP(info, device_name, t_device_name);
-    WRAP(info, memory_used_mb, t_memory_used_mb);
-    WRAP(info, peak_mb, t_peak_mb);
+#define BE_OP(table, name, ...) WRAP(table, name, t_##table##_##name);
+#define BE_OPR(table, name, ...) WRAP(table, name, t_##table##_##name);
+#include "mrcnn/backend_ops.def"
+#undef BE_OP
+#undef BE_OPR
 
     if (be->set_precision) be->set_precision = t_set_precision;
     be->destroy = t_destroy; // unregisters, then the backend's own destroy (which may be NULL)

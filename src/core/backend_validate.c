@@ -288,34 +288,30 @@ static void v_destroy(mrcnn_backend *be) {
     if (destroy) destroy(be);
 }
 
-/* An entry the backend left NULL stays NULL (the generic CPU backend has no ROIAlign). */
-#define WRAP(entry)                                                                                                    \
-    do {                                                                                                               \
-        if (be->nn.entry) be->nn.entry = v_##entry;                                                                    \
-    } while (0)
+/* The CHECK entries of the op list, each in front of the entry the backend installed.
+ * An entry the backend left NULL stays NULL (the generic CPU backend has no ROIAlign);
+ * one installed after an earlier call (the full CPU backend adds ROIAlign to the
+ * generic one) is wrapped by the next call; one already wrapped stays as it is. */
+#define VALIDATE_NOCHECK(table, name)
+#define VALIDATE_CHECK(table, name)                                                                                    \
+    if (be->table.name && be->table.name != v_##name) {                                                                \
+        raw->table.name = be->table.name;                                                                              \
+        be->table.name = v_##name;                                                                                     \
+    }
+#define BE_OP(table, name, params, args, trace, fields, check, ...) VALIDATE_##check(table, name)
+#define BE_OPR(table, name, ret, params, args, trace, fields, check, ...) VALIDATE_##check(table, name)
 
 void mrcnn_backend_validate(mrcnn_backend *be) {
     MRCNN_CHECK(be != NULL, "mrcnn_backend_validate: NULL backend");
-    if (be->unchecked) return; // already wrapped
-    mrcnn_backend *raw = MRCNN_MALLOC(sizeof *raw, "backend entries");
-    *raw = *be;
-    be->unchecked = raw;
-    WRAP(conv2d_forward);
-    WRAP(conv2d_backward);
-    WRAP(deconv2x2_forward);
-    WRAP(deconv2x2_backward);
-    WRAP(relu_forward);
-    WRAP(relu_backward);
-    WRAP(add_forward);
-    WRAP(add_backward);
-    WRAP(maxpool2d_forward);
-    WRAP(maxpool2d_backward);
-    WRAP(upsample_add_forward);
-    WRAP(upsample_add_backward);
-    WRAP(linear_forward);
-    WRAP(linear_backward);
-    WRAP(roi_align_forward);
-    WRAP(roi_align_backward);
-    WRAP(cast);
+    mrcnn_backend *raw = (mrcnn_backend *)be->unchecked;
+    if (raw && be->destroy != v_destroy) return; // wrapped again on top (a trace): leave the layers alone
+    if (!raw) {
+        raw = MRCNN_MALLOC(sizeof *raw, "backend entries");
+        *raw = *be;
+        be->unchecked = raw;
+    }
+#include "mrcnn/backend_ops.def"
     be->destroy = v_destroy;
 }
+#undef BE_OP
+#undef BE_OPR

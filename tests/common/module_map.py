@@ -38,7 +38,7 @@ HEADERS = {
     "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core",
     "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
     "roi_sample.inc": "ops",
-    "backend.h": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
+    "backend.h": "backend", "backend_ops.def": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
     "model.h": "model", "anchors.h": "model", "boxes.h": "model", "postprocess.h": "model",
     "proposals.h": "model", "roi_targets.h": "model", "params.h": "model", "layers.h": "model",
     "backbone.h": "model", "heads.h": "model", "checkpoint.h": "model",
