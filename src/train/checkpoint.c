@@ -18,6 +18,7 @@
 #include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
+#include "mrcnn/run.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -83,6 +84,13 @@ static void attr_write(hid_t obj, const char *name, hid_t type, const void *v, c
 }
 static void attr_i64(hid_t obj, const char *name, int64_t v, const char *tmp) { attr_write(obj, name, H5T_NATIVE_INT64, &v, tmp); }
 static void attr_f64(hid_t obj, const char *name, double v, const char *tmp) { attr_write(obj, name, H5T_NATIVE_DOUBLE, &v, tmp); }
+
+static void attr_str(hid_t obj, const char *name, const char *v, const char *tmp) {
+    hid_t t = W(H5Tcopy(H5T_C_S1), name);
+    W(H5Tset_size(t, strlen(v) + 1), name);
+    attr_write(obj, name, t, v, tmp);
+    W(H5Tclose(t), name);
+}
 
 static int attr_read(hid_t obj, const char *name, hid_t type, void *v) {
     if (H5Aexists(obj, name) <= 0) return 0;
@@ -261,6 +269,7 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     attr_i64(f, "world_size", st->world_size, tmp);
     attr_i64(f, "global_batch", st->global_batch, tmp);
     attr_i64(f, "seed", st->seed, tmp);
+    if (mrcnn_run_id()[0]) attr_str(f, "run_id", mrcnn_run_id(), tmp);
     attr_i64(f, "complete", 1, tmp);
     /* Closing writes what HDF5 still caches: a full disk often shows only here. */
     W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush");
@@ -271,12 +280,15 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     MRCNN_CHECK(rename(tmp, path) == 0, "checkpoint: rename %s -> %s failed: %s", tmp, path, strerror(errno));
     mrcnn_fail_cleanup_remove(cleanup);
     fsync_path(dir, 1);
-    /* Keep the newest `keep`. */
+    /* Keep the newest `keep` of this run's own: another run's files (higher-numbered
+     * ones included) are neither counted nor deleted. */
     long long *steps;
-    int n = list_steps(dir, &steps);
-    for (int i = keep > 0 ? keep : n; i < n; i++) {
-        char old[1100];
+    int n = list_steps(dir, &steps), mine = 0;
+    for (int i = 0; i < n && keep > 0; i++) {
+        char old[1100], id[MRCNN_RUN_ID_LEN];
         snprintf(old, sizeof old, "%s/model_%07lld.h5", dir, steps[i]);
+        if (!mrcnn_checkpoint_run_id(old, id, sizeof id) || !mrcnn_run_owns_strictly(id)) continue;
+        if (++mine <= keep) continue;
         if (unlink(old) != 0) mrcnn_warn("checkpoint: could not delete old %s: %s", old, strerror(errno));
     }
     free(steps);
@@ -471,6 +483,32 @@ int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_a
     free(hp);
     free(hm);
     return ok;
+}
+
+int mrcnn_checkpoint_run_id(const char *path, char *id, size_t len) {
+    id[0] = 0;
+    lock();
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f >= 0 && H5Aexists(f, "run_id") > 0) {
+        hid_t a = H5Aopen(f, "run_id", H5P_DEFAULT);
+        hid_t t = a >= 0 ? H5Aget_type(a) : -1;
+        size_t sz = t >= 0 ? H5Tget_size(t) : 0;
+        if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && sz > 0 && sz <= len) {
+            char buf[MRCNN_RUN_ID_LEN + 1] = "";
+            if (sz <= sizeof buf && H5Aread(a, t, buf) >= 0) {
+                buf[sz - 1] = 0;
+                snprintf(id, len, "%s", buf);
+            }
+        }
+        if (t >= 0) H5Tclose(t);
+        if (a >= 0) H5Aclose(a);
+    }
+    if (f >= 0) H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    mrcnn_h5_quiet_end(q);
+    unlock();
+    return f >= 0;
 }
 
 int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {

@@ -3,6 +3,7 @@
  * loses nothing that was logged) and to the TensorBoard event file. */
 #include "mrcnn/metrics.h"
 #include "mrcnn/log.h"
+#include "mrcnn/run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -65,6 +66,7 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     FILE *f = fopen(m->json_path, "a");
     if (f) {
         fprintf(f, "{\"step\": %lld", (long long)s->step);
+        if (mrcnn_run_id()[0]) fprintf(f, ", \"run_id\": \"%s\"", mrcnn_run_id());
         json_num(f, "total_loss", s->total_loss, "%.17g");
         for (int i = 0; i < s->n_losses; i++) json_num(f, s->loss_names[i], s->losses[i], "%.17g");
         json_num(f, "lr", s->lr, "%.9g");
@@ -113,6 +115,7 @@ void mrcnn_metrics_log_eval(mrcnn_metrics *m, const mrcnn_eval_metrics *e) {
     FILE *f = fopen(m->json_path, "a");
     if (f) {
         fprintf(f, "{\"step\": %lld", (long long)e->step);
+        if (mrcnn_run_id()[0]) fprintf(f, ", \"run_id\": \"%s\"", mrcnn_run_id());
         for (int i = 0; i < 4; i++) json_num(f, tags[i], v[i], "%.17g");
         fprintf(f, ", \"eval/images\": %lld", (long long)e->images);
         json_num(f, "eval/seconds", e->seconds, "%.3f");

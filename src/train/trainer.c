@@ -7,6 +7,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
 #include "mrcnn/plot.h"
+#include "mrcnn/run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -42,8 +43,16 @@ static void resume(mrcnn_trainer *t) {
         int n = mrcnn_checkpoint_list(t->cfg->output_dir, &paths);
         char failures[1400] = "";
         size_t fl = 0;
+        int others = 0;
         for (int i = 0; i < n && !found; i++) {
-            char why[1024];
+            char why[1024], id[MRCNN_RUN_ID_LEN];
+            /* Only this run's lineage: another run's checkpoint is never resumed. */
+            if (mrcnn_checkpoint_run_id(paths[i], id, sizeof id) && !mrcnn_run_owns(id)) {
+                mrcnn_warn("resume: %s belongs to run %s, not to this OUTPUT_DIR's run %s: skipped", paths[i], id,
+                           mrcnn_run_id());
+                others++;
+                continue;
+            }
             if (mrcnn_checkpoint_try_load(paths[i], t->be, t->model->params, &t->sgd.momentum, &st, why, sizeof why)) {
                 snprintf(path, sizeof path, "%s", paths[i]);
                 found = 1;
@@ -54,10 +63,10 @@ static void resume(mrcnn_trainer *t) {
             if (fl < sizeof failures)
                 fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "%s%s: %s", i ? "; " : "", paths[i], why);
         }
-        if (n > 0 && !found)
+        if (n > others && !found)
             mrcnn_failf("checkpoint", "", __FILE__, __LINE__,
                         "--resume: none of the %d checkpoints in %s can be loaded: %s%s (move them away to start "
-                        "from scratch)", n, t->cfg->output_dir, failures, fl >= sizeof failures ? "..." : "");
+                        "from scratch)", n - others, t->cfg->output_dir, failures, fl >= sizeof failures ? "..." : "");
         mrcnn_checkpoint_list_free(paths, n);
     }
     mrcnn_dist_bcast_bytes(t->dist, &found, sizeof found, "resume: checkpoint choice");
@@ -170,7 +179,10 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     mrcnn_signals_install();
     /* Before anything is trained or written: a directory that cannot be used, or that
      * another training uses, stops the run now (rank 0 fails, MPI_Abort ends the rest). */
-    if (dist->rank == 0) mrcnn_output_dir_claim(cfg->output_dir);
+    if (dist->rank == 0) {
+        mrcnn_output_dir_claim(cfg->output_dir);
+        mrcnn_run_begin(cfg->output_dir, opts->resume);
+    }
 
     if (t.st.scaler.enabled && !m->scales_loss)
         mrcnn_warn("SOLVER.PRECISION fp16: this model applies no loss scale to its gradients; training runs "

@@ -51,11 +51,12 @@ assert steps == list(range(1, 61)), steps
 ck = sorted(f for f in os.listdir(d) if f.startswith("model_"))
 assert ck == ["model_0000040.h5", "model_0000050.h5", "model_0000060.h5"], ck
 PY
-# Free again once the holder is gone, also after kill -9.
-"${SOLO[@]}" "$prog" "$dir" --sleep-ms 100 --set SOLVER.MAX_ITER=200 > "$tmp/killed.log" 2>&1 &
+# Free again once the holder is gone, also after kill -9 (--resume: the directory holds
+# the first run, which a fresh run may not mix with; tests/train/test_run_lineage.sh).
+"${SOLO[@]}" "$prog" "$dir" --resume --sleep-ms 100 --set SOLVER.MAX_ITER=200 > "$tmp/killed.log" 2>&1 &
 victim=$!
 pids="$pids $victim"
-wait_for "$tmp/killed.log" "step 2/" 60 || bad "the run to kill did not start"
+wait_for "$tmp/killed.log" "step 62/" 60 || bad "the run to kill did not start"
 kill -9 $victim
 wait $victim 2>/dev/null
 "${SOLO[@]}" "$prog" "$dir" --resume --set SOLVER.MAX_ITER=200 --max-steps 62 > "$tmp/after.log" 2>&1 ||
