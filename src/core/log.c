@@ -1,7 +1,9 @@
 #include "mrcnn/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static int g_rank = 0, g_world = 1;
@@ -40,7 +42,18 @@ void mrcnn_log(mrcnn_log_level level, const char *fmt, ...) {
     vfprintf(out, fmt, ap);
     va_end(ap);
     fputc('\n', out);
-    fflush(out);
+    /* A log that cannot be written (a full disk under a redirected stdout) is said once
+     * on stderr, which usually goes elsewhere; the run goes on (its checkpoints and
+     * metrics.json check their own writes and stop it when they fail). */
+    static int reported;
+    errno = 0;
+    if ((fflush(out) != 0 || ferror(out)) && out == stdout && !reported) {
+        reported = 1;
+        fprintf(stderr, "mrcnn warning: writing the log to standard output failed: %s%s; further log lines are lost\n",
+                errno ? strerror(errno) : "I/O error", errno == ENOSPC ? " (the disk is full)" : "");
+        fflush(stderr);
+    }
+    if (ferror(out)) clearerr(out);
 }
 
 void mrcnn_timer_start(mrcnn_timer *t) { t->start = mrcnn_time_now(); }

@@ -2,10 +2,13 @@
  * appended to metrics.json (opened, appended and closed each time, so a crash
  * loses nothing that was logged) and to the TensorBoard event file. */
 #include "mrcnn/metrics.h"
+#include "mrcnn/check.h"
 #include "mrcnn/log.h"
 #include "mrcnn/run.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +30,35 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
     fprintf(f, ", \"%s\": ", key);
     if (isfinite(v)) fprintf(f, fmt, v);
     else fputs("null", f);
+}
+
+/* Appends one record (a whole line) to metrics.json. A failed write (a full disk, the
+ * file size limit, an I/O error) stops the run with one error, after cutting the file
+ * back to its last whole line: a metrics.json that silently stops growing, or ends in
+ * half a record, loses the rest of the run's curves and breaks a --resume's appends. */
+static void json_append(const char *path, FILE *mem, char **bufp, const size_t *lenp) {
+    errno = 0;
+    int err = fclose(mem) == 0 ? 0 : errno ? errno : ENOMEM;
+    char *buf = *bufp;
+    size_t len = *lenp;
+    int fd = err ? -1 : open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    off_t start = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+    if (fd < 0 && !err) err = errno;
+    for (size_t done = 0; fd >= 0 && !err && done < len;) {
+        ssize_t w = write(fd, buf + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) err = w < 0 ? errno : ENOSPC;
+        else done += (size_t)w;
+    }
+    if (fd >= 0 && err && start >= 0 && ftruncate(fd, start) != 0)
+        mrcnn_warn("cannot cut %s back to its last whole record: %s", path, strerror(errno));
+    if (fd >= 0 && close(fd) != 0 && !err) err = errno;
+    free(buf);
+    if (err)
+        mrcnn_failf("output", "", __FILE__, __LINE__,
+                    "writing %s failed: %s%s; the file keeps its whole records (make room, then continue with --resume)",
+                    path, strerror(err),
+                    err == ENOSPC ? " (the disk is full)" : err == EFBIG ? " (the file size limit, ulimit -f)" : "");
 }
 
 void mrcnn_metrics_open(mrcnn_metrics *m, const char *output_dir, int enabled) {
@@ -63,8 +95,11 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    FILE *f = fopen(m->json_path, "a");
-    if (f) {
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&buf, &blen);
+    MRCNN_CHECK(f, "metrics: open_memstream failed: %s", strerror(errno));
+    {
         fprintf(f, "{\"step\": %lld", (long long)s->step);
         if (mrcnn_run_id()[0]) fprintf(f, ", \"run_id\": \"%s\"", mrcnn_run_id());
         json_num(f, "total_loss", s->total_loss, "%.17g");
@@ -80,10 +115,8 @@ void mrcnn_metrics_log(mrcnn_metrics *m, const mrcnn_step_metrics *s) {
         json_num(f, "syncs_per_step", s->syncs_per_step, "%.4g");
         json_num(f, "reads_per_step", s->reads_per_step, "%.4g");
         fprintf(f, ", \"skipped\": %lld, \"time\": %.3f}\n", (long long)s->skipped, wall);
-        fclose(f);
-    } else {
-        mrcnn_warn("cannot append to %s", m->json_path);
     }
+    json_append(m->json_path, f, &buf, &blen);
     char tag[160];
     mrcnn_tb_scalar(&m->tb, "total_loss", s->step, (float)s->total_loss, wall);
     for (int i = 0; i < s->n_losses; i++) {
@@ -112,18 +145,19 @@ void mrcnn_metrics_log_eval(mrcnn_metrics *m, const mrcnn_eval_metrics *e) {
     double wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     const char *tags[4] = {"eval/bbox_AP", "eval/bbox_AP50", "eval/segm_AP", "eval/segm_AP50"};
     const double v[4] = {e->bbox_ap, e->bbox_ap50, e->segm_ap, e->segm_ap50};
-    FILE *f = fopen(m->json_path, "a");
-    if (f) {
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&buf, &blen);
+    MRCNN_CHECK(f, "metrics: open_memstream failed: %s", strerror(errno));
+    {
         fprintf(f, "{\"step\": %lld", (long long)e->step);
         if (mrcnn_run_id()[0]) fprintf(f, ", \"run_id\": \"%s\"", mrcnn_run_id());
         for (int i = 0; i < 4; i++) json_num(f, tags[i], v[i], "%.17g");
         fprintf(f, ", \"eval/images\": %lld", (long long)e->images);
         json_num(f, "eval/seconds", e->seconds, "%.3f");
         fprintf(f, ", \"time\": %.3f}\n", wall);
-        if (fclose(f) != 0) mrcnn_warn("writing %s failed", m->json_path);
-    } else {
-        mrcnn_warn("cannot append to %s", m->json_path);
     }
+    json_append(m->json_path, f, &buf, &blen);
     for (int i = 0; i < 4; i++) mrcnn_tb_scalar(&m->tb, tags[i], e->step, (float)v[i], wall);
     mrcnn_tb_flush(&m->tb);
 }

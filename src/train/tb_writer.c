@@ -7,8 +7,11 @@
  * The protobuf encoding is written by hand: varint keys (field << 3 | wire type),
  * 64-bit (1) and 32-bit (5) fixed little-endian values, length-delimited (2). */
 #include "mrcnn/metrics.h"
+#include "mrcnn/check.h"
 #include "mrcnn/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,6 +69,34 @@ static void pb_bytes(pb_buf *p, int field, const void *data, size_t n) {
     for (size_t i = 0; i < n; i++) pb_byte(p, ((const unsigned char *)data)[i]);
 }
 
+/* A failed write (a full disk, the file size limit, an I/O error) stops the run with
+ * one error: an event file that silently stops growing loses the curves of the rest of
+ * the run. The file is first cut back to its last whole record, so that it stays
+ * readable and a --resume appends whole records to it. */
+MRCNN_NORETURN static void tb_fail(mrcnn_tb_writer *w, int err) {
+    if (w->f) fclose(w->f); // its error is the one being reported
+    w->f = NULL;
+    int fd = open(w->path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+        struct stat sb;
+        off_t good = 0;
+        if (fstat(fd, &sb) == 0)
+            for (;;) {
+                uint64_t len;
+                if (pread(fd, &len, 8, good) != 8 || len > (uint64_t)sb.st_size ||
+                    good + 16 + (off_t)len > sb.st_size)
+                    break;
+                good += 16 + (off_t)len;
+            }
+        if (ftruncate(fd, good) != 0) mrcnn_warn("tensorboard: cannot cut %s back: %s", w->path, strerror(errno));
+        close(fd);
+    }
+    mrcnn_failf("output", "", __FILE__, __LINE__,
+                "writing the TensorBoard event file %s failed: %s%s; the file is cut back to its last whole record "
+                "(make room, then continue with --resume)", w->path, strerror(err),
+                err == ENOSPC ? " (the disk is full)" : err == EFBIG ? " (the file size limit, ulimit -f)" : "");
+}
+
 static void write_record(mrcnn_tb_writer *w, const pb_buf *ev) {
     if (!w->f) return;
     if (ev->n > sizeof ev->b) {
@@ -75,10 +106,10 @@ static void write_record(mrcnn_tb_writer *w, const pb_buf *ev) {
     uint64_t len = ev->n;
     uint32_t len_crc = mrcnn_crc32c_masked(&len, 8);
     uint32_t data_crc = mrcnn_crc32c_masked(ev->b, ev->n);
-    fwrite(&len, 8, 1, w->f);
-    fwrite(&len_crc, 4, 1, w->f);
-    fwrite(ev->b, 1, ev->n, w->f);
-    fwrite(&data_crc, 4, 1, w->f);
+    errno = 0;
+    if (fwrite(&len, 8, 1, w->f) != 1 || fwrite(&len_crc, 4, 1, w->f) != 1 || fwrite(ev->b, 1, ev->n, w->f) != ev->n ||
+        fwrite(&data_crc, 4, 1, w->f) != 1)
+        tb_fail(w, errno ? errno : EIO);
 }
 
 static void event_head(pb_buf *ev, double wall_time, int64_t step) {
@@ -113,7 +144,7 @@ int mrcnn_tb_open(mrcnn_tb_writer *w, const char *logdir) {
     event_head(&ev, wall_now(), 0);
     pb_bytes(&ev, 3, "brain.Event:2", 13);
     write_record(w, &ev);
-    fflush(w->f);
+    mrcnn_tb_flush(w);
     return 1;
 }
 
@@ -130,10 +161,15 @@ void mrcnn_tb_scalar(mrcnn_tb_writer *w, const char *tag, int64_t step, float va
 }
 
 void mrcnn_tb_flush(mrcnn_tb_writer *w) {
-    if (w->f) fflush(w->f);
+    errno = 0;
+    if (w->f && fflush(w->f) != 0) tb_fail(w, errno ? errno : EIO);
 }
 
 void mrcnn_tb_close(mrcnn_tb_writer *w) {
-    if (w->f) fclose(w->f);
+    if (!w->f) return;
+    mrcnn_tb_flush(w);
+    errno = 0;
+    int ok = fclose(w->f) == 0;
     w->f = NULL;
+    if (!ok) tb_fail(w, errno ? errno : EIO);
 }
