@@ -8,7 +8,10 @@
  * private to src/ops (ops_real.h). A name left out fails the double build for the public
  * ops (ops_real.h redeclares them under these names) and tests/ops/test_ops_f64_names.sh
  * for every op (nm on both object sets). Functions compiled once, under
- * #ifndef MRCNN_OPS_F64, do not belong here. */
+ * #ifndef MRCNN_OPS_F64, do not belong here. The backend's op list
+ * (include/mrcnn/backend_ops.def) names, per entry, which of these double ops the op
+ * table (tests/ops/test_op_table.c) checks it against; that build fails on a name
+ * that does not exist. */
 #ifndef MRCNN_OPS_F64_NAMES_H
 #define MRCNN_OPS_F64_NAMES_H
 
