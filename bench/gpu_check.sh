@@ -11,8 +11,8 @@
 #      (bf16) on the same workload with cuDNN's heuristics (MRCNN_CUDNN_FIND=0: no timed
 #      search) and --no-timeline: its result line comes right after its timed loop; img/s
 #      of both and their ratio;
-#   2. the op table (tests/*/test_op_table when the build has it: every backend entry at
-#      fp32/bf16/fp16 against its reference), else tests/cuda/test_cuda_ops, with
+#   2. the op table (tests/*/test_op_table --backend cuda when the build has it: every
+#      backend entry against the f64 reference), else tests/cuda/test_cuda_ops, with
 #      MRCNN_CUDA_SYNC_CHECK=1 (a fault is reported at the kernel that caused it);
 #   3. the GPU model test (tests/cuda/test_gpu_model) at GPU_MODEL_STEPS_1 (50) steps.
 # GPU_CHECK_STAGE=2 (budget 360 s):
@@ -344,12 +344,15 @@ PY
 
     # ---- 2. the op table (else the CUDA op tests)
     if [ -n "$OP_TABLE" ]; then
-        step "op table" $L_OPS env ROOT="$ROOT" MRCNN_CUDA_SYNC_CHECK=1 "$OP_TABLE"
+        # the CUDA backend against the f64 reference; the rehearsal: the CPU backend
+        ob=cuda
+        [ "$CPU_REHEARSAL" = 1 ] && ob=cpu
+        step "op table ($ob)" $L_OPS env ROOT="$ROOT" MRCNN_CUDA_SYNC_CHECK=1 "$OP_TABLE" --backend $ob
         rc=$?
         r=$(verdict $rc)
-        n=$(grep -ciE "^[a-z0-9_]+ +(fp32|bf16|fp16) .*(pass|fail)" "$STEP_OUT")
-        [ "$n" -gt 0 ] && r="$r ($n rows; $(grep -ciE "^[a-z0-9_]+ +(fp32|bf16|fp16) .*fail" "$STEP_OUT") failing)"
-        result "op table ($(basename "$(dirname "$OP_TABLE")")/$(basename "$OP_TABLE"))" "$r"
+        sm=$(grep -m1 '^summary: ' "$STEP_OUT" | sed 's/^summary: //')
+        [ -n "$sm" ] && r="$r ($sm; $(grep -c ' not run: ' "$STEP_OUT") rows not run)"
+        result "op table ($ob)" "$r"
     else
         say "gpu_check: no op table program in $BUILD/tests (test_op_table): test_cuda_ops instead"
         cuda_ops $L_OPS

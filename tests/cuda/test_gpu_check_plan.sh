@@ -22,7 +22,7 @@ GPU_CHECK_PLAN_ONLY=1 GPU_CHECK_STAGE=1 GPU_CHECK_BUDGET=200 GPU_CHECK_OUT=$tmp/
 [ $? -eq 2 ] && grep -q "STOP: stage 1's step limits need" "$tmp/out.txt" || fail "a 200 s budget for stage 1 should stop the script"
 
 # stage 1's order: torchvision, then bench train, then the op table, then the model test
-order=$(grep -nE 'step "torchvision train"|bench_train "\$first_dt" \$L_BENCH1|step "op table"|gpu_model_test "\$\{GPU_MODEL_STEPS_1' $S | cut -d: -f1 | tr '\n' ' ')
+order=$(grep -nE 'step "torchvision train"|bench_train "\$first_dt" \$L_BENCH1|step "op table |gpu_model_test "\$\{GPU_MODEL_STEPS_1' $S | cut -d: -f1 | tr '\n' ' ')
 set -- $order
 [ $# -eq 4 ] && [ "$1" -lt "$2" ] && [ "$2" -lt "$3" ] && [ "$3" -lt "$4" ] || fail "stage 1's order (lines: $order)"
 
