@@ -169,9 +169,13 @@ log_period() { [ "$1" = tiny ] && echo 10 || echo 2; } # loss-curve points: wind
 config_of() { [ "$1" = tiny ] && echo "$ROOT/configs/tiny.yaml" || echo "$ROOT/configs/r50_fpn_1x.yaml"; }
 val_of() { [ "$1" = tiny ] && echo val || echo val_r50; }
 
+# A JSON number from bc's output: bc writes ".93" for 0.93 (not JSON) and "-.5".
+num() { awk -v x="${1:-0}" 'BEGIN { printf "%.3f", x + 0 }'; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", b - a }'; } # whole seconds from t0 to t1
+
 meta() { # dir side model precision seed status
     printf '{"side": "%s", "model": "%s", "precision": "%s", "seed": %s, "status": "%s", "train_s": %s, "eval_s": %s}\n' \
-        "$2" "$3" "$4" "$5" "$6" "${7:-0}" "${8:-0}" > "$1/meta.json"
+        "$2" "$3" "$4" "$5" "$6" "$(num "${7:-0}")" "$(num "${8:-0}")" > "$1/meta.json"
 }
 
 mrcnn_job() { # model precision seed
@@ -193,7 +197,7 @@ mrcnn_job() { # model precision seed
     t2=$(date +%s.%N)
     cp "$dir/inference/coco_instances_results.json" "$dir/results.json"
     meta "$dir" mrcnn "$model" "$prec" "$seed" ok "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
-    log "done $dir: train $(echo "$t1 - $t0" | bc | cut -d. -f1) s, eval $(echo "$t2 - $t1" | bc | cut -d. -f1) s"
+    log "done $dir: train $(secs "$t0" "$t1") s, eval $(secs "$t1" "$t2") s"
 }
 
 tv_job() { # model seed [bnbias]
@@ -224,7 +228,7 @@ tv_job() { # model seed [bnbias]
     meta "$dir" "$side" "$model" fp32 "$seed" ok \
         "$("$PY_TORCH" -c "import json;print(json.load(open('$dir/timing.json'))['train_s'])")" \
         "$("$PY_TORCH" -c "import json;print(json.load(open('$dir/timing.json'))['eval_s'])")"
-    log "done $dir: $(echo "$t1 - $t0" | bc | cut -d. -f1) s"
+    log "done $dir: $(secs "$t0" "$t1") s"
 }
 
 imagenet_job() { # the fine-tuning load: MODEL.WEIGHTS = the ImageNet file alone, one step

@@ -162,8 +162,9 @@ struct mrcnn_backend {
     struct {
         /* optimizer: fused SGD with momentum and weight decay over the flat arenas
          * (fp32 master weights); grad_scale multiplies gradients first (1/loss scale).
-         * PyTorch semantics: v = mu v + (grad_scale g + weight_decay decay_mask p); p -= lr v.
-         * decay_mask: fp32, one value per parameter (0 exempts it), or NULL for all ones. */
+         * PyTorch semantics: v = mu v + (grad_scale q g + weight_decay decay_mask p); p -= lr v.
+         * decay_mask: fp32, one value per parameter (0 exempts it), or NULL for all ones; or
+         * (2, n): those, then q per parameter (the folded-BN preconditioner, train.h), else 1. */
         void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                            mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr,
                            float momentum_coef, float weight_decay, float grad_scale);
@@ -223,7 +224,8 @@ struct mrcnn_backend {
      *   nonfinite_or:  flag (1) fp32 = 1 when flag != 0 or any element of t (a float
      *                  dtype) is Inf/NaN, else 0 (the int-returning nonfinite above
      *                  reads its flag back; this one leaves it on the device)
-     *   sum_squares:   out (1) fp32 = sum of t's squares (t fp32; clipping's norm)
+     *   sum_squares:   out (1) fp32 = sum of w t^2 (t fp32; clipping's norm; w (n) fp32
+     *                  per-element weights, the preconditioner q, or NULL for 1)
      *   decide:        mrcnn_step_decide (step_ctl.h) on ctl (MRCNN_CTL_SIZE(n)) fp32:
      *                  apply or skip, clip coefficient, fp16 loss scaler, log window
      *                  (the newest skipped step's index from ctl[MRCNN_CTL_STEP_INDEX])
@@ -237,7 +239,8 @@ struct mrcnn_backend {
     struct {
         void (*axpy)(const mrcnn_backend *be, float mult, const mrcnn_tensor *x, mrcnn_tensor *acc);
         void (*nonfinite_or)(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *flag);
-        void (*sum_squares)(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out);
+        void (*sum_squares)(const mrcnn_backend *be, const mrcnn_tensor *t, const mrcnn_tensor *w,
+                            mrcnn_tensor *out);
         void (*decide)(const mrcnn_backend *be, const struct mrcnn_step_desc *d, mrcnn_tensor *ctl);
         void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                            mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,

@@ -24,6 +24,11 @@ typedef struct mrcnn_params {
     mrcnn_arena grads;  // same names, shapes and offsets
     bool *trainable;    // (n_entries): frozen entries get no gradient
     char (*bn)[MRCNN_ARENA_NAME_LEN]; // (n_entries): BN prefix folded into this conv weight, or ""
+    /* (n_entries): the frozen BN's scale s = gamma / sqrt(var + eps), one per output
+     * channel (K), that the load folded into this conv weight (W' = s W), or NULL (not
+     * folded, or from a file that did not say). SGD on W' is SGD on torchvision's W only
+     * with the gradient taken as s^2 g' and the clipping norm over s g' (optimizer.c). */
+    float **fold_scale;
     int n_cap;
     const mrcnn_backend *be; // owner of both blocks once committed
 } mrcnn_params;
@@ -34,6 +39,11 @@ int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t 
                      bool trainable, const char *bn);
 /* Allocates both arenas on the backend's device. */
 void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be);
+/* Records the (k) per-output-channel scale folded into entry i (copied; NULL clears). */
+void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k);
+/* The SGD preconditioner of every element of the params arena (n = values.size / 4):
+ * s^2 for a trainable folded conv weight (its channel's s), 1 elsewhere. */
+void mrcnn_params_precond(const mrcnn_params *p, float *out);
 int mrcnn_params_count(const mrcnn_params *p);
 int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only);
 void mrcnn_params_free(mrcnn_params *p);

@@ -79,19 +79,28 @@ int mrcnn_loss_scaler_update(mrcnn_loss_scaler *s, int nonfinite);
  * decay multiplier per element (fp32, like the params arena): SOLVER.WEIGHT_DECAY
  * for weights, WEIGHT_DECAY_BIAS / WEIGHT_DECAY_NORM (as a ratio to WEIGHT_DECAY)
  * for parameters named "*.bias" / "*norm*", "*bn*" or "*.gn*" (detectron2's
- * groups), 0 for frozen parameters. One fused backend call (sgd_update) per step:
- *   g = grad * grad_scale + weight_decay * mask * p;  v = momentum * v + g;  p -= lr * v */
+ * groups), 0 for frozen parameters; and a preconditioner q per element, s^2 on a conv
+ * weight with a frozen BN of scale s folded into it (optimizer.c derives why), 1
+ * elsewhere. One fused backend call (sgd_update) per step:
+ *   g = grad * grad_scale * q + weight_decay * mask * p;  v = momentum * v + g;  p -= lr * v
+ * and clipping's norm is sqrt(sum q grad^2) (step.sum_squares weighted by precond). */
 typedef struct mrcnn_sgd {
-    mrcnn_arena momentum;    // fp32, the params' layout, on their device
-    mrcnn_tensor decay_mask; // (n) fp32 multipliers of weight_decay, n = params.size / 4
-    void *mask_mem;
+    mrcnn_arena momentum; // fp32, the params' layout, on their device
+    mrcnn_tensor coef;    // (2, n) fp32: decay multipliers of weight_decay, then q; n = params.size / 4
+    mrcnn_tensor precond; // (n) fp32: view of coef's second row
+    void *coef_mem;
+    int64_t preconditioned; // elements with q != 1
     float momentum_coef, weight_decay;
     const mrcnn_backend *be;
 } mrcnn_sgd;
 
-/* trainable may be NULL (all train); otherwise (params->n_entries) flags. */
+/* trainable may be NULL (all train); otherwise (params->n_entries) flags. precond:
+ * (params->size / 4) host values q > 0, or NULL for all 1 (mrcnn_params_precond). */
 void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *params,
-                    const bool *trainable, const mrcnn_config *cfg);
+                    const bool *trainable, const float *precond, const mrcnn_config *cfg);
+/* Logs (info) what trains: the trainable parameter count, and per group (weights,
+ * biases, norms: the decay rule's groups) its size, learning rate and decay. */
+void mrcnn_sgd_log(const mrcnn_sgd *o, const mrcnn_arena *params, const bool *trainable, const mrcnn_config *cfg);
 /* The decay multiplier of one parameter by its name (the rule above). */
 float mrcnn_sgd_decay_multiplier(const char *name, const mrcnn_config *cfg);
 void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads, float lr,

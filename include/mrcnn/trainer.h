@@ -52,6 +52,10 @@ typedef struct mrcnn_trainable {
     mrcnn_arena *params; // fp32 master weights, on the backend's device
     mrcnn_arena *grads;  // same layout
     const bool *trainable; // (params->n_entries) or NULL: all
+    /* Fills q (params->size / 4) with SGD's per-element preconditioner (train.h: s^2 on
+     * a conv weight with a frozen BN of scale s folded into it, 1 elsewhere), read once
+     * when the trainer starts; NULL: all 1. */
+    void (*precond)(void *ctx, float *q);
     int n_losses;
     const char *const *loss_names; // (n_losses)
     /* 1 when run applies loss_mult to its gradients. 0: it always

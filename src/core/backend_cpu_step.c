@@ -46,13 +46,17 @@ static void cpu_step_nonfinite_or(const mrcnn_backend *be, const mrcnn_tensor *t
     f[0] = bad ? 1.0f : 0.0f;
 }
 
-static void cpu_step_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out) {
+static void cpu_step_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, const mrcnn_tensor *w,
+                                 mrcnn_tensor *out) {
     const float *p = f32_of(t, "sum_squares t");
     float *o = f32_of(out, "sum_squares out");
     const int64_t n = mrcnn_tensor_numel(t);
+    const float *q = w ? f32_of(w, "sum_squares w") : NULL;
+    MRCNN_CHECK(!w || mrcnn_tensor_numel(w) == n, "step op sum_squares: w has %lld elements, t %lld",
+                (long long)mrcnn_tensor_numel(w), (long long)n);
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static) if (n >= 65536)
-    for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i];
+    for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i] * (q ? (double)q[i] : 1.0);
     o[0] = (float)s;
 }
 

@@ -9,27 +9,32 @@
 #define CU_THREADS 256
 
 /* PyTorch's SGD with momentum (dampening 0, no Nesterov), on fp32 master weights:
- * g = grad * grad_scale + wd * mask * p; v = momentum * v + g; p -= lr * v.
- * mask: NULL (decay everything), fp32 (a factor per element) or uint8 (0 or 1). */
+ * g = grad * grad_scale * q + wd * mask * p; v = momentum * v + g; p -= lr * v.
+ * mask: NULL (decay everything), fp32 (a factor per element) or uint8 (0 or 1); with
+ * q (a float mask of 2n elements: its second row, the folded-BN preconditioner,
+ * train.h), else q = 1. */
 static __device__ __forceinline__ void sgd_elem(float *p, const void *g, int gt, float *v, const void *mask, int mt,
-                                                int64_t i, float lr, float mom, float wd, float scale) {
+                                                int with_q, int64_t n, int64_t i, float lr, float mom, float wd,
+                                                float scale) {
     float pi = p[i];
-    float m = 1.0f;
+    float m = 1.0f, q = 1.0f;
     if (mask) m = mt == MRCNN_DTYPE_U8 ? (float)((const uint8_t *)mask)[i] : cu_load(mask, i, mt);
-    float gi = cu_load(g, i, gt) * scale + wd * m * pi;
+    if (with_q) q = cu_load(mask, n + i, mt);
+    float gi = cu_load(g, i, gt) * scale * q + wd * m * pi;
     float vi = mom * v[i] + gi;
     v[i] = vi;
     p[i] = pi - lr * vi;
 }
 
-__global__ void k_sgd(float *p, const void *g, int gt, float *v, const void *mask, int mt, int64_t n, float lr,
-                      float mom, float wd, float scale) {
-    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, i, lr, mom, wd, scale); }
+__global__ void k_sgd(float *p, const void *g, int gt, float *v, const void *mask, int mt, int with_q, int64_t n,
+                      float lr, float mom, float wd, float scale) {
+    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, with_q, n, i, lr, mom, wd, scale); }
 }
 
-/* The arguments both SGD entries take, checked alike; returns the element count. */
+/* The arguments both SGD entries take, checked alike; returns the element count and in
+ * *with_q whether decay_mask carries the preconditioner row (2n elements). */
 static int64_t check_sgd(const char *op, const mrcnn_tensor *params, const mrcnn_tensor *grads,
-                         const mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask) {
+                         const mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, int *with_q) {
     cu_check_gpu(params, op);
     MRCNN_CHECK(params->dtype == MRCNN_DTYPE_F32, "%s: params must be fp32 master weights", op);
     const int64_t n = cu_numel(params);
@@ -43,7 +48,8 @@ static int64_t check_sgd(const char *op, const mrcnn_tensor *params, const mrcnn
         MRCNN_CHECK(decay_mask->dtype == MRCNN_DTYPE_U8 || decay_mask->dtype == MRCNN_DTYPE_F32 ||
                         decay_mask->dtype == MRCNN_DTYPE_F16 || decay_mask->dtype == MRCNN_DTYPE_BF16,
                     "%s: decay_mask must be uint8 or a float dtype", op);
-        cu_check_numel(decay_mask, n, op);
+        *with_q = n > 0 && cu_numel(decay_mask) == 2 * n && decay_mask->dtype != MRCNN_DTYPE_U8;
+        if (!*with_q) cu_check_numel(decay_mask, n, op);
     }
     return n;
 }
@@ -51,11 +57,12 @@ static int64_t check_sgd(const char *op, const mrcnn_tensor *params, const mrcnn
 static void cu_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr, float momentum_coef,
                           float weight_decay, float grad_scale) {
-    const int64_t n = check_sgd("sgd_update", params, grads, momentum, decay_mask);
+    int with_q = 0;
+    const int64_t n = check_sgd("sgd_update", params, grads, momentum, decay_mask, &with_q);
     if (n == 0) return;
     k_sgd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         (float *)params->data, grads->data, grads->dtype, (float *)momentum->data, decay_mask ? decay_mask->data : NULL,
-        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, n, lr, momentum_coef, weight_decay, grad_scale);
+        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, with_q, n, lr, momentum_coef, weight_decay, grad_scale);
     MRCNN_CHECK_LAUNCH("sgd_update");
 }
 
@@ -133,12 +140,12 @@ static void cu_step_nonfinite_or(const mrcnn_backend *be, const mrcnn_tensor *t,
 /* Block sums in double (the CPU's accumulation), one atomic per block into a double
  * scratch, then one thread stores it as fp32: the order of the block atomics is the
  * only nondeterminism (a last-bit difference in a clipping norm). */
-__global__ void k_step_sumsq(const float *x, int64_t n, double *acc) {
+__global__ void k_step_sumsq(const float *x, const float *w, int64_t n, double *acc) {
     __shared__ double part[CU_THREADS];
     double s = 0;
     CU_GRID_STRIDE(i, n) {
         double v = x[i];
-        s += v * v;
+        s += v * v * (w ? (double)w[i] : 1.0);
     }
     part[threadIdx.x] = s;
     __syncthreads();
@@ -151,17 +158,23 @@ __global__ void k_step_sumsq(const float *x, int64_t n, double *acc) {
 
 __global__ void k_step_store(const double *acc, float *out) { *out = (float)*acc; }
 
-static void cu_step_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *out) {
+static void cu_step_sum_squares(const mrcnn_backend *be, const mrcnn_tensor *t, const mrcnn_tensor *w,
+                                mrcnn_tensor *out) {
     cu_state *s = cu_st(be);
     cu_check_f32(t, "step sum_squares t");
     cu_check_f32(out, "step sum_squares out");
     const int64_t n = cu_numel(t);
+    if (w) {
+        cu_check_f32(w, "step sum_squares w");
+        cu_check_numel(w, n, "step sum_squares w");
+    }
     double *acc = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, sizeof(double)) /* free between ops */;
     MRCNN_CHECK_CUDA(cudaMemsetAsync(acc, 0, sizeof(double), s->stream));
     if (n > 0) {
         int blocks = cu_blocks(n, CU_THREADS);
         if (blocks > 1024) blocks = 1024; // grid-stride: fewer atomics
-        k_step_sumsq<<<blocks, CU_THREADS, 0, s->stream>>>((const float *)t->data, n, acc);
+        k_step_sumsq<<<blocks, CU_THREADS, 0, s->stream>>>((const float *)t->data, w ? (const float *)w->data : NULL,
+                                                            n, acc);
         MRCNN_CHECK_LAUNCH("step sum_squares");
     }
     k_step_store<<<1, 1, 0, s->stream>>>(acc, (float *)out->data);
@@ -183,17 +196,18 @@ static void cu_step_decide(const mrcnn_backend *be, const mrcnn_step_desc *d, mr
 /* k_sgd with apply, grad_scale and lr read from the control vector on the device (none of
  * them a kernel argument, so a captured update replays with each step's values): a
  * skipped step writes nothing. */
-__global__ void k_sgd_ctl(float *p, const void *g, int gt, float *v, const void *mask, int mt, int64_t n, float mom,
-                          float wd, const float *ctl) {
+__global__ void k_sgd_ctl(float *p, const void *g, int gt, float *v, const void *mask, int mt, int with_q, int64_t n,
+                          float mom, float wd, const float *ctl) {
     if (ctl[MRCNN_CTL_APPLY] == 0.0f) return;
     const float scale = ctl[MRCNN_CTL_GRAD_SCALE], lr = ctl[MRCNN_CTL_LR];
-    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, i, lr, mom, wd, scale); }
+    CU_GRID_STRIDE(i, n) { sgd_elem(p, g, gt, v, mask, mt, with_q, n, i, lr, mom, wd, scale); }
 }
 
 static void cu_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
                                mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
                                float weight_decay, const mrcnn_tensor *ctl) {
-    const int64_t n = check_sgd("step sgd_update", params, grads, momentum, decay_mask);
+    int with_q = 0;
+    const int64_t n = check_sgd("step sgd_update", params, grads, momentum, decay_mask, &with_q);
     cu_check_f32(ctl, "step sgd_update ctl");
     MRCNN_CHECK(cu_numel(ctl) >= MRCNN_CTL_STEP,
                 "step sgd_update: control vector of %lld elements, %d needed (apply, grad_scale, lr)",
@@ -201,7 +215,8 @@ static void cu_step_sgd_update(const mrcnn_backend *be, mrcnn_tensor *params, co
     if (n == 0) return;
     k_sgd_ctl<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         (float *)params->data, grads->data, grads->dtype, (float *)momentum->data, decay_mask ? decay_mask->data : NULL,
-        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, n, momentum_coef, weight_decay, (const float *)ctl->data);
+        decay_mask ? decay_mask->dtype : MRCNN_DTYPE_F32, with_q, n, momentum_coef, weight_decay,
+        (const float *)ctl->data);
     MRCNN_CHECK_LAUNCH("step sgd_update");
 }
 

@@ -67,6 +67,8 @@ static void write_dataset(hid_t g, const char *name, const mrcnn_tensor *t, cons
     W(H5Sclose(sp), name, path);
 }
 
+static void write_fold_scales(const mrcnn_model *m, hid_t f, const char *path);
+
 static void write_model_group(const mrcnn_model *m, hid_t f, const char *path) {
     hid_t g = W(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model", path);
     const mrcnn_arena *a = &m->params.values;
@@ -79,6 +81,7 @@ static void write_model_group(const mrcnn_model *m, hid_t f, const char *path) {
         free(h);
     }
     W(H5Gclose(g), "/model", path);
+    write_fold_scales(m, f, path);
 }
 
 void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id) {
@@ -180,10 +183,66 @@ static void read_dataset(hid_t g, const char *path, const char *name, float *hos
                 "checkpoint %s: /model/%s fails its Fletcher-32 checksum: the file is corrupt (copy it again or use "
                 "another checkpoint)", path, name);
     MRCNN_CHECK(r >= 0, "checkpoint %s: reading /model/%s failed: %s", path, name, reason);
-    int64_t bad = 0;
-    for (int64_t k = 0; k < n; k++) bad += !isfinite(host[k]);
-    MRCNN_CHECK(bad == 0, "checkpoint %s: /model/%s holds %lld non-finite values (of %lld): the weights are unusable",
-                path, name, (long long)bad, (long long)n);
+    int64_t bad = 0, first = -1;
+    for (int64_t k = 0; k < n; k++)
+        if (!isfinite(host[k])) {
+            if (!bad++) first = k;
+        }
+    MRCNN_CHECK(bad == 0,
+                "checkpoint %s: /model/%s holds %lld non-finite values (of %lld), the first at element %lld (%g): the "
+                "weights are unusable", path, name, (long long)bad, (long long)n, (long long)first,
+                first >= 0 ? (double)host[first] : 0.0);
+}
+
+/* A frozen BN that folds into a usable map: finite (read_dataset checked), a variance
+ * that is a variance (>= 0) and a scale that is not 0 (W' = 0 forgets W, and the
+ * optimizer's s^2 and the export's W'/s need s != 0). Fails naming tensor and channel. */
+static void check_frozen_bn(const char *path, const char *bn, const float *gamma, const float *var, int k) {
+    for (int c = 0; c < k; c++) {
+        MRCNN_CHECK(var[c] >= 0.0f,
+                    "checkpoint %s: /model/%s.running_var[%d] = %g is negative: a frozen batch-norm's variance must be "
+                    ">= 0", path, bn, c, (double)var[c]);
+        float s = gamma[c] / sqrtf(var[c] + MRCNN_FROZEN_BN_EPS);
+        MRCNN_CHECK(gamma[c] != 0.0f && s != 0.0f && isfinite(s),
+                    "checkpoint %s: /model/%s.weight[%d] = %g gives the frozen batch-norm scale %g (running_var %g): a "
+                    "scale must be finite and nonzero", path, bn, c, (double)gamma[c], (double)s, (double)var[c]);
+    }
+}
+
+/* The per-channel scales folded into the model's conv weights: /fold_scale/<weight
+ * name> (K) beside /model, so that a checkpoint of a fine-tuned model can be unfolded
+ * (data_prep/weights.py export) and trained on with the same preconditioner. */
+static void write_fold_scales(const mrcnn_model *m, hid_t f, const char *path) {
+    const mrcnn_params *p = &m->params;
+    hid_t g = -1;
+    for (int i = 0; i < p->values.n_entries; i++) {
+        if (!p->fold_scale[i]) continue;
+        if (g < 0) g = W(H5Gcreate2(f, "fold_scale", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/fold_scale", path);
+        int64_t k = p->values.entries[i].tensor.shape[0];
+        mrcnn_tensor v = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &k);
+        write_dataset(g, p->values.entries[i].name, &v, p->fold_scale[i], path);
+    }
+    if (g >= 0) W(H5Gclose(g), "/fold_scale", path);
+}
+
+/* /fold_scale/<name> of the file into entry i, when the file has it. */
+static void read_fold_scale(mrcnn_model *m, hid_t f, const char *path, int i) {
+    const char *name = m->params.values.entries[i].name;
+    if (H5Lexists(f, "fold_scale", H5P_DEFAULT) <= 0) return;
+    hid_t g = MRCNN_CHECK_HDF5(H5Gopen2(f, "fold_scale", H5P_DEFAULT), path);
+    if (has_dataset(g, name)) {
+        int64_t k = m->params.values.entries[i].tensor.shape[0];
+        mrcnn_tensor v = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &k);
+        check_dataset(g, path, name, &v);
+        float *s = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
+        read_dataset(g, path, name, s, k);
+        for (int64_t c = 0; c < k; c++)
+            MRCNN_CHECK(s[c] != 0.0f, "checkpoint %s: /fold_scale/%s[%lld] is 0: a folded scale must be nonzero", path,
+                        name, (long long)c);
+        mrcnn_params_set_fold_scale(&m->params, i, s, k);
+        free(s);
+    }
+    H5Gclose(g);
 }
 
 /* The names in a group (its datasets, recursively: "a/b" for a nested one), for the
@@ -316,6 +375,11 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
             }
             read_dataset(g, path, name, h, n);
             if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);
+            check_frozen_bn(path, bn, bnp[0], bnp[3], k);
+            float *scale = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
+            for (int c = 0; c < k; c++) scale[c] = bnp[0][c] / sqrtf(bnp[3][c] + MRCNN_FROZEN_BN_EPS); // as the fold
+            mrcnn_params_set_fold_scale(&m->params, i, scale, k);
+            free(scale);
             mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
                                  MRCNN_FROZEN_BN_EPS);
             m->be->mem.write(m->be, t, h);
@@ -331,6 +395,7 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
         read_dataset(g, path, name, h, n);
         m->be->mem.write(m->be, t, h);
         free(h);
+        if (bn[0]) read_fold_scale(m, f, path, i); // a folded checkpoint: the scales it stored
     }
     H5Gclose(g);
     if (allow_missing) {

@@ -21,7 +21,9 @@ int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t 
         p->trainable = MRCNN_REALLOC(p->trainable, (size_t)p->n_cap * sizeof *p->trainable,
                                      "param flags");
         p->bn = MRCNN_REALLOC(p->bn, (size_t)p->n_cap * sizeof *p->bn, "param bn names");
+        p->fold_scale = MRCNN_REALLOC(p->fold_scale, (size_t)p->n_cap * sizeof *p->fold_scale, "fold scales");
     }
+    p->fold_scale[i] = NULL;
     p->trainable[i] = trainable;
     snprintf(p->bn[i], sizeof p->bn[i], "%s", bn ? bn : "");
     return i;
@@ -47,6 +49,32 @@ void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be) {
     p->be = be;
 }
 
+void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k) {
+    MRCNN_CHECK(i >= 0 && i < p->values.n_entries, "params: no entry %d", i);
+    const mrcnn_tensor *t = &p->values.entries[i].tensor;
+    free(p->fold_scale[i]);
+    p->fold_scale[i] = NULL;
+    if (!scale) return;
+    MRCNN_CHECK(t->ndim >= 1 && t->shape[0] == k, "params: %s has %lld output channels, not %lld scales",
+                p->values.entries[i].name, (long long)(t->ndim ? t->shape[0] : 0), (long long)k);
+    p->fold_scale[i] = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
+    memcpy(p->fold_scale[i], scale, (size_t)k * sizeof(float));
+}
+
+void mrcnn_params_precond(const mrcnn_params *p, float *out) {
+    const mrcnn_arena *a = &p->values;
+    for (size_t j = 0; j < a->size / sizeof(float); j++) out[j] = 1.0f;
+    for (int i = 0; i < a->n_entries; i++) {
+        const float *s = p->fold_scale[i];
+        if (!s || !p->trainable[i]) continue; // a frozen weight never moves
+        const mrcnn_tensor *t = &a->entries[i].tensor;
+        int64_t k = t->shape[0], per = mrcnn_tensor_numel(t) / k; // (K, R, S, C): channel-major
+        float *o = out + a->entries[i].offset / sizeof(float);
+        for (int64_t c = 0; c < k; c++)
+            for (int64_t j = 0; j < per; j++) o[c * per + j] = s[c] * s[c];
+    }
+}
+
 int mrcnn_params_count(const mrcnn_params *p) { return p->values.n_entries; }
 
 int64_t mrcnn_params_numel(const mrcnn_params *p, bool trainable_only) {
@@ -61,6 +89,8 @@ void mrcnn_params_free(mrcnn_params *p) {
         if (p->values.base) p->be->mem.free(p->be, p->values.base);
         if (p->grads.base) p->be->mem.free(p->be, p->grads.base);
     }
+    for (int i = 0; p->fold_scale && i < p->values.n_entries; i++) free(p->fold_scale[i]);
+    free(p->fold_scale);
     mrcnn_arena_free(&p->values);
     mrcnn_arena_free(&p->grads);
     free(p->trainable);

@@ -39,6 +39,11 @@ static void mt_run(void *ctx, int micro, float loss_mult, const mrcnn_tensor *lo
     m->grad_ready = NULL;
 }
 
+static void mt_precond(void *ctx, float *q) {
+    mrcnn_model_trainable *mt = ctx;
+    mrcnn_params_precond(&mt->model->params, q);
+}
+
 void mrcnn_model_trainable_init(mrcnn_model_trainable *mt, mrcnn_model *m, mrcnn_batch_source next,
                                 void *source_ctx) {
     MRCNN_CHECK(m != NULL && next != NULL, "model trainable: no model or no batch source");
@@ -51,6 +56,7 @@ void mrcnn_model_trainable_init(mrcnn_model_trainable *mt, mrcnn_model *m, mrcnn
                                .params = &m->params.values,
                                .grads = &m->params.grads,
                                .trainable = m->params.trainable,
+                               .precond = mt_precond,
                                .n_losses = MRCNN_N_LOSSES,
                                .loss_names = mrcnn_loss_names,
                                .scales_loss = 1,

@@ -1,7 +1,18 @@
 /* SGD with momentum and weight decay over the flat arenas: one fused backend call
- * (sgd_update) per step, fp32 master weights and momentum. */
+ * (sgd_update) per step, fp32 master weights and momentum.
+ *
+ * A conv weight with a frozen BN folded into it (W' = s W per output channel, s fixed)
+ * trains as torchvision trains W: with g' = dL/dW', torchvision's gradient is
+ * g_W = s g', and with clip factor c
+ *   v_W = mu v_W + c s g' + wd W;  W -= lr v_W.
+ * Times s (v' = s v_W):
+ *   v' = mu v' + c s^2 g' + wd W';  W' -= lr v'.
+ * So the update takes the gradient times q = s^2 per element (the preconditioner, 1 for
+ * everything not folded), the clipping norm is over s g' (sum of q g'^2), and momentum
+ * and decay need nothing else. */
 #include "mrcnn/train.h"
 #include "mrcnn/check.h"
+#include "mrcnn/log.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,7 +46,7 @@ static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
 }
 
 void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *params,
-                    const bool *trainable, const mrcnn_config *cfg) {
+                    const bool *trainable, const float *precond, const mrcnn_config *cfg) {
     memset(o, 0, sizeof *o);
     MRCNN_CHECK(params->base != NULL, "SGD: params arena '%s' is not committed", params->name);
     for (int i = 0; i < params->n_entries; i++)
@@ -49,17 +60,63 @@ void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *pa
     commit_on(&o->momentum, be);
 
     int64_t n = (int64_t)(params->size / sizeof(float));
-    float *host = MRCNN_CALLOC((size_t)(n ? n : 1), sizeof(float), "weight decay mask (host)");
+    float *host = MRCNN_CALLOC((size_t)(2 * n + 1), sizeof(float), "SGD coefficients (host)");
     for (int i = 0; i < params->n_entries; i++) {
         float m = (trainable && !trainable[i]) ? 0.0f : mrcnn_sgd_decay_multiplier(params->entries[i].name, cfg);
         float *p = host + params->entries[i].offset / sizeof(float);
         int64_t k = mrcnn_tensor_numel(&params->entries[i].tensor);
         for (int64_t j = 0; j < k; j++) p[j] = m;
     }
-    o->mask_mem = be->mem.alloc(be, (size_t)(n ? n : 1) * sizeof(float), "weight decay mask");
-    o->decay_mask = mrcnn_tensor_view(o->mask_mem, MRCNN_DTYPE_F32, be->device, 1, &n);
-    be->mem.write(be, &o->decay_mask, host);
+    for (int64_t j = 0; j < n; j++) {
+        float q = precond ? precond[j] : 1.0f;
+        MRCNN_CHECK(isfinite(q) && q > 0.0f, "SGD: preconditioner %g at element %lld (must be finite and > 0)",
+                    (double)q, (long long)j);
+        host[n + j] = q;
+        o->preconditioned += q != 1.0f;
+    }
+    o->coef_mem = be->mem.alloc(be, (size_t)(2 * n + 1) * sizeof(float), "SGD coefficients");
+    /* Without a preconditioner the update reads the decay row alone (n). */
+    o->coef = o->preconditioned ? mrcnn_tensor_view(o->coef_mem, MRCNN_DTYPE_F32, be->device, 2, (int64_t[]){2, n})
+                                : mrcnn_tensor_view(o->coef_mem, MRCNN_DTYPE_F32, be->device, 1, &n);
+    o->precond = mrcnn_tensor_view((float *)o->coef_mem + n, MRCNN_DTYPE_F32, be->device, 1, &n);
+    mrcnn_tensor both = mrcnn_tensor_view(o->coef_mem, MRCNN_DTYPE_F32, be->device, 2, (int64_t[]){2, n});
+    be->mem.write(be, &both, host);
     free(host);
+}
+
+/* The group a parameter decays with (mrcnn_sgd_decay_multiplier's rule). */
+static int group_of(const char *name) {
+    size_t n = strlen(name);
+    if (strstr(name, "norm") || strstr(name, "bn") || strstr(name, ".gn")) return 2;
+    return n >= 5 && !strcmp(name + n - 5, ".bias") ? 1 : 0;
+}
+
+void mrcnn_sgd_log(const mrcnn_sgd *o, const mrcnn_arena *params, const bool *trainable, const mrcnn_config *cfg) {
+    static const char *const names[3] = {"weights", "biases", "norms"};
+    const float decay[3] = {cfg->solver_weight_decay, cfg->solver_weight_decay_bias, cfg->solver_weight_decay_norm};
+    int64_t numel[3] = {0}, frozen = 0;
+    int tensors[3] = {0}, n_frozen = 0;
+    for (int i = 0; i < params->n_entries; i++) {
+        int64_t k = mrcnn_tensor_numel(&params->entries[i].tensor);
+        if (trainable && !trainable[i]) {
+            frozen += k;
+            n_frozen++;
+            continue;
+        }
+        int gi = group_of(params->entries[i].name);
+        numel[gi] += k;
+        tensors[gi]++;
+    }
+    mrcnn_info("optimizer: SGD, momentum %g; %lld trainable parameters in %d tensors (%lld frozen in %d)",
+               (double)o->momentum_coef, (long long)(numel[0] + numel[1] + numel[2]),
+               tensors[0] + tensors[1] + tensors[2], (long long)frozen, n_frozen);
+    for (int gi = 0; gi < 3; gi++)
+        mrcnn_info("optimizer: group %-7s %9lld parameters in %3d tensors: lr %g (SOLVER.BASE_LR, scheduled), "
+                   "weight_decay %g", names[gi], (long long)numel[gi], tensors[gi], (double)cfg->solver_base_lr,
+                   (double)(o->weight_decay == 0.0f ? 0.0f : decay[gi]));
+    if (o->preconditioned)
+        mrcnn_info("optimizer: %lld weights of convs with a frozen BN folded in train as torchvision's unfolded "
+                   "ones (gradient x s^2 per channel, clipping norm over s x gradient)", (long long)o->preconditioned);
 }
 
 void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads, float lr, float grad_scale) {
@@ -67,13 +124,13 @@ void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads,
                 "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", params->size,
                 grads->size, o->momentum.size);
     mrcnn_tensor p = mrcnn_arena_flat(params), g = mrcnn_arena_flat(grads), v = mrcnn_arena_flat(&o->momentum);
-    o->be->opt.sgd_update(o->be, &p, &g, &v, &o->decay_mask, lr, o->momentum_coef, o->weight_decay, grad_scale);
+    o->be->opt.sgd_update(o->be, &p, &g, &v, &o->coef, lr, o->momentum_coef, o->weight_decay, grad_scale);
 }
 
 void mrcnn_sgd_free(mrcnn_sgd *o) {
     if (o->be) {
         if (o->momentum.base) o->be->mem.free(o->be, o->momentum.base);
-        if (o->mask_mem) o->be->mem.free(o->be, o->mask_mem);
+        if (o->coef_mem) o->be->mem.free(o->be, o->coef_mem);
     }
     mrcnn_arena_free(&o->momentum);
     memset(o, 0, sizeof *o);

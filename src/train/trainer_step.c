@@ -54,7 +54,14 @@ void mrcnn_trainer_init(mrcnn_trainer *t, const mrcnn_config *cfg, mrcnn_dist *d
     t->st.seed = cfg->seed;
     t->st.base_lr = cfg->solver_base_lr;
     mrcnn_lr_schedule_init(&t->sched, cfg);
-    mrcnn_sgd_init(&t->sgd, be, m->params, m->trainable, cfg);
+    float *q = NULL;
+    if (m->precond) {
+        q = MRCNN_MALLOC(m->params->size ? m->params->size : 1, "SGD preconditioner (host)");
+        m->precond(m->ctx, q);
+    }
+    mrcnn_sgd_init(&t->sgd, be, m->params, m->trainable, q, cfg);
+    free(q);
+    if (dist->rank == 0) mrcnn_sgd_log(&t->sgd, m->params, m->trainable, cfg);
     mrcnn_buckets_init(&t->bk, dist, be, m->grads, bucket_bytes ? bucket_bytes : MRCNN_BUCKET_BYTES_DEFAULT);
     t->gflat = mrcnn_arena_flat(m->grads);
     int64_t n = MRCNN_CTL_SIZE(m->n_losses);
@@ -268,7 +275,7 @@ static double step_region(mrcnn_trainer *t) {
     mrcnn_dist_allreduce_tensor(t->dist, be, &step_v, 0, "loss and Inf/NaN flag all-reduce");
     if (cfg->solver_clip_enabled) {
         mrcnn_tensor sumsq = ctl_view(t, MRCNN_CTL_SUMSQ, 1);
-        be->step.sum_squares(be, &t->gflat, &sumsq);
+        be->step.sum_squares(be, &t->gflat, t->sgd.preconditioned ? &t->sgd.precond : NULL, &sumsq);
     }
     mrcnn_step_desc d = {.n_losses = nl,
                          .scaler_enabled = t->st.scaler.enabled,
@@ -283,7 +290,7 @@ static double step_region(mrcnn_trainer *t) {
     MRCNN_CHECK(m->params->size == m->grads->size && m->params->size == t->sgd.momentum.size,
                 "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", m->params->size,
                 m->grads->size, t->sgd.momentum.size);
-    be->step.sgd_update(be, &p, &g, &v, &t->sgd.decay_mask, t->sgd.momentum_coef, t->sgd.weight_decay, &t->ctl);
+    be->step.sgd_update(be, &p, &g, &v, &t->sgd.coef, t->sgd.momentum_coef, t->sgd.weight_decay, &t->ctl);
     return data_s;
 }
 

@@ -867,7 +867,7 @@ static void step_ops_region(mrcnn_backend *be, int side, tpair *ctl, int nl, tpa
     be->step.axpy(be, 0.5f, side ? &terms->g : &terms->c, &tv);
     be->step.nonfinite_or(be, side ? &gr->g : &gr->c, &fl);
     if (bad) be->step.nonfinite_or(be, side ? &bad->g : &bad->c, &fl);
-    be->step.sum_squares(be, side ? &gr->g : &gr->c, &sq);
+    be->step.sum_squares(be, side ? &gr->g : &gr->c, NULL, &sq);
     mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 1, .scales_loss = 1, .growth_interval = 2,
                          .clip_enabled = 1, .clip_value = 100.0f, .inv_world = 1.0f, .inv_accum = 1.0f};
     be->step.decide(be, &d, c);
@@ -883,8 +883,8 @@ static void test_step_ops_body(void) {
     const int64_t n = 300007;
     tpair g = TP(MRCNN_DTYPE_F32, "grads", n), out = TP(MRCNN_DTYPE_F32, "sumsq", 1);
     tp_fill(&g, -3, 3);
-    C->step.sum_squares(C, &g.c, &out.c);
-    G->step.sum_squares(G, &g.g, &out.g);
+    C->step.sum_squares(C, &g.c, NULL, &out.c);
+    G->step.sum_squares(G, &g.g, NULL, &out.g);
     tp_expect(&out, "step sum_squares");
     /* Inf/NaN into a flag, every storage dtype; the flag stays raised */
     for (int i = 0; i < 3; i++) {

@@ -833,7 +833,7 @@ static void test_decide_matches_host(void **state) {
     int64_t five = 5, one1 = 1;
     mrcnn_tensor gt = mrcnn_tensor_view(g, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &five);
     mrcnn_tensor sq = mrcnn_tensor_view(c + MRCNN_CTL_SUMSQ, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &one1);
-    be->step.sum_squares(be, &gt, &sq);
+    be->step.sum_squares(be, &gt, NULL, &sq);
     c[MRCNN_CTL_FLAG(nl)] = 0;
     mrcnn_step_desc d = {.n_losses = nl, .scaler_enabled = 0, .scales_loss = 0, .clip_enabled = 1,
                          .clip_value = 1.0f, .inv_world = 1.0f, .inv_accum = 0.5f};
