@@ -4,7 +4,8 @@
 #   2. converted to HDF5 shards by 2 MPI ranks (mrcnn-prep coco)
 #   3. the tiny Mask R-CNN (configs/tiny.yaml) trained by 2 MPI ranks, on the GPU when
 #      one is present and the build has CUDA, else on the CPU
-#   4. ends at a checkpoint, metrics.json, TensorBoard events and a loss-curve PNG
+#   4. ends at a checkpoint, metrics.json, TensorBoard events and the training curves
+#      (gnuplot), then evaluates (precision-recall and per-category AP pictures) and predicts
 # Env: BUILD (build dir, set by make), DEMO_DIR (default demo-out), DEMO_STEPS (default
 # 500), DEMO_IMAGES (training images, default 128). Under 10 minutes on 2 CPU cores.
 set -euo pipefail
@@ -58,7 +59,7 @@ echo "   shards       $DEMO_DIR/shards/train-index.h5, val-index.h5"
 echo "   checkpoint   $ckpt"
 echo "   metrics      $DEMO_DIR/train/metrics.json"
 echo "   tensorboard  tensorboard --logdir $DEMO_DIR/train"
-echo "   loss curve   $DEMO_DIR/train/loss.png"
+echo "   curves       $DEMO_DIR/train/plots/training.png (losses, lr, img/s, memory; series in training.csv)"
 echo "   loss         $first (first 20 steps) -> $last (last 20 steps)"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a == a + 0 && b == b + 0 && b < a) }' \
     || { echo "demo: the loss did not fall ($first -> $last)" >&2; exit 1; }
@@ -71,6 +72,7 @@ echo "== demo: evaluating $ckpt on the val split with 2 ranks -> $DEMO_DIR/eval"
 mkdir -p "$DEMO_DIR/eval"
 "${MPIRUN[@]}" "$M" eval --config configs/tiny.yaml --weights "$ckpt" --set MODEL.DEVICE=$device \
     --shards "$DEMO_DIR/shards/val-index.h5" --out "$DEMO_DIR/eval" --json "$DEMO_DIR/eval/stats.json" \
+    --plots "$DEMO_DIR/eval/plots" \
     > "$DEMO_DIR/eval/summary.txt"
 cat "$DEMO_DIR/eval/summary.txt"
 box_ap=$(awk '/\*bbox\*/ { getline; print $NF; exit }' "$DEMO_DIR/eval/summary.txt")
@@ -83,4 +85,5 @@ echo "== demo evaluation and prediction done ($(( $(date +%s) - t0 )) s since th
 echo "   box AP       $box_ap   (COCO AP@[.5:.95] on the val split; full summary $DEMO_DIR/eval/summary.txt)"
 echo "   mask AP      $mask_ap"
 echo "   results      $DEMO_DIR/eval/coco_instances_results.json, stats $DEMO_DIR/eval/stats.json"
+echo "   eval plots   $DEMO_DIR/eval/plots/eval_{bbox,segm}_pr.png (precision-recall), eval_{bbox,segm}_categories.png"
 echo "   predictions  $DEMO_DIR/predict/*.png (${#val_images[@]} val images), $DEMO_DIR/predict/detections.json"

@@ -73,7 +73,7 @@ int bench_plot_scaling(const char *base, const char *title, const char *xlabel, 
                           "plot %s using 1:3 with lines lw 2 dt 3 lc rgb '#555555' title 'ideal (linear from the first "
                           "point)', \\\n    '' using 1:2 with %s lw 2 lc rgb '%s' title '%s'\n"
                           "unset logscale y\nset title 'weak-scaling efficiency'\n"
-                          "set ylabel 'efficiency (img/s per rank / first)'\nset yrange [0:1.1]\n"
+                          "set ylabel 'efficiency (img/s per rank / first)'\nset yrange [0:1.1]\nset key bottom left\n"
                           "plot %s using 1:5 with lines lw 2 dt 3 lc rgb '#555555' title 'ideal (1.0)', \\\n"
                           "    '' using 1:4 with %s lw 2 lc rgb '%s' title '%s'\nunset multiplot\n",
                           xlabel, qt, q, style, mrcnn_plot_color(0), kind, q, style, mrcnn_plot_color(1), kind);
@@ -394,7 +394,7 @@ int bench_scaling_measure(int argc, char **argv) {
     printf("wrote %s\n", path);
     snprintf(path, sizeof path, "%s/scaling", o.out);
     char title[600];
-    snprintf(title, sizeof title, "measured weak scaling: %s, %d images per rank, %d timed steps", o.config,
+    snprintf(title, sizeof title, "measured weak scaling: %s, batch %d per rank, %d timed steps", o.config,
              o.per_rank_batch, rows[0].timed_steps);
     if (bench_plot_scaling(path, title, "MPI ranks", xs, ys, es, o.n_ranks, 0)) printf("wrote %s.png\n", path);
     return 0;

@@ -76,7 +76,7 @@ static void plot_pr(const mrcnn_coco_eval *e, const char *iou, const char *dir) 
     mrcnn_plot_buf b = {0};
     mrcnn_plot_buf_printf(&b,
                           "set datafile separator ','\nset grid\nset xrange [0:1]\nset yrange [0:1.05]\n"
-                          "set xlabel 'recall'\nset ylabel 'precision'\nset key bottom left font ',9'\n"
+                          "set xlabel 'recall'\nset ylabel 'precision'\nset key top right font ',9'\n"
                           "set multiplot layout 1,2 title '%s precision-recall (%lld categories, maxDets 100; "
                           "[AP] in the legend)' font ',12'\n",
                           iou, (long long)e->K);

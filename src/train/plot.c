@@ -291,7 +291,8 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
     mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no learning rate logged' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     /* 3: throughput (left axis) and memory (right axis) */
     mrcnn_plot_buf_printf(&b, "set title 'throughput and memory'\nset ylabel 'throughput (images/s, all ranks)'\n"
-                              "set y2label 'memory on rank 0 (MiB)'\nset ytics nomirror\nset y2tics\n");
+                              "set y2label 'memory on rank 0 (MiB)'\nset ytics nomirror\nset y2tics\n"
+                              "set yrange [0:*]\nset y2range [0:*]\n");
     first = 1;
     for (int k = 0; k < n_keys; k++) {
         if (!strcmp(keys[k], "img_per_s")) plot_series(&b, runs, csv, n_runs, keys[k], k, "x1y1", &first);
@@ -301,7 +302,8 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
     mrcnn_plot_buf_printf(&b, "%s\n", first ? "set label 1 'no throughput or memory logged' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\nunset label 1" : "");
     /* 4: fp16's dynamic loss scale (log2 steps) and the steps it skipped */
     if (fp16) {
-        mrcnn_plot_buf_printf(&b, "set title 'fp16 loss scaling'\nset ylabel 'loss scale (log scale)'\n"
+        mrcnn_plot_buf_printf(&b, "set title 'fp16 loss scaling'\nset autoscale y\nset autoscale y2\n"
+                                  "set ylabel 'loss scale (log scale)'\n"
                                   "set logscale y 2\nset y2label 'skipped steps (cumulative)'\n");
         first = 1;
         for (int k = 0; k < n_keys; k++) {
