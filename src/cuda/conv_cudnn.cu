@@ -441,6 +441,11 @@ static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
         if (e->fused == 1) {
             cudnnStatus_t st = run_fused(s, e, x->data, wp, bc, y->data);
             if (st == CUDNN_STATUS_SUCCESS) return;
+            /* Inside a capture that already broke, the failure is the capture's: the
+             * trainer reruns the step directly, where the fused call is judged again. */
+            if (s->capturing && mrcnn_graph_guard_note("cudnnConvolutionBiasActivationForward inside the captured "
+                                                       "region: %s", cudnnGetErrorString(st)))
+                return;
             fused_refused(e, st, "after earlier calls succeeded");
         }
     }
