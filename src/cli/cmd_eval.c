@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrcnn/args.h"
 #include "cli.h"
 #include "eval_report.h"
 #include "eval_shards.h"
@@ -67,12 +68,10 @@ static int eval_main(int argc, char **argv, const char **sets) {
         } else if (has_val && !strcmp(a, "--json")) {
             json_path = argv[++i];
         } else if (has_val && !strcmp(a, "--threads")) {
-            char *end;
-            threads = (int)strtol(argv[++i], &end, 10);
-            if (*end || threads < 1) {
-                fprintf(stderr, "mrcnn eval: --threads needs a positive integer, not '%s'\n", argv[i]);
-                return 2;
-            }
+            /* More threads than this only thrash (and past a few ten thousand libgomp fails). */
+            long long v;
+            if (!mrcnn_arg_int("mrcnn eval", "--threads", argv[++i], 1, 1024, &v)) return 2;
+            threads = (int)v;
         } else {
             fprintf(stderr, "mrcnn eval: unknown or incomplete option '%s'\n", a);
             eval_usage(stderr);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mrcnn/args.h"
 #include "cli.h"
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
@@ -98,10 +99,7 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         } else if (has_val && !strcmp(a, "--set")) {
             i++; // applied once the config file is loaded
         } else if (has_val && !strcmp(a, "--score-thresh")) {
-            char *end;
-            score_thresh = strtod(argv[++i], &end);
-            if (*end || score_thresh < 0 || score_thresh > 1) {
-                fprintf(stderr, "mrcnn predict: --score-thresh wants a number in [0, 1], got '%s'\n", argv[i]);
+            if (!mrcnn_arg_double("mrcnn predict", "--score-thresh", argv[++i], 0, 1, &score_thresh)) {
                 free(images);
                 return 2;
             }

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "cli.h"
+#include "mrcnn/args.h"
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
 #include "mrcnn/dist.h"
@@ -204,26 +205,13 @@ int mrcnn_cmd_train(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--resume")) {
             resume = 1;
         } else if (!strcmp(argv[i], "--comm-timeout") && i + 1 < argc) {
-            char *end;
-            comm_timeout = strtod(argv[++i], &end);
-            if (*end || comm_timeout < 0) {
-                fprintf(stderr, "mrcnn train: --comm-timeout wants seconds >= 0, got '%s'\n", argv[i]);
-                return 2;
-            }
+            if (!mrcnn_arg_double("mrcnn train", "--comm-timeout", argv[++i], 0, 1e7, &comm_timeout)) return 2;
         } else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) {
-            char *end;
-            bucket_mb = strtod(argv[++i], &end);
-            if (*end || !(bucket_mb > 0)) {
-                fprintf(stderr, "mrcnn train: --bucket-mb wants a positive size in MiB, got '%s'\n", argv[i]);
-                return 2;
-            }
+            if (!mrcnn_arg_double("mrcnn train", "--bucket-mb", argv[++i], 1e-6, 1048576, &bucket_mb)) return 2;
         } else if (!strcmp(argv[i], "--max-steps") && i + 1 < argc) {
-            char *end;
-            max_steps = strtoll(argv[++i], &end, 10);
-            if (*end || max_steps <= 0) {
-                fprintf(stderr, "mrcnn train: --max-steps wants a positive integer, got '%s'\n", argv[i]);
-                return 2;
-            }
+            long long v;
+            if (!mrcnn_arg_int("mrcnn train", "--max-steps", argv[++i], 1, 2147483647LL, &v)) return 2;
+            max_steps = v;
         } else {
             fprintf(stderr, "mrcnn train: unexpected argument '%s'\n", argv[i]);
             usage(stderr);
@@ -233,14 +221,15 @@ int mrcnn_cmd_train(int argc, char **argv) {
     mrcnn_config cfg;
     mrcnn_config_defaults(&cfg);
     char err[1024];
+    /* A config that cannot be used is a usage error (2), found before anything runs. */
     if (config_path && !mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
         fprintf(stderr, "mrcnn train: %s\n", err);
-        return 1;
+        return 2;
     }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--set") && i + 1 < argc && !mrcnn_config_try_set(&cfg, argv[++i], "--set", err, sizeof err)) {
             fprintf(stderr, "mrcnn train: %s\n", err);
-            return 1;
+            return 2;
         }
 
     if (cfg.test_eval_period > 0 && !cfg.datasets_test[0]) {

@@ -87,6 +87,44 @@ static int parse_bool(const char *s, bool *out) {
     return 0;
 }
 
+/* ---- the admitted values of a key (config_keys.c) ---- */
+
+/* Integers in full (2147483647, not 2.14748365e+09); other bounds as the float they are. */
+static void bound_text(double v, char *out, size_t len) {
+    if (v == floor(v) && fabs(v) < 1e15) snprintf(out, len, "%.0f", v);
+    else snprintf(out, len, "%.9g", v);
+}
+
+static void range_text(const mrcnn_config_key *k, char *out, size_t len) {
+    char lo[40], hi[40];
+    bound_text(k->min, lo, sizeof lo);
+    bound_text(k->max, hi, sizeof hi);
+    snprintf(out, len, "%s%s, %s]", k->min_open ? "(" : "[", lo, hi);
+}
+
+static int in_range(const mrcnn_config_key *k, double v) {
+    if (k->min == 0 && k->max == 0) return 1; // no range declared (booleans, strings)
+    return (k->min_open ? v > k->min : v >= k->min) && v <= k->max;
+}
+
+static int range_fail(errbuf *e, const char *where, const mrcnn_config_key *k, const char *item, const char *v) {
+    char r[96];
+    range_text(k, r, sizeof r);
+    return fail(e, "%s: %s%s = %s is outside its allowed range %s", where, k->key, item, v, r);
+}
+
+static int choice_ok(const mrcnn_config_key *k, const char *v) {
+    if (!k->choices) return 1;
+    size_t n = strlen(v);
+    for (const char *c = k->choices; *c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0) return 1;
+        c += len + (bar != NULL);
+    }
+    return 0;
+}
+
 /* Sets one scalar-typed key from its text. */
 
 /* Offset of the first control character or malformed UTF-8 sequence in s, or -1. */
@@ -117,6 +155,7 @@ static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *
     case CFG_INT:
         if (!parse_ll(v, &ll) || ll < -2147483647LL || ll > 2147483647LL)
             return fail(e, "%s: %s expects %s, got '%s'", where, k->key, type_name(k->type), v);
+        if (!in_range(k, (double)ll)) return range_fail(e, where, k, "", v);
         *(int *)field = (int)ll;
         return 1;
     case CFG_INT64:
@@ -126,6 +165,7 @@ static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *
     case CFG_FLOAT:
         if (!parse_double(v, &d)) return fail(e, "%s: %s expects %s, got '%s'", where, k->key, type_name(k->type), v);
         if (!fits_float(d)) return fail(e, "%s: %s = %s is beyond a 32-bit float's range", where, k->key, v);
+        if (!in_range(k, d)) return range_fail(e, where, k, "", v);
         *(float *)field = (float)d;
         return 1;
     case CFG_BOOL:
@@ -141,6 +181,13 @@ static int set_scalar(mrcnn_config *cfg, const mrcnn_config_key *k, const char *
         if (bad >= 0)
             return fail(e, "%s: %s has %s at byte %ld", where, k->key,
                         (unsigned char)v[bad] < 0x80 ? "a control character" : "a byte that is not UTF-8", bad);
+        if (!choice_ok(k, v)) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", k->choices);
+            for (char *c = list; *c; c++)
+                if (*c == '|') *c = ',';
+            return fail(e, "%s: %s = '%s' is not one of the allowed values: %s", where, k->key, v, list);
+        }
         snprintf(field, k->size, "%s", v);
         return 1;
     }
@@ -154,18 +201,34 @@ static int set_list(mrcnn_config *cfg, const mrcnn_config_key *k, char items[][6
     if (k->type != CFG_INT_LIST && k->type != CFG_FLOAT_LIST)
         return fail(e, "%s: %s expects %s, got a list", where, k->key, type_name(k->type));
     if (n > MRCNN_CFG_LIST_MAX) return fail(e, "%s: %s has %d items, at most %d", where, k->key, n, MRCNN_CFG_LIST_MAX);
+    if ((n < k->len_min || n > k->len_max) && !(n == 0 && k->empty_ok)) {
+        char got[512];
+        size_t gl = 0;
+        got[0] = 0;
+        for (int i = 0; i < n && gl < sizeof got; i++)
+            gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%s", i ? ", " : "", items[i]);
+        char want[96];
+        if (k->len_min == k->len_max) snprintf(want, sizeof want, "exactly %d", k->len_min);
+        else snprintf(want, sizeof want, "%d to %d", k->len_min, k->len_max);
+        return fail(e, "%s: %s = [%s] has %d item%s; it takes %s%s", where, k->key, got, n, n == 1 ? "" : "s", want,
+                    k->empty_ok ? " (or none: [])" : "");
+    }
     for (int i = 0; i < n; i++) {
+        char item[32];
+        snprintf(item, sizeof item, " item %d", i);
         long long ll;
         double d;
         if (k->type == CFG_INT_LIST) {
             if (!parse_ll(items[i], &ll) || ll < -2147483647LL || ll > 2147483647LL)
                 return fail(e, "%s: %s item %d expects an integer, got '%s'", where, k->key, i, items[i]);
+            if (!in_range(k, (double)ll)) return range_fail(e, where, k, item, items[i]);
             ((mrcnn_int_list *)field)->v[i] = (int)ll;
         } else {
             if (!parse_double(items[i], &d))
                 return fail(e, "%s: %s item %d expects a number, got '%s'", where, k->key, i, items[i]);
             if (!fits_float(d))
                 return fail(e, "%s: %s item %d = %s is beyond a 32-bit float's range", where, k->key, i, items[i]);
+            if (!in_range(k, d)) return range_fail(e, where, k, item, items[i]);
             ((mrcnn_float_list *)field)->v[i] = (float)d;
         }
     }
