@@ -324,7 +324,13 @@ typedef struct {
     char (*expl[DEPTH_MAX])[KEY_MAX];
     int n_expl[DEPTH_MAX], cap_expl[DEPTH_MAX];
     int level;
+    long assignments; // values set so far, aliases expanded: bounded (MAX_ASSIGNMENTS)
 } yaml_ctx;
+
+/* Far above any real config (a few hundred values), far below what costs time or
+ * memory: with one entry per key in an anchor (anchor_add), reaching it takes a file of
+ * hundreds of kilobytes of aliases. */
+#define MAX_ASSIGNMENTS 1000000L
 
 static void ctx_free(yaml_ctx *c) {
     for (int i = 0; i < c->na; i++) {
@@ -360,7 +366,20 @@ static anchor *anchor_find(yaml_ctx *c, const char *name) {
     return NULL;
 }
 
+/* One entry per key: a later assignment of a key replaces the earlier one (which it
+ * overrides anyway). So an anchor holds at most one entry per config key, and aliases
+ * of aliases (nested merge keys) cannot multiply: each level was appending every
+ * merged entry again, 10x per level for ten aliases. */
 static void anchor_add(anchor *a, const char *key, const char *text, char items[][64], int n) {
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->e[i].key, key) == 0) {
+            anchor_entry *x = &a->e[i];
+            free(x->items);
+            free(x->text);
+            memmove(x, x + 1, sizeof *x * (size_t)(a->n - i - 1));
+            a->n--;
+            break;
+        }
     if (a->n == a->cap) {
         a->cap = a->cap ? 2 * a->cap : 8;
         a->e = MRCNN_REALLOC(a->e, sizeof *a->e * (size_t)a->cap, "YAML anchor entries");
@@ -389,6 +408,9 @@ static int explicit_has(const yaml_ctx *c, const char *key) {
 
 static void explicit_add(yaml_ctx *c, const char *key) {
     for (int l = 0; l <= c->level; l++) {
+        int seen = 0;
+        for (int i = 0; i < c->n_expl[l] && !seen; i++) seen = strcmp(c->expl[l][i], key) == 0;
+        if (seen) continue;
         if (c->n_expl[l] == c->cap_expl[l]) {
             c->cap_expl[l] = c->cap_expl[l] ? 2 * c->cap_expl[l] : 16;
             c->expl[l] = MRCNN_REALLOC(c->expl[l], sizeof *c->expl[l] * (size_t)c->cap_expl[l], "YAML keys");
@@ -402,6 +424,9 @@ static void explicit_add(yaml_ctx *c, const char *key) {
 static int assign(yaml_ctx *c, const char *key, const char *text, char items[][64], int n, const char *where,
                   int merging) {
     if (merging && explicit_has(c, key)) return 1;
+    if (++c->assignments > MAX_ASSIGNMENTS)
+        return fail(c->e, "%s: more than %ld values after expanding aliases and merge keys: the file repeats its "
+                          "anchors too often to be a config (an alias bomb?)", where, MAX_ASSIGNMENTS);
     const mrcnn_config_key *k = find_key(key);
     if (!k) return fail(c->e, "%s: unknown key '%s'", where, key);
     int ok;
