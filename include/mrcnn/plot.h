@@ -45,8 +45,11 @@ void mrcnn_plot_buf_free(mrcnn_plot_buf *b);
 int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out_dir, const char *config);
 
 /* The trainer's call (rank 0, at each checkpoint and at the end): OUTPUT_DIR/plots/
- * training.png of OUTPUT_DIR/metrics.json, titled with the config's main settings. */
-void mrcnn_plot_run(const mrcnn_config *cfg);
+ * training.png of OUTPUT_DIR/metrics.json, titled with the config's main settings.
+ * At a checkpoint it is skipped when the last drawing is more recent than 20 times
+ * what that drawing took (checkpoints seconds apart would spend more than 5% of the
+ * run drawing); at_end always draws. */
+void mrcnn_plot_run(const mrcnn_config *cfg, int at_end);
 
 /* ---- evaluation (src/eval/eval_plots.c) ---- */
 /* dir/eval_<iou>_pr.png: precision against recall at IoU .50, .75 and .50:.95, and at

@@ -324,7 +324,10 @@ out:
     return ok ? steps : 0;
 }
 
-void mrcnn_plot_run(const mrcnn_config *cfg) {
+void mrcnn_plot_run(const mrcnn_config *cfg, int at_end) {
+    static double last_done = -1, last_cost = 0;
+    const double t0 = mrcnn_time_now();
+    if (!at_end && last_done >= 0 && t0 - last_done < 20 * last_cost) return;
     char dir[1100], config[512];
     snprintf(dir, sizeof dir, "%s/plots", cfg->output_dir);
     snprintf(config, sizeof config, "%s, %s, batch %d, base lr %g, %s, %d iterations", cfg->backbone_name,
@@ -332,4 +335,6 @@ void mrcnn_plot_run(const mrcnn_config *cfg) {
              cfg->solver_max_iter);
     const char *runs[1] = {cfg->output_dir};
     if (mrcnn_plot_training(runs, 1, dir, config) > 0) mrcnn_info("training curves: %s/training.png", dir);
+    last_done = mrcnn_time_now();
+    last_cost = last_done - t0;
 }

@@ -241,7 +241,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
         if ((period > 0 && t.st.step % period == 0) || r.stop_signal) {
             save(&t);
             last_saved = t.st.step;
-            if (dist->rank == 0) mrcnn_plot_run(cfg);
+            if (dist->rank == 0) mrcnn_plot_run(cfg, 0);
         }
         if (eval_period > 0 && t.st.step % eval_period == 0 && t.st.step < max_steps && !r.stop_signal) {
             /* its time is no training time: the throughput and ETA skip it */
@@ -269,7 +269,7 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
     }
     if (rc == 0 && last_saved != t.st.step) save(&t);
     if (rc == 0 && eval_period > 0 && last_eval != t.st.step) evaluate(m, &metrics, t.st.step);
-    if (rc == 0 && dist->rank == 0) mrcnn_plot_run(cfg);
+    if (rc == 0 && dist->rank == 0) mrcnn_plot_run(cfg, 1);
     mrcnn_metrics_close(&metrics);
     mrcnn_trainer_free(&t);
     return rc;
