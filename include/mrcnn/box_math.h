@@ -177,4 +177,63 @@ MRCNN_HD float mrcnn_mask_roi_bin(const uint8_t *m, int H, int W, const mrcnn_ro
     return MRCNN_DIV_RN(acc, (float)f->count);
 }
 
+/* ---- compact ground truth: a mask kept as the rectangle around its nonzero pixels ---- */
+
+/* A gt mask of an h_img x w_img image kept as rows [y0, y0 + h) and columns [x0, x0 + w)
+ * of it, row-major with row `stride` at byte `offset` of a pool; every pixel outside is
+ * zero, so reading it as the full mask gives the very same values (h = w = 0: an empty
+ * mask). The staged batch keeps MRCNN_MASK_CROP_WORDS int32 per mask: offset, y0, x0, h,
+ * w (stride = w); a full-size mask is the crop (0, 0, h_img, w_img) with the batch's
+ * row stride. */
+#define MRCNN_MASK_CROP_WORDS 5
+typedef struct mrcnn_mask_crop {
+    int64_t offset;
+    int y0, x0, h, w, stride;
+} mrcnn_mask_crop;
+
+MRCNN_HD mrcnn_mask_crop mrcnn_mask_crop_load(const int32_t *words) {
+    mrcnn_mask_crop c;
+    c.offset = words[0];
+    c.y0 = words[1];
+    c.x0 = words[2];
+    c.h = words[3];
+    c.w = words[4];
+    c.stride = words[4];
+    return c;
+}
+
+/* Pixel (y, x) of the image, from the crop. */
+MRCNN_HD float mrcnn_mask_crop_at(const uint8_t *pool, const mrcnn_mask_crop *c, int y, int x) {
+    const unsigned ry = (unsigned)(y - c->y0), rx = (unsigned)(x - c->x0);
+    return ry < (unsigned)c->h && rx < (unsigned)c->w && pool[c->offset + (int64_t)ry * c->stride + rx] ? 1.0f : 0.0f;
+}
+
+/* mrcnn_mask_bilinear over the crop of an H x W image mask: the same taps, weights and
+ * sum, so the same float. */
+MRCNN_HD float mrcnn_mask_crop_bilinear(const uint8_t *pool, const mrcnn_mask_crop *c, int H, int W, float y,
+                                        float x) {
+    int rc[4];
+    float w[4];
+    if (!mrcnn_bilinear_corners(y, x, H, W, rc, w)) return 0.0f;
+    float acc = MRCNN_MUL_RN(w[0], mrcnn_mask_crop_at(pool, c, rc[0], rc[2]));
+    acc = MRCNN_ADD_RN(acc, MRCNN_MUL_RN(w[1], mrcnn_mask_crop_at(pool, c, rc[0], rc[3])));
+    acc = MRCNN_ADD_RN(acc, MRCNN_MUL_RN(w[2], mrcnn_mask_crop_at(pool, c, rc[1], rc[2])));
+    acc = MRCNN_ADD_RN(acc, MRCNN_MUL_RN(w[3], mrcnn_mask_crop_at(pool, c, rc[1], rc[3])));
+    return acc;
+}
+
+/* mrcnn_mask_roi_bin over the crop. */
+MRCNN_HD float mrcnn_mask_crop_roi_bin(const uint8_t *pool, const mrcnn_mask_crop *c, int H, int W,
+                                       const mrcnn_roi_frame *f, int ph, int pw) {
+    float acc = 0.0f;
+    for (int iy = 0; iy < f->gh; iy++) {
+        const float y = mrcnn_roi_sample_coord(f->y0, f->bh, ph, iy, f->gh);
+        for (int ix = 0; ix < f->gw; ix++) {
+            const float x = mrcnn_roi_sample_coord(f->x0, f->bw, pw, ix, f->gw);
+            acc = MRCNN_ADD_RN(acc, mrcnn_mask_crop_bilinear(pool, c, H, W, y, x));
+        }
+    }
+    return MRCNN_DIV_RN(acc, (float)f->count);
+}
+
 #endif

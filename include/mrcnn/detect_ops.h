@@ -34,8 +34,14 @@ typedef struct mrcnn_gt_batch {
     mrcnn_tensor counts;    // (N) int32
     mrcnn_tensor masks;     // (N, G, H, W) uint8: image i's masks cover its top-left image_hw[i]
                             // region (row stride W); mask targets use the image's own size as
-                            // bounds, as the host helper does
+                            // bounds, as the host helper does. Unused (data NULL) when the
+                            // masks are compact (mask_crops below)
     mrcnn_tensor image_hw;  // (N, 2) int32: sizes before padding
+    /* Compact masks (box_math.h's mrcnn_mask_crop), what the training step stages: mask j
+     * of image i is zero outside its crop, whose pixels lie in mask_pool. The mask targets
+     * equal those of the full masks bit for bit. mask_crops.data NULL: the full masks. */
+    mrcnn_tensor mask_crops; // (N, G, MRCNN_MASK_CROP_WORDS) int32: offset, y0, x0, h, w
+    mrcnn_tensor mask_pool;  // (bytes) uint8: the crops' pixels, row-major, one after the other
 } mrcnn_gt_batch;
 
 typedef struct mrcnn_rpn_targets_desc {

@@ -77,6 +77,9 @@ typedef struct mrcnn_staged {
     mrcnn_tensor pinned_counts;    // (N) int32
     const mrcnn_model_anchors *anchors; // the model's cached anchors of (H, W)
     uint64_t shape_key;         // what mrcnn_model_stage returned
+    size_t pool_cap;            // bytes of the compact masks' pool (gt.mask_pool): grows, a power of two
+    int32_t *crops;             // (crop_cap_images, crop_cap_gt, MRCNN_MASK_CROP_WORDS) host: the last batch's
+    int crop_cap_images, crop_cap_gt;
     double stage_ms;            // host time of the last mrcnn_model_stage into this slot
 } mrcnn_staged;
 

@@ -5,6 +5,7 @@
 #ifndef MRCNN_ROI_TARGETS_H
 #define MRCNN_ROI_TARGETS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "mrcnn/boxes.h"
 #include "mrcnn/rng.h"
@@ -46,6 +47,22 @@ int mrcnn_roi_sample(const mrcnn_roi_sample_params *p, const float *proposals, i
  * fractions in [0, 1], not thresholded: torchvision's BCE takes them as they are. */
 void mrcnn_mask_targets(const uint8_t *gt_masks, int n_gt, int img_h, int img_w, const float *boxes,
                         const int32_t *gt_index, int n, int m, float *targets);
+/* The same targets from compact masks (box_math.h's mrcnn_mask_crop): crops (n_gt,
+ * MRCNN_MASK_CROP_WORDS) int32 into pool (pool_bytes), each inside the image and the
+ * pool; bit for bit mrcnn_mask_targets of the full masks. */
+void mrcnn_mask_targets_cropped(const uint8_t *pool, int64_t pool_bytes, const int32_t *crops, int n_gt, int img_h,
+                                int img_w, const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
+
+/* Compact ground truth for a batch (the staging of a training step): crops (N, G,
+ * MRCNN_MASK_CROP_WORDS) int32, mask j < counts[i] of image i (masks[i], (counts[i],
+ * hw[2i], hw[2i+1]) uint8) kept as the rectangle around its nonzero pixels, packed one
+ * after the other; rows past a count are zeros (empty). Returns the pool bytes the
+ * crops need (fails above INT32_MAX). */
+size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
+                             int32_t *crops);
+/* Copies the crops' pixels into pool (at least what mrcnn_mask_crops_make returned). */
+void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
+                           const int32_t *crops, uint8_t *pool);
 
 /* Per-class gathers, for the losses on the gt class only.
  * Box deltas (n, k, 4) (the box predictor's (n, k * 4)): out (n, 4) = deltas[i][labels[i]];

@@ -60,7 +60,12 @@ static void check_gt(const mrcnn_gt_batch *gt, int n_images, int with_masks, con
     need(&gt->image_hw, MRCNN_DTYPE_I32, N * 2, "gt image_hw");
     if (with_masks) {
         MRCNN_CHECK(gt->mask_h > 0 && gt->mask_w > 0, "%s: gt mask size %dx%d", op, gt->mask_h, gt->mask_w);
-        need(&gt->masks, MRCNN_DTYPE_U8, N * G * gt->mask_h * gt->mask_w, "gt masks");
+        if (gt->mask_crops.data) {
+            need(&gt->mask_crops, MRCNN_DTYPE_I32, N * G * MRCNN_MASK_CROP_WORDS, "gt mask crops");
+            need(&gt->mask_pool, MRCNN_DTYPE_U8, cu_numel(&gt->mask_pool), "gt mask pool");
+        } else {
+            need(&gt->masks, MRCNN_DTYPE_U8, N * G * gt->mask_h * gt->mask_w, "gt masks");
+        }
     }
 }
 
@@ -552,36 +557,25 @@ static void cu_det_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_de
 
 /* ---- mask targets ------------------------------------------------------------------------------------ */
 
-/* mrcnn_mask_bilinear over an h x w region of a mask stored with row stride `stride`
- * (the image's own size as bounds inside the padded batch): the same taps and sum. */
-static __device__ float mask_bilinear_strided(const uint8_t *m, int h, int w, int stride, float y, float x) {
-    int64_t pos[4];
-    float wt[4];
-    if (!mrcnn_bilinear_taps(y, x, h, w, pos, wt)) return 0.0f;
-    float v[4];
-    for (int k = 0; k < 4; k++) v[k] = m[(pos[k] / w) * stride + pos[k] % w] ? 1.0f : 0.0f;
-    float acc = MRCNN_MUL_RN(wt[0], v[0]);
-    for (int k = 1; k < 4; k++) acc = MRCNN_ADD_RN(acc, MRCNN_MUL_RN(wt[k], v[k]));
-    return acc;
+/* The mask of gt g (image * G + j) as a crop (box_math.h): the staged batch's compact
+ * crop, or, for full-size masks, the image's h x w region at row stride W, so that one
+ * sampling routine, the host's, serves both. */
+static __device__ mrcnn_mask_crop mask_crop_of(const int32_t *crops, int g, int H, int W, int h, int w) {
+    if (crops) return mrcnn_mask_crop_load(crops + (int64_t)g * MRCNN_MASK_CROP_WORDS);
+    mrcnn_mask_crop c;
+    c.offset = (int64_t)g * H * W;
+    c.y0 = 0;
+    c.x0 = 0;
+    c.h = h;
+    c.w = w;
+    c.stride = W;
+    return c;
 }
 
-/* mrcnn_mask_roi_bin with the strided read. */
-static __device__ float mask_roi_bin_strided(const uint8_t *m, int h, int w, int stride, const mrcnn_roi_frame *f,
-                                             int ph, int pw) {
-    float acc = 0.0f;
-    for (int iy = 0; iy < f->gh; iy++) {
-        const float y = mrcnn_roi_sample_coord(f->y0, f->bh, ph, iy, f->gh);
-        for (int ix = 0; ix < f->gw; ix++) {
-            const float x = mrcnn_roi_sample_coord(f->x0, f->bw, pw, ix, f->gw);
-            acc = MRCNN_ADD_RN(acc, mask_bilinear_strided(m, h, w, stride, y, x));
-        }
-    }
-    return MRCNN_DIV_RN(acc, (float)f->count);
-}
-
-__global__ void k_det_mask_targets(const uint8_t *masks, int n_gt_total, int G, int H, int W, const int32_t *image_hw,
-                                   const float *fg_rois, const int32_t *fg_gt, int rows, int m, float *targets,
-                                   float *weights) {
+/* masks: the pool of the crops, or the (N, G, H, W) full masks when crops is NULL. */
+__global__ void k_det_mask_targets(const uint8_t *masks, const int32_t *crops, int n_gt_total, int G, int H, int W,
+                                   const int32_t *image_hw, const float *fg_rois, const int32_t *fg_gt, int rows, int m,
+                                   float *targets, float *weights) {
     const int64_t mm = (int64_t)m * m, total = (int64_t)rows * mm;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int r = (int)(t / mm), ph = (int)(t % mm / m), pw = (int)(t % m);
@@ -596,9 +590,12 @@ __global__ void k_det_mask_targets(const uint8_t *masks, int n_gt_total, int G, 
         h = h < H ? h : H;
         w = w < W ? w : W;
         mrcnn_roi_frame f; // a box that cannot be sampled gets zeros, as on the host
-        targets[t] = h > 0 && w > 0 && mrcnn_roi_frame_make(fg_rois + 5 * (int64_t)r + 1, 1.0f, 0, m, m, 0, &f)
-                         ? mask_roi_bin_strided(masks + (int64_t)g * H * W, h, w, W, &f, ph, pw)
-                         : 0.0f;
+        if (h > 0 && w > 0 && mrcnn_roi_frame_make(fg_rois + 5 * (int64_t)r + 1, 1.0f, 0, m, m, 0, &f)) {
+            const mrcnn_mask_crop c = mask_crop_of(crops, g, H, W, h, w);
+            targets[t] = mrcnn_mask_crop_roi_bin(masks, &c, h, w, &f, ph, pw);
+        } else {
+            targets[t] = 0.0f;
+        }
         if (weights) weights[t] = 1.0f;
     }
 }
@@ -616,8 +613,10 @@ static void cu_det_mask_targets(const mrcnn_backend *be, const mrcnn_gt_batch *g
     if (weights) need(weights, MRCNN_DTYPE_F32, rows * m * m, "mask_targets weights"); // optional, as on the CPU
     if (rows == 0) return;
     const int64_t total = rows * m * m;
+    const bool compact = gt->mask_crops.data != NULL;
     k_det_mask_targets<<<cu_blocks(total, DT), DT, 0, s->stream>>>(
-        (const uint8_t *)gt->masks.data, gt->n_images * gt->max_gt, gt->max_gt, gt->mask_h, gt->mask_w,
+        (const uint8_t *)(compact ? gt->mask_pool.data : gt->masks.data), (const int32_t *)gt->mask_crops.data,
+        gt->n_images * gt->max_gt, gt->max_gt, gt->mask_h, gt->mask_w,
         (const int32_t *)gt->image_hw.data, (const float *)fg_rois->data, (const int32_t *)fg_gt->data, (int)rows, m,
         (float *)targets->data, weights ? (float *)weights->data : NULL);
     MRCNN_CHECK_LAUNCH("mask_targets");

@@ -256,7 +256,15 @@ static void cpu_mask_targets(const mrcnn_backend *be, const mrcnn_gt_batch *gt, 
     float *tg = (float *)targets->data, *wt = weights ? (float *)weights->data : NULL;
     bool any = false;
     for (int64_t r = 0; r < rows; r++) any |= fg[r] >= 0;
-    if (any) check_host(&gt->masks, MRCNN_DTYPE_U8, (int64_t)N * G * H * W, op, "gt masks");
+    const bool compact = gt->mask_crops.data != NULL;
+    if (any && compact) {
+        check_host(&gt->mask_crops, MRCNN_DTYPE_I32, (int64_t)N * G * MRCNN_MASK_CROP_WORDS, op, "gt mask crops");
+        MRCNN_CHECK(gt->mask_pool.data && gt->mask_pool.dtype == MRCNN_DTYPE_U8 &&
+                        gt->mask_pool.device == MRCNN_DEVICE_CPU,
+                    "%s: compact masks without a uint8 host pool", op);
+    } else if (any) {
+        check_host(&gt->masks, MRCNN_DTYPE_U8, (int64_t)N * G * H * W, op, "gt masks");
+    }
     float *box = MRCNN_MALLOC((size_t)(rows ? rows : 1) * 4 * sizeof(float), "mask boxes");
     int32_t *idx = MRCNN_MALLOC((size_t)(rows ? rows : 1) * sizeof(int32_t), "mask gt index");
     uint8_t *dense = NULL;
@@ -279,6 +287,15 @@ static void cpu_mask_targets(const mrcnn_backend *be, const mrcnn_gt_batch *gt, 
                     N, G);
         int h = hw[2 * i], w = hw[2 * i + 1];
         MRCNN_CHECK(h > 0 && w > 0 && h <= H && w <= W, "%s: image %d is %dx%d, masks are %dx%d", op, i, h, w, H, W);
+        if (compact) {
+            mrcnn_mask_targets_cropped((const uint8_t *)gt->mask_pool.data, mrcnn_tensor_numel(&gt->mask_pool),
+                                       (const int32_t *)gt->mask_crops.data + (size_t)i * G * MRCNN_MASK_CROP_WORDS,
+                                       gc[i], h, w, box, idx, (int)(r1 - r0), m, tg + r0 * mm);
+            if (wt)
+                for (int64_t k = r0 * mm; k < r1 * mm; k++) wt[k] = 1.0f;
+            r0 = r1;
+            continue;
+        }
         const uint8_t *src = (const uint8_t *)gt->masks.data + (size_t)i * G * H * W;
         const uint8_t *mk = src;
         if (h != H || w != W) {

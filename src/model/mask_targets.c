@@ -34,6 +34,36 @@ void mrcnn_mask_targets(const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
     }
 }
 
+void mrcnn_mask_targets_cropped(const uint8_t *pool, int64_t pool_bytes, const int32_t *crops, int n_gt, int img_h,
+                                int img_w, const float *boxes, const int32_t *gt_index, int n, int m, float *targets) {
+    MRCNN_CHECK(n >= 0 && m > 0 && img_h > 0 && img_w > 0, "mask_targets: %d rois, size %d, image %dx%d", n, m, img_h,
+                img_w);
+    MRCNN_CHECK(n == 0 || (pool && crops && boxes && gt_index && targets), "mask_targets: NULL argument");
+    for (int i = 0; i < n; i++) {
+        MRCNN_CHECK(gt_index[i] >= 0 && gt_index[i] < n_gt, "mask_targets: roi %d matched gt %d outside [0, %d)", i,
+                    gt_index[i], n_gt);
+        const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + (int64_t)gt_index[i] * MRCNN_MASK_CROP_WORDS);
+        MRCNN_CHECK(c.y0 >= 0 && c.x0 >= 0 && c.h >= 0 && c.w >= 0 && c.y0 + c.h <= img_h && c.x0 + c.w <= img_w &&
+                        c.offset >= 0 && c.offset + (int64_t)c.h * c.w <= pool_bytes,
+                    "mask_targets: gt %d's crop (%d, %d) %dx%d at %lld is outside the %dx%d image or the %lld-byte "
+                    "pool",
+                    gt_index[i], c.y0, c.x0, c.h, c.w, (long long)c.offset, img_h, img_w, (long long)pool_bytes);
+    }
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int i = 0; i < n; i++) {
+        const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + (int64_t)gt_index[i] * MRCNN_MASK_CROP_WORDS);
+        float *out = targets + (int64_t)i * m * m;
+        mrcnn_roi_frame f; // as mrcnn_mask_targets: a box that cannot be sampled gets zeros
+        if (!mrcnn_roi_frame_make(boxes + 4 * i, 1.0f, 0, m, m, 0, &f)) {
+            memset(out, 0, (size_t)m * m * sizeof(float));
+            continue;
+        }
+        for (int ph = 0; ph < m; ph++)
+            for (int pw = 0; pw < m; pw++)
+                out[ph * m + pw] = mrcnn_mask_crop_roi_bin(pool, &c, img_h, img_w, &f, ph, pw);
+    }
+}
+
 void mrcnn_gather_class_deltas(int n, int k, const float *deltas, const int32_t *labels, float *out) {
     for (int i = 0; i < n; i++) {
         MRCNN_CHECK(labels[i] < k, "gather_class_deltas: roi %d label %d outside [0, %d)", i, labels[i], k);

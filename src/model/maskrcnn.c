@@ -46,6 +46,7 @@ void mrcnn_model_free(mrcnn_model *m) {
     for (int i = 0; i < m->n_staged; i++) {
         if (m->staged[i].buf) be->mem.free(be, m->staged[i].buf);
         free(m->staged[i].host);
+        free(m->staged[i].crops);
     }
     free(m->staged);
     for (int i = 0; i < MRCNN_MODEL_ANCHOR_CACHE; i++) {
@@ -233,6 +234,9 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
  * batch with more instances than the common bucket then stages at the same base, and the
  * common shape keeps its key (and its captured graph). COCO's batches rarely exceed it. */
 #define MRCNN_STAGE_GT_RESERVE 64
+/* The least mask pool a slot reserves (compact masks, bytes): COCO's batches of a few
+ * dozen instances fit, so the pool, and the shape key with it, rarely grows. */
+#define MRCNN_STAGE_POOL_MIN ((size_t)4 << 20)
 
 static size_t take(size_t *off, size_t bytes) {
     size_t o = *off;
@@ -248,15 +252,16 @@ static uint64_t fnv1a(uint64_t h, uint64_t v) {
     return h;
 }
 
-/* The staging buffer's layout, a function of the shapes alone: byte offsets from the
- * base (256-byte aligned), end = the bytes it spans. */
+/* The staging buffer's layout, a function of the shapes and the mask pool's capacity
+ * alone: byte offsets from the base (256-byte aligned), end = the bytes it spans. The
+ * pool comes last, so that one upload of [small, pool + its used bytes) carries it. */
 typedef struct stage_layout {
     size_t img;   // (N, H, W, 3) fp32
-    size_t small; // the host mirror covers [small, end): one upload
-    size_t hw, rng, box, lab, cnt, msk, pp, pc, end;
+    size_t small; // the host mirror covers [small, end)
+    size_t hw, rng, box, lab, cnt, crop, pp, pc, pool, end;
 } stage_layout;
 
-static stage_layout stage_layout_of(int N, int H, int W, int G, int P) {
+static stage_layout stage_layout_of(int N, int H, int W, int G, int P, size_t pool_cap) {
     stage_layout l;
     size_t off = 0;
     l.img = take(&off, (size_t)N * H * W * 3 * sizeof(float));
@@ -266,16 +271,18 @@ static stage_layout stage_layout_of(int N, int H, int W, int G, int P) {
     l.box = take(&off, (size_t)N * G * 4 * sizeof(float));
     l.lab = take(&off, (size_t)N * G * sizeof(int32_t));
     l.cnt = take(&off, (size_t)N * sizeof(int32_t));
-    l.msk = take(&off, (size_t)N * G * H * W);
+    l.crop = take(&off, (size_t)N * G * MRCNN_MASK_CROP_WORDS * sizeof(int32_t));
     l.pp = take(&off, (size_t)N * P * 4 * sizeof(float));
     l.pc = take(&off, (size_t)N * sizeof(int32_t));
+    l.pool = take(&off, pool_cap);
     l.end = off;
     return l;
 }
 
 /* The images into the staging buffer: an upload from the host, or a copy of the
- * caller's device tensor (the CPU backend's memory is the host's: an upload there; on a
- * GPU an fp32 -> fp32 cast, which copies exactly). */
+ * caller's device tensor (on a GPU an fp32 -> fp32 cast, which copies exactly; the CPU
+ * backend's memory is the host's, so there a plain copy, which no more uploads than the
+ * GPU's does, and which its cast cannot be: it rounds to the storage dtype). */
 static void stage_images(mrcnn_model *m, const mrcnn_batch *b, mrcnn_tensor *dst) {
     const mrcnn_backend *be = m->be;
     if (b->host_images) {
@@ -286,7 +293,7 @@ static void stage_images(mrcnn_model *m, const mrcnn_batch *b, mrcnn_tensor *dst
     MRCNN_CHECK(x->data && x->dtype == MRCNN_DTYPE_F32 && x->device == be->device && mrcnn_tensor_is_contiguous(x),
                 "train step: the batch's images are neither host_images nor a contiguous fp32 tensor of the %s "
                 "backend", be->name);
-    if (be->device == MRCNN_DEVICE_CPU) be->mem.write(be, dst, x->data);
+    if (be->device == MRCNN_DEVICE_CPU) memcpy(dst->data, x->data, mrcnn_tensor_nbytes(dst));
     else be->nn.cast(be, x, dst);
 }
 
@@ -315,14 +322,42 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
     const int P = m->pinned_proposals ? m->pinned_cap : 0;
     MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
                 "capacity or counts");
-    const stage_layout L = stage_layout_of(N, H, W, G, P);
+    /* The masks as crops (compact ground truth): their rectangles first, which say the
+     * pool's need; the pool's capacity only grows (a power of two), and with it the key. */
+    if (N > sg->crop_cap_images || G > sg->crop_cap_gt) {
+        free(sg->crops);
+        sg->crops = MRCNN_MALLOC(sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS, "mask crops");
+        sg->crop_cap_images = N;
+        sg->crop_cap_gt = G;
+    }
+    const uint8_t **gt_masks = MRCNN_MALLOC(sizeof *gt_masks * (size_t)N, "gt mask pointers");
+    int *gt_counts = MRCNN_MALLOC(sizeof *gt_counts * (size_t)N, "gt counts");
+    for (int i = 0; i < N; i++) {
+        const mrcnn_image_gt *g = &b->gt[i];
+        int ih = b->image_hw[2 * i], iw = b->image_hw[2 * i + 1];
+        MRCNN_CHECK(g->n >= 0 && (g->n == 0 || (g->boxes && g->labels)), "train step: image %d has %d instances "
+                    "but no boxes or labels", i, g->n);
+        MRCNN_CHECK(g->n == 0 || g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
+        MRCNN_CHECK(ih > 0 && iw > 0 && ih <= H && iw <= W, "train step: image %d is %dx%d in a %dx%d batch", i, ih,
+                    iw, H, W);
+        gt_masks[i] = g->masks;
+        gt_counts[i] = g->n;
+    }
+    const size_t pool_used = mrcnn_mask_crops_make(gt_masks, gt_counts, b->image_hw, N, G, sg->crops);
+    if (pool_used > sg->pool_cap || !sg->pool_cap) {
+        size_t cap = MRCNN_STAGE_POOL_MIN > 2 * sg->pool_cap ? MRCNN_STAGE_POOL_MIN : 2 * sg->pool_cap;
+        while (cap < pool_used) cap *= 2;
+        sg->pool_cap = cap;
+    }
+    const stage_layout L = stage_layout_of(N, H, W, G, P, sg->pool_cap);
     const size_t o_img = L.img, small = L.small, o_hw = L.hw, o_rng = L.rng, o_box = L.box, o_lab = L.lab,
-                 o_cnt = L.cnt, o_msk = L.msk, o_pp = L.pp, o_pc = L.pc, off = L.end;
+                 o_cnt = L.cnt, o_crop = L.crop, o_pp = L.pp, o_pc = L.pc, o_pool = L.pool, off = L.end;
     if (off > sg->cap) {
         /* A new base changes the key of every shape staged in this slot (each is captured
          * again), so the buffer grows with room to spare: at least the layout of gt bucket
          * MRCNN_STAGE_GT_RESERVE and at least twice its old size. */
-        size_t want = stage_layout_of(N, H, W, G > MRCNN_STAGE_GT_RESERVE ? G : MRCNN_STAGE_GT_RESERVE, P).end;
+        size_t want =
+            stage_layout_of(N, H, W, G > MRCNN_STAGE_GT_RESERVE ? G : MRCNN_STAGE_GT_RESERVE, P, sg->pool_cap).end;
         if (want < 2 * sg->cap) want = 2 * sg->cap;
         // stream-ordered: the old buffer is released after the work queued on it
         if (sg->buf) be->mem.free(be, sg->buf);
@@ -350,27 +385,20 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
     }
     float *boxes = (float *)(h + o_box);
     int32_t *labels = (int32_t *)(h + o_lab), *counts = (int32_t *)(h + o_cnt);
-    uint8_t *masks = h + o_msk;
     memset(boxes, 0, (size_t)N * G * 4 * sizeof(float));
-    memset(masks, 0, (size_t)N * G * H * W);
     for (int i = 0; i < N * G; i++) labels[i] = -1;
     for (int i = 0; i < N; i++) {
         const mrcnn_image_gt *g = &b->gt[i];
-        int ih = b->image_hw[2 * i], iw = b->image_hw[2 * i + 1];
-        MRCNN_CHECK(g->n >= 0 && (g->n == 0 || (g->boxes && g->labels)), "train step: image %d has %d instances "
-                    "but no boxes or labels", i, g->n);
-        MRCNN_CHECK(g->n == 0 || g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
-        MRCNN_CHECK(ih > 0 && iw > 0 && ih <= H && iw <= W, "train step: image %d is %dx%d in a %dx%d batch", i, ih,
-                    iw, H, W);
         counts[i] = g->n;
         if (g->n) {
             memcpy(boxes + (size_t)i * G * 4, g->boxes, (size_t)g->n * 4 * sizeof(float));
             memcpy(labels + (size_t)i * G, g->labels, (size_t)g->n * sizeof(int32_t));
         }
-        for (int j = 0; j < g->n; j++)
-            for (int y = 0; y < ih; y++)
-                memcpy(masks + (((size_t)i * G + j) * H + y) * W, g->masks + ((size_t)j * ih + y) * iw, (size_t)iw);
     }
+    memcpy(h + o_crop, sg->crops, sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
+    mrcnn_mask_crops_copy(gt_masks, gt_counts, b->image_hw, N, G, sg->crops, h + o_pool);
+    free(gt_masks);
+    free(gt_counts);
     if (P) {
         memcpy(h + o_pp, m->pinned_proposals, (size_t)N * P * 4 * sizeof(float));
         int32_t *pc = (int32_t *)(h + o_pc);
@@ -393,15 +421,20 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
         .boxes = mrcnn_tensor_view(dev + o_box, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, G, 4}),
         .labels = mrcnn_tensor_view(dev + o_lab, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, G}),
         .counts = mrcnn_tensor_view(dev + o_cnt, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N}),
-        .masks = mrcnn_tensor_view(dev + o_msk, MRCNN_DTYPE_U8, d, 4, (int64_t[]){N, G, H, W}),
+        .masks = mrcnn_tensor_view(NULL, MRCNN_DTYPE_U8, d, 4, (int64_t[]){N, G, H, W}), // compact instead
         .image_hw = sg->image_hw,
+        .mask_crops =
+            mrcnn_tensor_view(dev + o_crop, MRCNN_DTYPE_I32, d, 3, (int64_t[]){N, G, MRCNN_MASK_CROP_WORDS}),
+        .mask_pool = mrcnn_tensor_view(dev + o_pool, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)sg->pool_cap}),
     };
     sg->pinned_cap = P;
     sg->pinned_proposals = mrcnn_tensor_view(dev + o_pp, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, P, 4});
     sg->pinned_counts = mrcnn_tensor_view(dev + o_pc, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N});
     sg->anchors = a;
     stage_images(m, b, &sg->images);
-    mrcnn_tensor rest = mrcnn_tensor_view(dev + small, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)(off - small)});
+    // everything after the images up to the pool's used bytes: one upload
+    mrcnn_tensor rest =
+        mrcnn_tensor_view(dev + small, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)(o_pool + pool_used - small)});
     be->mem.write(be, &rest, sg->host);
     sg->ready = true;
     sg->stage_ms = 1e3 * (mrcnn_time_now() - t0);
@@ -419,6 +452,7 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
                               (uint64_t)W,
                               (uint64_t)G,
                               (uint64_t)P,
+                              (uint64_t)sg->pool_cap,
                               (uint64_t)be->storage,
                               (uint64_t)be->device,
                               (uint64_t)(uintptr_t)sg->buf,

@@ -567,8 +567,8 @@ static gt_pair gt_make(int N, int NG, int H, int W, const int32_t *cnt, const in
     g.counts = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){N}, cnt);
     g.masks = tp_make(MRCNN_DTYPE_U8, 4, (int64_t[]){N, NG, H, W}, m);
     g.hw = tp_make(MRCNN_DTYPE_I32, 2, (int64_t[]){N, 2}, hw);
-    g.h = (mrcnn_gt_batch){N, NG, H, W, g.boxes.h, g.labels.h, g.counts.h, g.masks.h, g.hw.h};
-    g.d = (mrcnn_gt_batch){N, NG, H, W, g.boxes.d, g.labels.d, g.counts.d, g.masks.d, g.hw.d};
+    g.h = (mrcnn_gt_batch){N, NG, H, W, g.boxes.h, g.labels.h, g.counts.h, g.masks.h, g.hw.h, {0}, {0}};
+    g.d = (mrcnn_gt_batch){N, NG, H, W, g.boxes.d, g.labels.d, g.counts.d, g.masks.d, g.hw.d, {0}, {0}};
     free(b), free(lab), free(m);
     return g;
 }
@@ -868,6 +868,44 @@ static void test_det_mask_targets_body(void) {
         tp_free(&fr), tp_free(&fg), tp_free(&tg), tp_free(&wt);
     }
     printf("  det.mask_targets %lld fg rows of %lld: agree\n", (long long)nf, (long long)NF);
+    /* Compact masks (what the step stages): the GPU's targets from the crops equal its
+     * targets from the full masks bit for bit (one sampling routine, box_math.h's). */
+    {
+        const int H = 200, W = 300;
+        uint8_t *dense[3];
+        const uint8_t *full = gt.masks.h.data;
+        for (int i = 0; i < N; i++) {
+            dense[i] = malloc((size_t)gcnt[i] * hw[2 * i] * hw[2 * i + 1] + 1);
+            for (int j = 0; j < gcnt[i]; j++)
+                for (int y = 0; y < hw[2 * i]; y++)
+                    memcpy(dense[i] + ((size_t)j * hw[2 * i] + y) * hw[2 * i + 1],
+                           full + (((size_t)i * NG + j) * H + y) * W, (size_t)hw[2 * i + 1]);
+        }
+        int32_t crops[3 * 8 * MRCNN_MASK_CROP_WORDS];
+        const size_t need = mrcnn_mask_crops_make((const uint8_t *const *)dense, gcnt, hw, N, NG, crops);
+        uint8_t *pool = calloc(need + 1, 1);
+        mrcnn_mask_crops_copy((const uint8_t *const *)dense, gcnt, hw, N, NG, crops, pool);
+        tpair cr = tp_make(MRCNN_DTYPE_I32, 3, (int64_t[]){N, NG, MRCNN_MASK_CROP_WORDS}, crops);
+        tpair pl = tp_make(MRCNN_DTYPE_U8, 1, (int64_t[]){(int64_t)need + 1}, pool);
+        tpair fr = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5}, o.fg_rois.h.data);
+        tpair fg = tp_make(MRCNN_DTYPE_I32, 1, (int64_t[]){NF}, o.fg_gt.h.data);
+        tpair tg = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){NF, M, M}, NULL);
+        tpair wt = tp_make(MRCNN_DTYPE_F32, 3, (int64_t[]){NF, M, M}, NULL);
+        G->det.mask_targets(G, &gt.d, &fr.d, &fg.d, M, &tg.d, &wt.d); // full masks: the reference
+        float *ref = tp_got(&tg);
+        memcpy(tg.h.data, ref, tg.bytes);
+        free(ref);
+        mrcnn_gt_batch gc = gt.d;
+        gc.masks.data = NULL;
+        gc.mask_crops = cr.d;
+        gc.mask_pool = pl.d;
+        G->det.mask_targets(G, &gc, &fr.d, &fg.d, M, &tg.d, &wt.d);
+        expect_close_f32(&tg, 0, "mask targets from crops");
+        printf("  det.mask_targets from %zu bytes of crops: identical\n", need);
+        tp_free(&cr), tp_free(&pl), tp_free(&fr), tp_free(&fg), tp_free(&tg), tp_free(&wt);
+        for (int i = 0; i < N; i++) free(dense[i]);
+        free(pool);
+    }
     roi_pair_free(&o);
     tp_free(&props), tp_free(&pc), tp_free(&rngs), gt_free(&gt);
 }

@@ -752,7 +752,7 @@ static void test_stage_run(void **state) {
     const uint64_t k1 = mrcnn_model_stage(&f->m, 0, &b);
     assert_int_equal(uploads_since(f, &s0), 2);
     const mrcnn_staged *sg = &f->m.staged[0];
-    void *addr[3] = {sg->images.data, sg->gt.masks.data, sg->rngs.data};
+    void *addr[3] = {sg->images.data, sg->gt.mask_pool.data, sg->rngs.data};
     // other data, same shapes: fewer instances (the same bucket), other image indices and epoch
     mrcnn_image_gt gt2[NI] = {f->s.gt[0], f->s.gt[1]};
     gt2[0].n = 1;
@@ -765,7 +765,7 @@ static void test_stage_run(void **state) {
            sg->gt_cap);
     assert_true(k1 != 0 && k2 == k1);
     assert_ptr_equal(sg->images.data, addr[0]);
-    assert_ptr_equal(sg->gt.masks.data, addr[1]);
+    assert_ptr_equal(sg->gt.mask_pool.data, addr[1]);
     assert_ptr_equal(sg->rngs.data, addr[2]);
     const int32_t *words = sg->rngs.data; // the CPU backend's memory is the host's
     for (int i = 0; i < NI; i++) {

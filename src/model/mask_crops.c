@@ -1,0 +1,86 @@
+/* Compact ground truth (roi_targets.h): each gt mask as the rectangle around its nonzero
+ * pixels. A mask target reads the mask only through bilinear taps, and a tap outside
+ * the rectangle reads a zero either way, so the targets do not change; the step stages
+ * and uploads a few MB instead of the batch's full-size (N, G, H, W) masks. */
+#include <stdint.h>
+#include <string.h>
+
+#include "mrcnn/box_math.h"
+#include "mrcnn/check.h"
+#include "mrcnn/roi_targets.h"
+
+/* The first nonzero byte of p[0, n), or n; eight bytes at a time. */
+static int first_nonzero(const uint8_t *p, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        if (v) break;
+    }
+    while (i < n && !p[i]) i++;
+    return i;
+}
+
+/* The last nonzero byte of p[from, n), or from - 1 when there is none. */
+static int last_nonzero(const uint8_t *p, int from, int n) {
+    int i = n;
+    for (; i - 8 >= from; i -= 8) {
+        uint64_t v;
+        memcpy(&v, p + i - 8, 8);
+        if (v) break;
+    }
+    while (i > from && !p[i - 1]) i--;
+    return i - 1;
+}
+
+size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
+                             int32_t *crops) {
+    MRCNN_CHECK(N > 0 && G > 0 && masks && counts && hw && crops, "mask crops: %d images, capacity %d", N, G);
+    memset(crops, 0, sizeof *crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        const int h = hw[2 * i], w = hw[2 * i + 1];
+        MRCNN_CHECK(counts[i] >= 0 && counts[i] <= G && (counts[i] == 0 || masks[i]),
+                    "mask crops: image %d has %d masks (capacity %d)", i, counts[i], G);
+        for (int j = 0; j < counts[i]; j++) {
+            const uint8_t *m = masks[i] + (size_t)j * h * w;
+            int y0 = -1, y1 = -1, x0 = w, x1 = -1;
+            for (int y = 0; y < h; y++) {
+                const uint8_t *row = m + (size_t)y * w;
+                const int l = first_nonzero(row, w);
+                if (l == w) continue;
+                if (y0 < 0) y0 = y;
+                y1 = y;
+                if (l < x0) x0 = l;
+                // only a pixel right of the widest row so far can widen the rectangle
+                const int r = last_nonzero(row, l > x1 ? l : x1 + 1, w);
+                if (r > x1) x1 = r;
+            }
+            int32_t *c = crops + ((size_t)i * G + j) * MRCNN_MASK_CROP_WORDS;
+            if (y0 < 0) continue; // empty: h = w = 0
+            const size_t bytes = (size_t)(y1 - y0 + 1) * (size_t)(x1 - x0 + 1);
+            MRCNN_CHECK(total + bytes <= INT32_MAX, "mask crops: the batch's masks need more than %d bytes",
+                        INT32_MAX);
+            c[0] = (int32_t)total;
+            c[1] = y0;
+            c[2] = x0;
+            c[3] = y1 - y0 + 1;
+            c[4] = x1 - x0 + 1;
+            total += bytes;
+        }
+    }
+    return total;
+}
+
+void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
+                           const int32_t *crops, uint8_t *pool) {
+    for (int i = 0; i < N; i++) {
+        const int h = hw[2 * i], w = hw[2 * i + 1];
+        for (int j = 0; j < counts[i]; j++) {
+            const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + ((size_t)i * G + j) * MRCNN_MASK_CROP_WORDS);
+            const uint8_t *m = masks[i] + (size_t)j * h * w;
+            for (int y = 0; y < c.h; y++)
+                memcpy(pool + c.offset + (size_t)y * c.w, m + (size_t)(c.y0 + y) * w + c.x0, (size_t)c.w);
+        }
+    }
+}
