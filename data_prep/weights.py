@@ -27,9 +27,12 @@ Frozen batch-norm: the importer writes the BN tensors (<bn>.weight, .bias,
 .running_mean, .running_var) beside the unfolded conv weight; the C loader folds
 them into the conv (weight * scale, bias = beta - mean * scale, eps 1e-5) and the
 model's parameter list then has "<conv>.bias" (e.g. backbone.body.layer1.0.conv1.bias)
-in place of the BN. A checkpoint saved by the C code holds those folded convs; export
-writes them back as conv weight + a BN with weight 1, bias = folded bias, mean 0,
-var 1 - eps, which torchvision's FrozenBatchNorm2d turns into the same map.
+in place of the BN. A checkpoint saved by the C code holds those folded convs W' = s W
+(and /fold_scale/<conv>.weight, the (K) scales s, when mrcnn_checkpoint_save_model
+wrote it; a training checkpoint names the file it started from in /config MODEL.WEIGHTS,
+whose BN tensors give s). Export writes torchvision's parameterization back: conv
+weight W'/s and a BN with weight s, bias = folded bias, mean 0, var 1 - eps, which
+FrozenBatchNorm2d turns into the same map (weight 1 and W' where s is unknown).
 Non-float entries (num_batches_tracked) and anything unrecognized go to /extra/<key>.
 
 Round trip: import stores the original keys (attribute source_keys), so export of an
@@ -37,6 +40,7 @@ imported file gives back the same keys in the same order, bit-identical tensors.
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -156,18 +160,60 @@ def export_state_dict(h5_path):
                 else:
                     sys.exit(f"weights.py: {h5_path} lacks /model/{name} (from key {k})")
             return sd
+        scales = fold_scales(f, h5_path)
         for name in g:
             a = np.array(g[name])
             bn = bn_of_folded_bias(name)
             if bn is not None:
                 k = a.shape[0]
-                sd[bn + ".weight"] = torch.ones(k)
+                s = scales.get(name[:-len(".bias")] + ".weight")
+                sd[bn + ".weight"] = torch.ones(k) if s is None else torch.from_numpy(s.copy())
                 sd[bn + ".bias"] = torch.from_numpy(a.copy())
                 sd[bn + ".running_mean"] = torch.zeros(k)
                 sd[bn + ".running_var"] = torch.full((k,), 1.0 - BN_EPS)
+            elif name in scales:
+                # torchvision's W = W'/s: the parameterization it trains (FrozenBatchNorm2d after it)
+                sd[name] = from_project(name, a / scales[name].reshape((-1,) + (1,) * (a.ndim - 1)))
             else:
                 sd[name] = from_project(name, a)
     return sd
+
+
+def fold_scales(f, h5_path):
+    """conv weight name -> (K) float32 scale s folded into it (W' = s W): /fold_scale of
+    the file (mrcnn_checkpoint_save_model writes it), else the frozen BN tensors of the
+    file the run started from (a training checkpoint's /config MODEL.WEIGHTS, when it
+    holds them unfolded), s computed as the C loader does (float32 w / sqrt(var + eps)).
+    {} when neither says: W' is then exported with a BN of scale 1, the same map."""
+    if "fold_scale" in f:
+        return {n: np.array(f["fold_scale"][n], np.float32) for n in f["fold_scale"]}
+    if "config" not in f:
+        return {}
+    cfg = f["config"][()]
+    cfg = cfg.decode() if isinstance(cfg, bytes) else str(cfg)
+    m = re.search(r"^\s*WEIGHTS:\s*['\"]?([^'\"\n#]+?)['\"]?\s*$", cfg, re.M)
+    src = m.group(1).strip() if m else ""
+    if not src:
+        return {}
+    if not os.path.isabs(src) and not os.path.exists(src):
+        src = os.path.join(os.path.dirname(os.path.abspath(h5_path)), src)
+    if not os.path.exists(src):
+        print(f"weights.py: {h5_path}: MODEL.WEIGHTS {src} not found: folded convs exported with a BN of scale 1",
+              file=sys.stderr)
+        return {}
+    out = {}
+    with h5py.File(src, "r") as w:
+        if "model" not in w:
+            return {}
+        g = w["model"]
+        for name in f["model"]:
+            bn = bn_of_folded_bias(name)
+            if bn is None or bn + ".weight" not in g or bn + ".running_var" not in g:
+                continue
+            gamma = np.array(g[bn + ".weight"], np.float32)
+            var = np.array(g[bn + ".running_var"], np.float32)
+            out[name[:-len(".bias")] + ".weight"] = gamma / np.sqrt(var + np.float32(BN_EPS))
+    return out
 
 
 def main():

@@ -167,7 +167,7 @@ static void check_dataset(hid_t g, const char *path, const char *name, const mrc
 
 /* Reads /model/<name> (checked by check_dataset first) into host: a checksum mismatch
  * (a flipped byte) or a non-finite value fails naming the file and the dataset. */
-static void read_dataset(hid_t g, const char *path, const char *name, float *host, int64_t n) {
+static void read_dataset_unit(hid_t g, const char *path, const char *name, float *host, int64_t n, const char *unit) {
     hid_t ds = MRCNN_CHECK_HDF5(H5Dopen2(g, name, H5P_DEFAULT), name);
     char why[256];
     MRCNN_CHECK(mrcnn_h5_chunks_whole(ds, why, sizeof why), "checkpoint %s: /model/%s: %s: the file is damaged", path,
@@ -189,9 +189,13 @@ static void read_dataset(hid_t g, const char *path, const char *name, float *hos
             if (!bad++) first = k;
         }
     MRCNN_CHECK(bad == 0,
-                "checkpoint %s: /model/%s holds %lld non-finite values (of %lld), the first at element %lld (%g): the "
-                "weights are unusable", path, name, (long long)bad, (long long)n, (long long)first,
+                "checkpoint %s: /model/%s holds %lld non-finite values (of %lld), the first at %s %lld (%g): the "
+                "weights are unusable", path, name, (long long)bad, (long long)n, unit, (long long)first,
                 first >= 0 ? (double)host[first] : 0.0);
+}
+
+static void read_dataset(hid_t g, const char *path, const char *name, float *host, int64_t n) {
+    read_dataset_unit(g, path, name, host, n, "element");
 }
 
 /* A frozen BN that folds into a usable map: finite (read_dataset checked), a variance
@@ -371,7 +375,7 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
             for (int j = 0; j < 4; j++) {
                 bnp[j] = MRCNN_MALLOC((size_t)k * sizeof(float), "bn buffer");
                 snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
-                read_dataset(g, path, key, bnp[j], k);
+                read_dataset_unit(g, path, key, bnp[j], k, "channel");
             }
             read_dataset(g, path, name, h, n);
             if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);

@@ -509,9 +509,12 @@ def make_shapes(seed, n, h, w, num_classes):
     return imgs, targets
 
 
-def parity_detect():
+def parity_detect(frozen_bn=False):
     """Train the tiny config in C on synthetic shapes, export the checkpoint to a
-    torchvision state_dict, and compare eval-mode detections."""
+    torchvision state_dict, and compare eval-mode detections. frozen_bn: start from
+    torchvision's tiny model with non-identity frozen BN (s over 0.1..5) imported by
+    weights.py, so the checkpoint holds folded convs W' = s W and export must give back
+    W'/s with a BN of scale s."""
     h = w = 128
     n = 3
     t = net_tv_models.TINY
@@ -520,8 +523,25 @@ def parity_detect():
     with tempfile.TemporaryDirectory() as tmp:
         inp, out, ck = (os.path.join(tmp, x) for x in ("in.h5", "out.h5", "ck.h5"))
         write_inputs(inp, imgs, targets)
-        cmd = [os.path.join(BUILD, "tests/model/prog_net_run"), os.path.join(ROOT, "configs/tiny.yaml"), "random",
-               inp, out, "--mode", "fit", "--steps", "300", "--save", ck, "--set", "SOLVER.BASE_LR=0.02"]
+        init, steps = "random", "300"
+        if frozen_bn:
+            init, steps = os.path.join(tmp, "init.h5"), "150"
+            m0 = net_tv_models.build_tiny(0, h, w)
+            g = torch.Generator().manual_seed(11)
+            with torch.no_grad():
+                for mod in m0.modules():
+                    if isinstance(mod, FrozenBatchNorm2d):
+                        k = mod.weight.numel()
+                        sc = torch.exp(np.log(0.8) + 0.5 * torch.randn(k, generator=g)).clamp(0.1, 5.0)
+                        sc[0], sc[-1] = 0.1, 5.0
+                        mod.running_var.copy_(0.5 + torch.rand(k, generator=g))
+                        mod.weight.copy_(sc * torch.sqrt(mod.running_var + mod.eps))
+                        mod.running_mean.copy_(0.1 * torch.randn(k, generator=g))
+                        mod.bias.copy_(0.1 * torch.randn(k, generator=g))
+            torch.save(m0.state_dict(), os.path.join(tmp, "init.pth"))
+            weights.import_state_dict(weights.load_state_dict(os.path.join(tmp, "init.pth")), init)
+        cmd = [os.path.join(BUILD, "tests/model/prog_net_run"), os.path.join(ROOT, "configs/tiny.yaml"), init,
+               inp, out, "--mode", "fit", "--steps", steps, "--save", ck, "--set", "SOLVER.BASE_LR=0.02"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout, r.stderr)
@@ -530,6 +550,17 @@ def parity_detect():
         model = net_tv_models.build_tiny(0, h, w, rpn_pre_nms_top_n_test=100, rpn_post_nms_top_n_test=50,
                                          box_detections_per_img=det_per_img, box_score_thresh=score_thresh)
         sd = weights.export_state_dict(ck)
+        if frozen_bn:
+            with h5py.File(ck, "r") as f:
+                fs = {k: np.array(v) for k, v in f["fold_scale"].items()} if "fold_scale" in f else {}
+                wp = {k: np.array(f["model"][k]) for k in fs}
+            bn_w = np.concatenate([sd[k].numpy() for k in sd if k.endswith(".weight") and
+                                   isinstance(model.get_submodule(k[:-len(".weight")]), FrozenBatchNorm2d)])
+            unfold = max((float(np.abs(weights.to_project(k, sd[k]) * fs[k].reshape(-1, 1, 1, 1) - wp[k]).max()
+                                / np.abs(wp[k]).max()) for k in fs), default=1.0)
+            check("export unfolds the frozen BN", len(fs) > 0 and bn_w.min() <= 0.1001 and bn_w.max() >= 4.999
+                  and unfold < 1e-6, f"{len(fs)} folded convs, BN weight (= s) in [{bn_w.min():.3g}, "
+                  f"{bn_w.max():.3g}], max |W s - W'| / max |W'| {unfold:.1e}")
         model.load_state_dict(sd, strict=True)
         model.eval()
         with torch.no_grad():
@@ -636,7 +667,8 @@ def roundtrip():
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "r50"
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    {"r50": parity_r50, "tiny": parity_tiny, "roundtrip": roundtrip, "detect": parity_detect}[what]()
+    {"r50": parity_r50, "tiny": parity_tiny, "roundtrip": roundtrip, "detect": parity_detect,
+     "detect-bn": lambda: parity_detect(frozen_bn=True)}[what]()
     if FAILURES:
         print(f"FAILED: {len(FAILURES)} checks: {', '.join(FAILURES)}")
         sys.exit(1)
