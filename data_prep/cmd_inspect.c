@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/ids.h"
 #include "mrcnn/data.h"
 #include "mrcnn/png_write.h"
 #include "mrcnn/rle.h"
@@ -46,7 +47,13 @@ static const char *after_path(const char *err, const char *path) {
     return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
 }
 
-static int64_t check_shard(const mrcnn_shard_set *set, int s) {
+/* ids (grown): every annotation id of the set, for the duplicate check across shards. */
+typedef struct {
+    int64_t *v;
+    int64_t n, cap;
+} id_list;
+
+static int64_t check_shard(const mrcnn_shard_set *set, int s, id_list *ids) {
     char path[8192], err[1024];
     mrcnn_shard_set_path(set, s, path, sizeof path);
     checker c = {0, path};
@@ -91,6 +98,11 @@ static int64_t check_shard(const mrcnn_shard_set *set, int s) {
         }
         const char *r = rles;
         for (int64_t a = sh.ann_start[i]; a < sh.ann_start[i] + sh.ann_count[i]; a++) {
+            if (ids->n == ids->cap) {
+                ids->cap = ids->cap ? 2 * ids->cap : 1024;
+                ids->v = MRCNN_REALLOC(ids->v, sizeof(int64_t) * (size_t)ids->cap, "annotation ids");
+            }
+            ids->v[ids->n++] = sh.ann_id[a];
             if (sh.ann_image[a] != i) bad(&c, "annotation %lld: image %lld, expected %lld", (long long)a, (long long)sh.ann_image[a], (long long)i);
             int cls = sh.ann_class[a];
             if (cls < 0 || cls >= set->num_classes || set->category_ids[cls] != sh.ann_category_id[a])
@@ -99,6 +111,10 @@ static int64_t check_shard(const mrcnn_shard_set *set, int s) {
             const float *b = sh.ann_bbox + 4 * a;
             const double bd[4] = {b[0], b[1], b[2], b[3]};
             if (!(b[2] > 0 && b[3] > 0)) bad(&c, "annotation %lld: box without area", (long long)a);
+            else if (!(b[2] >= MRCNN_MIN_BOX_SIDE && b[3] >= MRCNN_MIN_BOX_SIDE))
+                bad(&c, "annotation %lld (id %lld): box [%g, %g, %g, %g] is under %g pixel wide or high (training cannot "
+                    "use it; the converter skips such boxes)", (long long)a, (long long)sh.ann_id[a], bd[0], bd[1], bd[2],
+                    bd[3], MRCNN_MIN_BOX_SIDE);
             else if (!mrcnn_bbox_in_range(bd, sh.height[i], sh.width[i]))
                 bad(&c, "annotation %lld: box [%g, %g, %g, %g] is not finite or out of range", (long long)a, bd[0], bd[1],
                     bd[2], bd[3]);
@@ -219,7 +235,16 @@ int prep_cmd_inspect(int argc, char **argv) {
     int rc = 0;
     if (check) {
         int64_t errors = 0;
-        for (int s = 0; s < set.num_shards; s++) errors += check_shard(&set, s);
+        id_list ids = {0};
+        for (int s = 0; s < set.num_shards; s++) errors += check_shard(&set, s, &ids);
+        /* The same rule as evaluation's (mrcnn/ids.h), which refuses the set otherwise. */
+        int64_t id = 0, first = 0, again = 0, dups = mrcnn_ids_duplicates(ids.v, ids.n, NULL, &id, &first, &again);
+        if (dups)
+            printf("  %lld duplicate annotation ids (id %lld: annotations %lld and %lld of the set): evaluation refuses "
+                   "them; convert again with mrcnn-prep coco, which keeps the first\n",
+                   (long long)dups, (long long)id, (long long)first, (long long)again);
+        errors += dups;
+        free(ids.v);
         printf("check: %s (%lld problems)\n", errors ? "FAILED" : "ok", (long long)errors);
         rc = errors ? 1 : 0;
     }

@@ -18,11 +18,12 @@ typedef enum {
     ISSUE_IMAGE_NO_ANNOTATIONS, // kept, flagged
     ISSUE_ANN_UNKNOWN_IMAGE,
     ISSUE_ANN_UNKNOWN_CATEGORY,
-    ISSUE_ANN_BAD_BOX,          // zero or negative width/height, or missing
+    ISSUE_ANN_BAD_BOX,          // width or height under MRCNN_MIN_BOX_SIDE (1 pixel), or missing
     ISSUE_ANN_BAD_POLYGON,      // a polygon with fewer than 3 points (or an odd coordinate count)
     ISSUE_ANN_BAD_SEGMENTATION, // missing/empty segmentation, malformed RLE, RLE size != image size
     ISSUE_ANN_BAD_NUMBER,       // a bbox, area, iscrowd or polygon number not finite or out of range
     ISSUE_ANN_OF_SKIPPED_IMAGE, // dropped with its image (a consequence, not a cause)
+    ISSUE_ANN_DUPLICATE,        // a second annotation with an id already seen (mrcnn/ids.h): evaluation refuses it
     ISSUE_COUNT
 } coco_issue;
 

@@ -10,6 +10,7 @@
 
 #include "coco.h"
 #include "mrcnn/check.h"
+#include "mrcnn/ids.h"
 #include "mrcnn/rle.h"
 
 #define MESSAGES_PER_KIND 5
@@ -17,9 +18,9 @@
 static const char *k_issue_names[ISSUE_COUNT] = {
     "missing or unreadable image", "truncated or corrupt image", "file_name escapes the image folder",
     "file_name with a NUL byte", "duplicate image id", "image without annotations (kept, flagged)",
-    "annotation with unknown image", "annotation with unknown category", "zero or negative box",
+    "annotation with unknown image", "annotation with unknown category", "box under 1 pixel wide or high",
     "polygon with fewer than 3 points", "missing or malformed segmentation", "non-finite or out-of-range number",
-    "annotation of a skipped image"};
+    "annotation of a skipped image", "duplicate annotation id"};
 
 const char *coco_issue_name(coco_issue k) { return k_issue_names[k]; }
 
@@ -134,10 +135,24 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
         }
         im->file_bytes = (int64_t)st.st_size;
     }
+    /* Evaluation refuses a data set with two annotations of one id (mrcnn/ids.h), so the
+     * converter keeps the first and skips the others (fatal under --strict). */
+    uint8_t *dup = MRCNN_CALLOC((size_t)(ds->num_anns > 0 ? ds->num_anns : 1), 1, "duplicate annotation flags");
+    {
+        int64_t *ids = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ds->num_anns > 0 ? ds->num_anns : 1), "annotation ids");
+        for (int64_t i = 0; i < ds->num_anns; i++) ids[i] = ds->anns[i].id;
+        mrcnn_ids_duplicates(ids, ds->num_anns, dup, NULL, NULL, NULL);
+        free(ids);
+    }
     for (int64_t i = 0; i < ds->num_anns; i++) {
         coco_ann *a = &ds->anns[i];
         const long long aid = (long long)a->id;
         a->ok = 0;
+        if (dup[i]) {
+            coco_report_issue(rep, ISSUE_ANN_DUPLICATE, "annotation id %lld (annotations[%lld]) appears again; the first is "
+                              "kept (evaluation refuses duplicate ids)", aid, (long long)i);
+            continue;
+        }
         a->image = coco_find_image(ds, a->image_id);
         if (a->image < 0) {
             coco_report_issue(rep, ISSUE_ANN_UNKNOWN_IMAGE, "annotation id %lld: image_id %lld is not in \"images\"", aid,
@@ -164,10 +179,13 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
                                   (long long)a->iscrowd_value);
             continue;
         }
-        if (!a->has_bbox || !(a->bbox[2] > 0) || !(a->bbox[3] > 0)) {
+        /* One rule with inspect --check (MRCNN_MIN_BOX_SIDE): a box
+         * under a pixel wide or high makes the box regression's log(w / w_anchor) target
+         * blow up, and every step that samples it is skipped as non-finite. */
+        if (!a->has_bbox || !(a->bbox[2] >= MRCNN_MIN_BOX_SIDE) || !(a->bbox[3] >= MRCNN_MIN_BOX_SIDE)) {
             if (a->has_bbox)
-                coco_report_issue(rep, ISSUE_ANN_BAD_BOX, "annotation id %lld: bbox [%g, %g, %g, %g] has no area", aid,
-                                  a->bbox[0], a->bbox[1], a->bbox[2], a->bbox[3]);
+                coco_report_issue(rep, ISSUE_ANN_BAD_BOX, "annotation id %lld: bbox [%g, %g, %g, %g] is under %g pixel wide "
+                                  "or high", aid, a->bbox[0], a->bbox[1], a->bbox[2], a->bbox[3], MRCNN_MIN_BOX_SIDE);
             else
                 coco_report_issue(rep, ISSUE_ANN_BAD_BOX, "annotation id %lld: no \"bbox\"", aid);
             continue;
@@ -242,6 +260,7 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
         a->ok = 1;
         im->num_ann++;
     }
+    free(dup);
     free(ds->polys); /* every deferred polygon is RLE now */
     ds->polys = NULL;
     ds->polys_len = ds->polys_cap = 0;

@@ -23,6 +23,11 @@ extern "C" {
  * grid, float32 boxes) then neither overflows nor meets NaN, while boxes and polygons
  * that reach somewhat past the image (as real annotations and detections do) pass. */
 #define MRCNN_COORD_SLACK 64
+/* The smallest box side (pixels, in the image's own coordinates) a training set may
+ * hold: a thinner box makes the box regression target log(w / w_anchor) blow up.
+ * mrcnn-prep coco skips such an annotation (counted; fatal under --strict) and
+ * `mrcnn-prep inspect --check` reports one. */
+#define MRCNN_MIN_BOX_SIDE 1.0
 int mrcnn_coord_in_range(double v, int64_t size);
 /* [x, y, w, h]: x and x + w in range of the width, y and y + h of the height. */
 int mrcnn_bbox_in_range(const double bbox[4], int64_t h, int64_t w);

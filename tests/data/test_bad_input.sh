@@ -20,7 +20,7 @@ expect_count 1 "file_name escapes the image folder"
 expect_count 1 "image without annotations \(kept, flagged\)"
 expect_count 1 "annotation with unknown image"
 expect_count 1 "annotation with unknown category"
-expect_count 2 "zero or negative box"
+expect_count 2 "box under 1 pixel wide or high"
 expect_count 1 "polygon with fewer than 3 points"
 expect_count 4 "annotation of a skipped image"
 grep -q "truncated JPEG" "$T/m.err" || { cat "$T/m.err"; fail "no 'truncated JPEG' message"; }
