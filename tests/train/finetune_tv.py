@@ -32,6 +32,7 @@ Env: BUILD, ROOT."""
 import argparse
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -99,7 +100,7 @@ def run_c(tmp, model, size, steps, precond):
         print(r.stdout, r.stderr)
         sys.exit(f"prog_finetune failed with {r.returncode}")
     print("  C:", r.stdout.strip().replace("\n", "\n  C: "))
-    return h5py.File(out, "r")
+    return h5py.File(out, "r"), r.stdout
 
 
 def replay(model, out, steps):
@@ -179,7 +180,7 @@ def main():
         init_sd = {k: v.clone() for k, v in model.state_dict().items()}
         n_tv = sum(p.numel() for p in model.parameters() if p.requires_grad)
         for precond in (True, False):
-            out = run_c(tmp, model, args.size, args.steps, precond)
+            out, log = run_c(tmp, model, args.size, args.steps, precond)
             model.load_state_dict(init_sd)
             params, cname, scale, history = replay(model, out, args.steps)
             label = "mrcnn" if precond else "mrcnn --no-precond (the old fold)"
@@ -190,6 +191,14 @@ def main():
                       f"{'' if ok else ': the sets differ: ' + str(sorted(c_names ^ set(cname.values()))[:6])}")
                 if not ok:
                     fails.append("trainable set")
+                # the trainer's first lines say what trains (mrcnn_sgd_log): torchvision's count
+                m = re.search(r"optimizer: SGD, momentum [0-9.]+; (\d+) trainable parameters", log)
+                groups = re.findall(r"optimizer: group (\w+) +(\d+) parameters .*: lr ([0-9.e-]+) .*weight_decay "
+                                    r"([0-9.e-]+)", log)
+                print(f"  log: {m.group(1) if m else '?'} trainable parameters; groups "
+                      + ", ".join(f"{g[0]} {g[1]} (lr {g[2]}, decay {g[3]})" for g in groups))
+                if not m or int(m.group(1)) != n_tv or sum(int(g[1]) for g in groups) != n_tv:
+                    fails.append("the logged trainable count is not torchvision's")
                 s_all = np.concatenate(list(scale.values()))
                 print(f"  folded trainable convs: {len(scale)}, s in [{s_all.min():.3g}, {s_all.max():.3g}]")
                 if len(scale) == 0 or s_all.min() > S_RANGE[0] * 1.001 or s_all.max() < S_RANGE[1] * 0.999:
