@@ -191,7 +191,8 @@ def fold_scales(f, h5_path):
         return {}
     cfg = f["config"][()]
     cfg = cfg.decode() if isinstance(cfg, bytes) else str(cfg)
-    m = re.search(r"^\s*WEIGHTS:\s*['\"]?([^'\"\n#]+?)['\"]?\s*$", cfg, re.M)
+    # the dump's flat "MODEL.WEIGHTS: ..." line, or WEIGHTS: nested under MODEL:
+    m = re.search(r"^\s*(?:MODEL\.)?WEIGHTS:\s*['\"]?([^'\"\n#]+?)['\"]?\s*$", cfg, re.M)
     src = m.group(1).strip() if m else ""
     if not src:
         return {}

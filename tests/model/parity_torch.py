@@ -561,6 +561,18 @@ def parity_detect(frozen_bn=False):
             check("export unfolds the frozen BN", len(fs) > 0 and bn_w.min() <= 0.1001 and bn_w.max() >= 4.999
                   and unfold < 1e-6, f"{len(fs)} folded convs, BN weight (= s) in [{bn_w.min():.3g}, "
                   f"{bn_w.max():.3g}], max |W s - W'| / max |W'| {unfold:.1e}")
+            # a training checkpoint has no /fold_scale: export takes s from the BN tensors
+            # of the file its /config MODEL.WEIGHTS names, computed as the C loader does
+            ck2 = os.path.join(tmp, "ck_train.h5")
+            with h5py.File(ck, "r") as f, h5py.File(ck2, "w") as o:
+                for k, v in f.attrs.items():
+                    o.attrs[k] = v
+                f.copy("model", o)
+                o["config"] = f"SEED: 1\nMODEL.WEIGHTS: \"{init}\"\n"
+            sd2 = weights.export_state_dict(ck2)
+            same = sd2.keys() == sd.keys() and all(torch.equal(sd2[k], sd[k]) for k in sd)
+            check("export via /config MODEL.WEIGHTS", same, "the same state_dict as from /fold_scale"
+                  if same else "differs from the /fold_scale export")
         model.load_state_dict(sd, strict=True)
         model.eval()
         with torch.no_grad():
