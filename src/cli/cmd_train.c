@@ -82,6 +82,7 @@ typedef struct {
     mrcnn_dist eval_dist;          // dist with its own communicator (the loader threads use dist's)
     mrcnn_category_table table;
     mrcnn_coco_gt eval_gt;         // rank 0
+    int eval_data;                 // table and eval_gt are loaded (eval_open_data)
 } binding;
 
 /* Batch-wide loss normalizers: the model's counts (a small device tensor), the sum over
@@ -118,6 +119,25 @@ static double train_batch(void *ctx, int64_t step, int micro, mrcnn_batch *out) 
     return wait_s;
 }
 
+/* DATASETS.TEST's categories and (rank 0) annotations, checked as `mrcnn eval` checks
+ * them (a missing or damaged set, duplicate ids, a class count unlike the model's).
+ * Called before step 1, so a test set that cannot be evaluated stops the run at start,
+ * not after TEST.EVAL_PERIOD steps. */
+static void eval_open_data(binding *b) {
+    if (b->eval_data) return;
+    const mrcnn_config *cfg = b->cfg;
+    const char *index = cfg->datasets_test;
+    /* the training loader's I/O thread may be inside HDF5 */
+    mrcnn_hdf5_lock();
+    mrcnn_category_table_load(&b->table, index);
+    if (b->dist->rank == 0) mrcnn_coco_gt_from_shards(&b->eval_gt, index);
+    mrcnn_hdf5_unlock();
+    MRCNN_CHECK(b->table.n == cfg->roi_num_classes,
+                "DATASETS.TEST %s has %d categories but the model has MODEL.ROI_HEADS.NUM_CLASSES = %d", index,
+                b->table.n, cfg->roi_num_classes);
+    b->eval_data = 1;
+}
+
 /* The current weights through the same inference and COCO evaluation as `mrcnn eval`
  * (so the last one equals `mrcnn eval --weights <final checkpoint>`). */
 static void evaluate(void *ctx, mrcnn_eval_metrics *e) {
@@ -128,14 +148,7 @@ static void evaluate(void *ctx, mrcnn_eval_metrics *e) {
     if (!b->inf) {
         b->eval_dist = *b->dist;
         MRCNN_CHECK_MPI(MPI_Comm_dup(b->dist->comm, &b->eval_dist.comm));
-        /* the training loader's I/O thread may be inside HDF5 */
-        mrcnn_hdf5_lock();
-        mrcnn_category_table_load(&b->table, index);
-        if (root) mrcnn_coco_gt_from_shards(&b->eval_gt, index);
-        mrcnn_hdf5_unlock();
-        MRCNN_CHECK(b->table.n == cfg->roi_num_classes,
-                    "DATASETS.TEST %s has %d categories but the model has MODEL.ROI_HEADS.NUM_CLASSES = %d", index,
-                    b->table.n, cfg->roi_num_classes);
+        eval_open_data(b);
         b->inf = mrcnn_infer_create_from_params(cfg, b->dist->device, b->be, &b->model.params.values);
     } else {
         mrcnn_infer_set_weights(b->inf, b->be, &b->model.params.values);
@@ -161,10 +174,13 @@ static void evaluate(void *ctx, mrcnn_eval_metrics *e) {
 }
 
 static void eval_free(binding *b) {
+    if (b->eval_data) {
+        mrcnn_category_table_free(&b->table);
+        if (b->dist->rank == 0) mrcnn_coco_gt_free(&b->eval_gt);
+        b->eval_data = 0;
+    }
     if (!b->inf) return;
     mrcnn_infer_destroy(b->inf);
-    mrcnn_category_table_free(&b->table);
-    if (b->dist->rank == 0) mrcnn_coco_gt_free(&b->eval_gt);
     MPI_Comm_free(&b->eval_dist.comm);
 }
 
@@ -284,6 +300,7 @@ int mrcnn_cmd_train(int argc, char **argv) {
     b.mt.tm.get_cursor = get_cursor;
     b.mt.tm.set_cursor = set_cursor;
     b.mt.tm.evaluate = cfg.test_eval_period > 0 ? evaluate : NULL;
+    if (cfg.test_eval_period > 0) eval_open_data(&b); // the whole config is checked before step 1
     mrcnn_checkpoint_set_lock(mrcnn_hdf5_lock, mrcnn_hdf5_unlock);
 
     mrcnn_info("mrcnn train: %d ranks (%s), %lld parameters (%lld trainable), config %s", dist.world_size, be->name,
