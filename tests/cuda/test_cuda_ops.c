@@ -787,7 +787,22 @@ static void test_sgd_body(void) {
     }
     tp_expect(&p, "sgd_update");
     tp_expect(&v, "sgd_update");
-    tpair *all[] = {&p, &g, &v, &m};
+    /* with the preconditioner row: (2n) coefficients, decay multipliers then q = s^2 */
+    tpair q = TP(MRCNN_DTYPE_F32, "decay_mask and q", 2 * n);
+    float *hq = malloc((size_t)(2 * n) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        hq[i] = i % 3 == 0 ? 0.0f : 1.0f;
+        hq[n + i] = i % 5 == 0 ? 1.0f : 0.01f + 0.37f * (float)(i % 67); // s^2 over 0.01..25
+    }
+    tp_write(&q, hq);
+    free(hq);
+    for (int step = 0; step < 3; step++) {
+        C->opt.sgd_update(C, &p.c, &g.c, &v.c, &q.c, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+        G->opt.sgd_update(G, &p.g, &g.g, &v.g, &q.g, 0.02f, 0.9f, 1e-4f, 1.0f / 128.0f);
+    }
+    tp_expect(&p, "sgd_update (preconditioned)");
+    tp_expect(&v, "sgd_update (preconditioned)");
+    tpair *all[] = {&p, &g, &v, &m, &q};
     for (size_t j = 0; j < sizeof all / sizeof *all; j++) tp_free(all[j]);
 }
 
@@ -886,6 +901,13 @@ static void test_step_ops_body(void) {
     C->step.sum_squares(C, &g.c, NULL, &out.c);
     G->step.sum_squares(G, &g.g, NULL, &out.g);
     tp_expect(&out, "step sum_squares");
+    /* weighted by the preconditioner (the clipping norm over s g) */
+    tpair w = TP(MRCNN_DTYPE_F32, "weights", n);
+    tp_fill(&w, 0.01f, 25.0f);
+    C->step.sum_squares(C, &g.c, &w.c, &out.c);
+    G->step.sum_squares(G, &g.g, &w.g, &out.g);
+    tp_expect(&out, "step sum_squares (weighted)");
+    tp_free(&w);
     /* Inf/NaN into a flag, every storage dtype; the flag stays raised */
     for (int i = 0; i < 3; i++) {
         set_precision(k_precisions[i]);
