@@ -24,8 +24,15 @@ typedef enum {
     ISSUE_ANN_BAD_NUMBER,       // a bbox, area, iscrowd or polygon number not finite or out of range
     ISSUE_ANN_OF_SKIPPED_IMAGE, // dropped with its image (a consequence, not a cause)
     ISSUE_ANN_DUPLICATE,        // a second annotation with an id already seen (mrcnn/ids.h): evaluation refuses it
+    ISSUE_IMAGE_TOO_MANY,       // more valid annotations than COCO_MAX_INSTANCES_PER_IMAGE: skipped with them
     ISSUE_COUNT
 } coco_issue;
+
+/* The most annotations one image may bring to training: each is a full-image mask in a
+ * training batch and a column of every anchor-to-ground-truth IoU matrix, so 200,000 on
+ * one image took more than 24 GB. COCO's most crowded image has under 100, LVIS's under
+ * 800. A converted image with more is skipped with its annotations (fatal under --strict). */
+#define COCO_MAX_INSTANCES_PER_IMAGE 1000
 
 typedef struct {
     int64_t count[ISSUE_COUNT];

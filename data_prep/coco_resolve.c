@@ -14,13 +14,16 @@
 #include "mrcnn/rle.h"
 
 #define MESSAGES_PER_KIND 5
+#define MAX_INSTANCES_TEXT_(n) #n
+#define MAX_INSTANCES_TEXT(n) MAX_INSTANCES_TEXT_(n)
 
 static const char *k_issue_names[ISSUE_COUNT] = {
     "missing or unreadable image", "truncated or corrupt image", "file_name escapes the image folder",
     "file_name with a NUL byte", "duplicate image id", "image without annotations (kept, flagged)",
     "annotation with unknown image", "annotation with unknown category", "box under 1 pixel wide or high",
     "polygon with fewer than 3 points", "missing or malformed segmentation", "non-finite or out-of-range number",
-    "annotation of a skipped image", "duplicate annotation id"};
+    "annotation of a skipped image", "duplicate annotation id",
+    "image with more than " MAX_INSTANCES_TEXT(COCO_MAX_INSTANCES_PER_IMAGE) " annotations"};
 
 const char *coco_issue_name(coco_issue k) { return k_issue_names[k]; }
 
@@ -264,6 +267,26 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
     free(ds->polys); /* every deferred polygon is RLE now */
     ds->polys = NULL;
     ds->polys_len = ds->polys_cap = 0;
+    int skipped_crowded = 0;
+    for (int64_t i = 0; i < ds->num_images; i++) {
+        coco_image *im = &ds->images[i];
+        if (im->ok && im->num_ann > COCO_MAX_INSTANCES_PER_IMAGE) {
+            coco_report_issue(rep, ISSUE_IMAGE_TOO_MANY, "image id %lld ('%s') has %lld valid annotations, more than the %d "
+                              "one image may bring to training (COCO_MAX_INSTANCES_PER_IMAGE); skipped with them",
+                              (long long)im->id, ds->names + im->name_off, (long long)im->num_ann,
+                              COCO_MAX_INSTANCES_PER_IMAGE);
+            im->ok = 0;
+            skipped_crowded = 1;
+        }
+    }
+    for (int64_t i = 0; skipped_crowded && i < ds->num_anns; i++) {
+        coco_ann *a = &ds->anns[i];
+        if (!a->ok || ds->images[a->image].ok) continue;
+        a->ok = 0;
+        ds->images[a->image].num_ann--;
+        coco_report_issue(rep, ISSUE_ANN_OF_SKIPPED_IMAGE, "annotation id %lld: its image %lld was skipped",
+                          (long long)a->id, (long long)ds->images[a->image].id);
+    }
     for (int64_t i = 0; i < ds->num_images; i++) {
         coco_image *im = &ds->images[i];
         if (im->ok && im->num_ann == 0)

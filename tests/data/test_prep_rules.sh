@@ -6,6 +6,9 @@
 #  - a second annotation with an id already seen is skipped and counted ("duplicate
 #    annotation id"), fatal under --strict; before, it passed --strict and inspect --check
 #    while `mrcnn eval --shards` and TEST.EVAL_PERIOD refused the set (mrcnn/ids.h);
+#  - an image with more than 1000 valid annotations (COCO_MAX_INSTANCES_PER_IMAGE) is
+#    skipped with them and counted, fatal under --strict; before, 200,000 on one image
+#    converted cleanly and training was then killed for memory;
 #  - `mrcnn-prep inspect --check` reports duplicate ids across the set (exit 1).
 set -u -o pipefail
 . "${ROOT:-$(dirname "$0")/../..}/tests/data/prep_env.sh" pycocotools
@@ -21,9 +24,16 @@ tiny = copy.deepcopy(d); t = copy.deepcopy(a0); t["id"] = 10**9; t["bbox"] = [4,
 json.dump(tiny, open(f"{out}/tiny.json", "w"))
 dup = copy.deepcopy(d); t = copy.deepcopy(d["annotations"][1]); t["id"] = a0["id"]; dup["annotations"].append(t)
 json.dump(dup, open(f"{out}/dup.json", "w"))
+crowd = copy.deepcopy(d); base = max(a["id"] for a in d["annotations"]) + 1
+crowd["annotations"] += [dict(copy.deepcopy(a0), id=base + k) for k in range(1001)]
+json.dump(crowd, open(f"{out}/crowd.json", "w"))
 PY
-for k in tiny dup; do
-    want=$([ $k = tiny ] && echo "box under 1 pixel wide or high" || echo "duplicate annotation id")
+for k in tiny dup crowd; do
+    case $k in
+    tiny) want="box under 1 pixel wide or high" ;;
+    dup) want="duplicate annotation id" ;;
+    crowd) want="image with more than 1000 annotations" ;;
+    esac
     rm -rf "$T/s"
     "$PREP" coco --annotations "$T/$k.json" --images "$I" --out "$T/s" --strict --name s > "$T/s.out" 2>&1
     expect_exit "$EXIT_ERROR" $? "--strict with '$k'" || { cat "$T/s.out"; exit 1; }
