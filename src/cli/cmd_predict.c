@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mrcnn/args.h"
@@ -56,6 +57,14 @@ static int check_input(const char *path, char *err, size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, err_len, "cannot open '%s': %s", path, strerror(errno));
+        return 0;
+    }
+    /* A directory opens, and its "size" is LONG_MAX: say what it is instead. */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        snprintf(err, err_len, "'%s' is %s, not an image file (give JPEG/PNG files, e.g. DIR/*.jpg)", path,
+                 S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
         return 0;
     }
     fseek(f, 0, SEEK_END);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #define KEY_MAX 256
@@ -690,6 +691,11 @@ static int load_file(mrcnn_config *cfg, const char *path, int depth, errbuf *e) 
     if (depth > 8) return fail(e, "%s: _BASE_ chain deeper than 8 (a cycle?)", path);
     FILE *f = fopen(path, "rb");
     if (!f) return fail(e, "%s: cannot open config: %s", path, strerror(errno));
+    struct stat sb; // a directory opens, then fails its first read as a bare "input error"
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return fail(e, "%s: is a directory, not a config file (give the YAML file in it)", path);
+    }
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);

@@ -48,6 +48,12 @@ echo "config: ${#cases[@]} out-of-range values refused, each naming key, value a
 "$M" config --set SOLVER.WARMUP_FACTOR=0 --set INPUT.RANDOM_FLIP=none --set INPUT.FIXED_SIZE=[512,512] \
     --set INPUT.FIXED_SIZE=[] > "$tmp/out" 2>&1 || bad "in-range values refused: $(cat "$tmp/out")"
 
+# a directory given as --config: named as one (before: "YAML error: input error")
+mkdir -p "$tmp/cfgdir"
+"$M" config --config "$tmp/cfgdir" > "$tmp/out" 2>&1
+expect_exit "$EXIT_ERROR" $? "config --config DIR" || cat "$tmp/out"
+grep -qF "$tmp/cfgdir: is a directory, not a config file" "$tmp/out" || bad "--config DIR: $(head -c 300 "$tmp/out")"
+
 # mrcnn train: a config error is a usage error (2), before anything is written
 out=$tmp/train_out
 "$M" train --set SOLVER.MAX_ITER=0 --set OUTPUT_DIR="$out" > "$tmp/train.log" 2>&1
@@ -75,5 +81,9 @@ flag "mrcnn predict: --score-thresh wants a number in [0, 1], got 'nan'" "$M" pr
 flag "mrcnn train: --max-steps wants an integer in [1, 2147483647], got '99999999999'" "$M" train --max-steps 99999999999
 flag "mrcnn train: --comm-timeout wants a number in [0, 1e+07], got 'inf'" "$M" train --comm-timeout inf
 echo "flags: out-of-range counts refused with exit 2"
+# a directory given to predict as an image: named as one (before: "allocating
+# 9223372036854775807 bytes"); the model's config and weights are not needed to say so
+"$M" predict --config "$ROOT/configs/tiny.yaml" --weights "$tmp/none.h5" --out "$tmp/pred" "$tmp/cfgdir" > "$tmp/out" 2>&1
+grep -qF "'$tmp/cfgdir' is a directory, not an image file" "$tmp/out" || bad "predict DIR: $(head -c 300 "$tmp/out")"
 [ $fails -eq 0 ] && echo "PASS: config values and count flags are range-checked"
 [ $fails -eq 0 ]
