@@ -33,54 +33,63 @@ static int last_nonzero(const uint8_t *p, int from, int n) {
     return i - 1;
 }
 
+/* The rectangle around mask m's nonzero pixels into c[1..4] (y0, x0, h, w; zeros when
+ * it has none). */
+static void mask_extent(const uint8_t *m, int h, int w, int32_t *c) {
+    int y0 = -1, y1 = -1, x0 = w, x1 = -1;
+    for (int y = 0; y < h; y++) {
+        const uint8_t *row = m + (size_t)y * w;
+        const int l = first_nonzero(row, w);
+        if (l == w) continue;
+        if (y0 < 0) y0 = y;
+        y1 = y;
+        if (l < x0) x0 = l;
+        // only a pixel right of the widest row so far can widen the rectangle
+        const int r = last_nonzero(row, l > x1 ? l : x1 + 1, w);
+        if (r > x1) x1 = r;
+    }
+    if (y0 < 0) return; // empty: h = w = 0
+    c[1] = y0;
+    c[2] = x0;
+    c[3] = y1 - y0 + 1;
+    c[4] = x1 - x0 + 1;
+}
+
 size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
                              int32_t *crops) {
     MRCNN_CHECK(N > 0 && G > 0 && masks && counts && hw && crops, "mask crops: %d images, capacity %d", N, G);
     memset(crops, 0, sizeof *crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
-    size_t total = 0;
-    for (int i = 0; i < N; i++) {
-        const int h = hw[2 * i], w = hw[2 * i + 1];
+    for (int i = 0; i < N; i++)
         MRCNN_CHECK(counts[i] >= 0 && counts[i] <= G && (counts[i] == 0 || masks[i]),
                     "mask crops: image %d has %d masks (capacity %d)", i, counts[i], G);
-        for (int j = 0; j < counts[i]; j++) {
-            const uint8_t *m = masks[i] + (size_t)j * h * w;
-            int y0 = -1, y1 = -1, x0 = w, x1 = -1;
-            for (int y = 0; y < h; y++) {
-                const uint8_t *row = m + (size_t)y * w;
-                const int l = first_nonzero(row, w);
-                if (l == w) continue;
-                if (y0 < 0) y0 = y;
-                y1 = y;
-                if (l < x0) x0 = l;
-                // only a pixel right of the widest row so far can widen the rectangle
-                const int r = last_nonzero(row, l > x1 ? l : x1 + 1, w);
-                if (r > x1) x1 = r;
-            }
-            int32_t *c = crops + ((size_t)i * G + j) * MRCNN_MASK_CROP_WORDS;
-            if (y0 < 0) continue; // empty: h = w = 0
-            const size_t bytes = (size_t)(y1 - y0 + 1) * (size_t)(x1 - x0 + 1);
-            MRCNN_CHECK(total + bytes <= INT32_MAX, "mask crops: the batch's masks need more than %d bytes",
-                        INT32_MAX);
-            c[0] = (int32_t)total;
-            c[1] = y0;
-            c[2] = x0;
-            c[3] = y1 - y0 + 1;
-            c[4] = x1 - x0 + 1;
-            total += bytes;
-        }
+    // the scan reads every full-size mask once: the masks in parallel, the offsets after
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < N * G; k++) {
+        const int i = k / G, j = k % G;
+        if (j < counts[i])
+            mask_extent(masks[i] + (size_t)j * hw[2 * i] * hw[2 * i + 1], hw[2 * i], hw[2 * i + 1],
+                        crops + (size_t)k * MRCNN_MASK_CROP_WORDS);
+    }
+    size_t total = 0;
+    for (int k = 0; k < N * G; k++) {
+        int32_t *c = crops + (size_t)k * MRCNN_MASK_CROP_WORDS;
+        const size_t bytes = (size_t)c[3] * (size_t)c[4];
+        MRCNN_CHECK(total + bytes <= INT32_MAX, "mask crops: the batch's masks need more than %d bytes", INT32_MAX);
+        c[0] = bytes ? (int32_t)total : 0;
+        total += bytes;
     }
     return total;
 }
 
 void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
                            const int32_t *crops, uint8_t *pool) {
-    for (int i = 0; i < N; i++) {
-        const int h = hw[2 * i], w = hw[2 * i + 1];
-        for (int j = 0; j < counts[i]; j++) {
-            const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + ((size_t)i * G + j) * MRCNN_MASK_CROP_WORDS);
-            const uint8_t *m = masks[i] + (size_t)j * h * w;
-            for (int y = 0; y < c.h; y++)
-                memcpy(pool + c.offset + (size_t)y * c.w, m + (size_t)(c.y0 + y) * w + c.x0, (size_t)c.w);
-        }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < N * G; k++) {
+        const int i = k / G, j = k % G, h = hw[2 * i], w = hw[2 * i + 1];
+        if (j >= counts[i]) continue;
+        const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + (size_t)k * MRCNN_MASK_CROP_WORDS);
+        const uint8_t *m = masks[i] + (size_t)j * h * w;
+        for (int y = 0; y < c.h; y++)
+            memcpy(pool + c.offset + (size_t)y * c.w, m + (size_t)(c.y0 + y) * w + c.x0, (size_t)c.w);
     }
 }
