@@ -6,7 +6,6 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
-#include "mrcnn/metrics.h"
 #include "mrcnn/plot.h"
 
 enum { T_ = MRCNN_COCO_T, R_ = MRCNN_COCO_R, A_ = MRCNN_COCO_A, M_ = MRCNN_COCO_M };

@@ -35,7 +35,7 @@ ALLOWED = {
 HEADERS = {
     "tensor.h": "core", "check.h": "core", "log.h": "core", "rng.h": "core", "half.h": "core",
     "config.h": "core", "json.h": "core", "png_write.h": "core", "h5_chunks.h": "core",
-    "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core", "args.h": "core", "ids.h": "core",
+    "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core", "args.h": "core", "ids.h": "core", "plot.h": "core",
     "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
     "roi_sample.inc": "ops",
     "backend.h": "backend", "backend_ops.def": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
@@ -46,7 +46,7 @@ HEADERS = {
     "cuda_check.h": "cuda",
     "data.h": "data", "train_feed.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
-    "train.h": "train", "trainer.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train",
+    "train.h": "train", "trainer.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train", "step_profile.h": "train",
 }
 
 # Files whose module is not their folder's: src/core holds the leaf module "core" and,
