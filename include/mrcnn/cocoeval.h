@@ -136,6 +136,13 @@ void mrcnn_coco_eval_print_per_category(const mrcnn_coco_eval *e, const mrcnn_co
 /* {"stats": [12], "AP": ..., ..., "per_category": [{"id", "name", "AP", "AP50", "AP75"}]} */
 void mrcnn_coco_eval_write_json(const mrcnn_coco_eval *e, const mrcnn_coco_gt *gt, FILE *out);
 
+/* Evaluation pictures drawn by gnuplot (src/eval/eval_plots.c on mrcnn/plot.h). */
+/* dir/eval_<iou>_pr.png: precision against recall at IoU .50, .75 and .50:.95, and at
+ * .50:.95 per object area, as pycocotools' analyze figures; dir/eval_<iou>_categories.png:
+ * AP (.50:.95) per category, sorted. iou: "bbox" or "segm". */
+void mrcnn_plot_eval(const mrcnn_coco_eval *e, const mrcnn_coco_gt *gt, const char *iou, const char *dir);
+
+
 #ifdef __cplusplus
 }
 #endif

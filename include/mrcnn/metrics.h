@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mrcnn/config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -80,6 +82,22 @@ void mrcnn_metrics_close(mrcnn_metrics *m);
 int mrcnn_mkdir_p(const char *path);
 /* Resident set size of this process in MiB (/proc/self/statm). */
 double mrcnn_rss_mb(void);
+
+/* Training curves drawn by gnuplot (src/train/plot.c on mrcnn/plot.h). */
+/* Reads each run_dirs[i]/metrics.json and draws out_dir/training.png (+ .csv per run,
+ * .gp): total and each loss term on a log axis, the learning rate, img/s and memory,
+ * and, for fp16 runs, the loss scale and skipped steps. config: a one-line description
+ * for the title (NULL: read from the run's earlier plots/training.csv, if any).
+ * Returns the number of training steps drawn (0: nothing to plot or plots off). */
+int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out_dir, const char *config);
+
+/* The trainer's call (rank 0, at each checkpoint and at the end): OUTPUT_DIR/plots/
+ * training.png of OUTPUT_DIR/metrics.json, titled with the config's main settings.
+ * At a checkpoint it is skipped when the last drawing is more recent than 20 times
+ * what that drawing took (checkpoints seconds apart would spend more than 5% of the
+ * run drawing); at_end always draws. */
+void mrcnn_plot_run(const mrcnn_config *cfg, int at_end);
+
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "mrcnn/check.h"
+#include "mrcnn/metrics.h"
 #include "mrcnn/plot.h"
 
 static void plot_usage(FILE *out) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/cocoeval.h"
 #include "mrcnn/plot.h"
 
 void eval_report(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, const char *iou_type, int threads,

@@ -1,11 +1,14 @@
 /* Evaluation pictures (plot.h): precision-recall curves as pycocotools' analyze draws
  * them, and AP per category, from the accumulated precision array of one IoU type. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
+#include "mrcnn/cocoeval.h"
 #include "mrcnn/plot.h"
 
 enum { T_ = MRCNN_COCO_T, R_ = MRCNN_COCO_R, A_ = MRCNN_COCO_A, M_ = MRCNN_COCO_M };
@@ -149,8 +152,9 @@ static void plot_categories(const mrcnn_coco_eval *e, const mrcnn_coco_gt *gt, c
 
 void mrcnn_plot_eval(const mrcnn_coco_eval *e, const mrcnn_coco_gt *gt, const char *iou, const char *dir) {
     if (!mrcnn_plot_enabled()) return;
-    if (!mrcnn_mkdir_p(dir)) {
-        mrcnn_warn("plot: cannot create %s", dir);
+    /* One level, as the user named it: creating parents is the trainer's business. */
+    if (mkdir(dir, 0775) != 0 && errno != EEXIST) {
+        mrcnn_warn("plot: cannot create %s: %s", dir, strerror(errno));
         return;
     }
     plot_pr(e, iou, dir);

@@ -6,6 +6,7 @@
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
 #include "mrcnn/log.h"
+#include "mrcnn/metrics.h"
 #include "mrcnn/plot.h"
 #include "mrcnn/run.h"
 
