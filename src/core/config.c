@@ -478,6 +478,7 @@ static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *pat
     int merge_key = 0;          // the pending key is YAML's merge key `<<`
     char pending[KEY_MAX] = ""; // key waiting for its value
     int seen_non_base = 0;
+    int documents = 0;
     int result = 0;
     for (;;) {
         yaml_event_t ev;
@@ -515,6 +516,12 @@ static int load_events(mrcnn_config *cfg, yaml_parser_t *parser, const char *pat
         }
         switch (ev.type) {
         case YAML_STREAM_END_EVENT: done = 1; break;
+        case YAML_DOCUMENT_START_EVENT:
+            /* A second document ('---') would be merged into the first without a word. */
+            if (documents++ > 0)
+                ok = fail(e, "%s: a second YAML document ('---'): a config file holds one (merge files with _BASE_)",
+                          where);
+            break;
         case YAML_MAPPING_START_EVENT:
             if (level >= 0 && expect_key[level]) {
                 ok = fail(e, "%s: a mapping cannot be a key", where);

@@ -54,6 +54,12 @@ mkdir -p "$tmp/cfgdir"
 expect_exit "$EXIT_ERROR" $? "config --config DIR" || cat "$tmp/out"
 grep -qF "$tmp/cfgdir: is a directory, not a config file" "$tmp/out" || bad "--config DIR: $(head -c 300 "$tmp/out")"
 
+# a second YAML document is refused, not merged into the first without a word
+printf 'SOLVER:\n  BASE_LR: 0.1\n---\nSOLVER:\n  GAMMA: 0.5\n' > "$tmp/two.yaml"
+"$M" config --config "$tmp/two.yaml" > "$tmp/out" 2>&1
+expect_exit "$EXIT_ERROR" $? "config with two documents" || cat "$tmp/out"
+grep -qF "two.yaml:3: a second YAML document ('---'): a config file holds one" "$tmp/out" || bad "two documents: $(head -c 300 "$tmp/out")"
+
 # mrcnn train: a config error is a usage error (2), before anything is written
 out=$tmp/train_out
 "$M" train --set SOLVER.MAX_ITER=0 --set OUTPUT_DIR="$out" > "$tmp/train.log" 2>&1
