@@ -138,7 +138,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB) $(CUDA_SO)
 # ---- dependencies ----------------------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools \
             libopenblas-dev libopenblas0-pthread libyaml-dev libjpeg62-turbo-dev libpng-dev gnuplot-nox \
-            libcmocka-dev python3-torchvision python3-numpy python3-pip python3-h5py \
+            libcmocka-dev time python3-torchvision python3-numpy python3-pip python3-h5py \
             munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins libpmix2 clang libclang-rt-14-dev
 PIP_PKGS := pycocotools==2.0.8 tensorboard
 PIP_MODULES := pycocotools tensorboard # what deps-check imports, one per PIP_PKGS entry
