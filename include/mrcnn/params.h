@@ -29,6 +29,10 @@ typedef struct mrcnn_params {
      * folded, or from a file that did not say). SGD on W' is SGD on torchvision's W only
      * with the gradient taken as s^2 g' and the clipping norm over s g' (optimizer.c). */
     float **fold_scale;
+    /* (n_entries): where fold_scale[i] points when set, (K) floats, made when a conv with a
+     * BN is added, so that a load never allocates what the model keeps (a load that
+     * fails half-way leaves nothing the model points to freed or leaked). */
+    float **fold_buf;
     int n_cap;
     const mrcnn_backend *be; // owner of both blocks once committed
 } mrcnn_params;

@@ -22,8 +22,10 @@ int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t 
                                      "param flags");
         p->bn = MRCNN_REALLOC(p->bn, (size_t)p->n_cap * sizeof *p->bn, "param bn names");
         p->fold_scale = MRCNN_REALLOC(p->fold_scale, (size_t)p->n_cap * sizeof *p->fold_scale, "fold scales");
+        p->fold_buf = MRCNN_REALLOC(p->fold_buf, (size_t)p->n_cap * sizeof *p->fold_buf, "fold scale buffers");
     }
     p->fold_scale[i] = NULL;
+    p->fold_buf[i] = bn && bn[0] && ndim >= 1 ? MRCNN_MALLOC((size_t)shape[0] * sizeof(float), "fold scale") : NULL;
     p->trainable[i] = trainable;
     snprintf(p->bn[i], sizeof p->bn[i], "%s", bn ? bn : "");
     return i;
@@ -52,13 +54,13 @@ void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be) {
 void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k) {
     MRCNN_CHECK(i >= 0 && i < p->values.n_entries, "params: no entry %d", i);
     const mrcnn_tensor *t = &p->values.entries[i].tensor;
-    free(p->fold_scale[i]);
     p->fold_scale[i] = NULL;
     if (!scale) return;
     MRCNN_CHECK(t->ndim >= 1 && t->shape[0] == k, "params: %s has %lld output channels, not %lld scales",
                 p->values.entries[i].name, (long long)(t->ndim ? t->shape[0] : 0), (long long)k);
-    p->fold_scale[i] = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
-    memcpy(p->fold_scale[i], scale, (size_t)k * sizeof(float));
+    MRCNN_CHECK(p->fold_buf[i], "params: %s has no frozen BN to fold a scale from", p->values.entries[i].name);
+    memcpy(p->fold_buf[i], scale, (size_t)k * sizeof(float));
+    p->fold_scale[i] = p->fold_buf[i];
 }
 
 void mrcnn_params_precond(const mrcnn_params *p, float *out) {
@@ -89,7 +91,8 @@ void mrcnn_params_free(mrcnn_params *p) {
         if (p->values.base) p->be->mem.free(p->be, p->values.base);
         if (p->grads.base) p->be->mem.free(p->be, p->grads.base);
     }
-    for (int i = 0; p->fold_scale && i < p->values.n_entries; i++) free(p->fold_scale[i]);
+    for (int i = 0; p->fold_buf && i < p->values.n_entries; i++) free(p->fold_buf[i]);
+    free(p->fold_buf);
     free(p->fold_scale);
     mrcnn_arena_free(&p->values);
     mrcnn_arena_free(&p->grads);
