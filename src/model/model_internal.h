@@ -1,5 +1,6 @@
-/* Private helpers of src/model/ shared by the assembly (maskrcnn.c) and the heads'
- * targets and losses (rpn_head.c, box_head.c, mask_head.c). */
+/* Private helpers of src/model/ shared by the assembly (maskrcnn*.c: the network order,
+ * staging, inference, construction) and the heads' targets and losses (rpn_head.c,
+ * box_head.c, mask_head.c). */
 #ifndef MRCNN_MODEL_INTERNAL_H
 #define MRCNN_MODEL_INTERNAL_H
 
@@ -29,5 +30,26 @@ static inline float loss_mult(const mrcnn_model *m) { return m->loss_mult > 0 ? 
 static inline int64_t count_hint(const mrcnn_backend *be, const mrcnn_tensor *count) {
     return be->det.count_hint ? be->det.count_hint(be, count) : -1;
 }
+
+/* A ws tensor holding a copy of host data (an upload: not on the training path). */
+static inline mrcnn_tensor model_upload(mrcnn_ws *ws, mrcnn_dtype dt, int ndim, const int64_t *shape,
+                                        const void *host) {
+    mrcnn_tensor t = mrcnn_ws_tensor_uninit(ws, dt, ndim, shape);
+    if (mrcnn_tensor_numel(&t)) ws->be->mem.write(ws->be, &t, host);
+    return t;
+}
+
+/* ---- between the assembly's files (maskrcnn*.c) ---- */
+
+/* The FPN levels' sizes gh, gw (MRCNN_FPN_LEVELS) of an H x W batch without running the
+ * network (maskrcnn_staging.c). */
+void model_level_sizes(int H, int W, int *gh, int *gw);
+/* The cached anchors of an H x W batch, made and uploaded on first use
+ * (maskrcnn_staging.c). */
+const mrcnn_model_anchors *model_anchors(mrcnn_model *m, int H, int W);
+/* The box head on st->rois_dev (st->n_rois rows), the mask head on st->fg_rois_dev
+ * (st->n_fg rows): ROIAlign from the FPN levels, then the head (maskrcnn.c). */
+void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
+void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
 
 #endif
