@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Trains as well as torchvision? (issue 15)
+# Trains as well as torchvision?
 #
 # Trains mrcnn and torchvision's Mask R-CNN on the same synthetic COCO-format set, from
 # the same initial weights, with the same schedule, and scores both result files with
 # the same evaluator (`mrcnn eval --gt`, pycocotools' COCOeval numbers):
-#   1. data: `mrcnn-prep shapes` with the harder options (6 classes, 2-10 objects of many
-#      sizes with heavy occlusion, crowd regions, images without objects), converted to
-#      shards for mrcnn and exported back to COCO JSON (compressed RLE) for torchvision;
+#   1. data: `mrcnn-prep shapes` (SHAPES_OPTS: by default a set a tiny model learns to
+#      AP > 30 within the CPU budget: few classes, large shapes, little occlusion, small
+#      images), converted to shards for mrcnn and exported back to COCO JSON (compressed
+#      RLE) for torchvision;
 #   2. weights: per seed, torchvision builds the model (tests/model/net_tv_models.py:
 #      build_tiny, build_r50) and data_prep/weights.py imports it for mrcnn. R50's
 #      backbone is an "ImageNet" resnet50 (seeded; nothing can be downloaded here) that
-#      both sides load, stem + res2 frozen (FREEZE_AT 2 / trainable_layers 3); one extra
+#      both sides load (non-identity frozen BN: s over ~0.1..5), stem + res2 frozen
+#      (FREEZE_AT 2 / trainable_layers 3); one extra
 #      mrcnn run loads that ImageNet file alone (MODEL.WEIGHTS) and logs which tensors
 #      were loaded, initialized and unused;
 #   3. training: SGD momentum 0.9, weight decay on every trainable tensor (biases too),
@@ -18,11 +20,17 @@
 #      global norm; mrcnn in fp32, bf16 and fp16 (dynamic loss scale), torchvision fp32;
 #   4. evaluation: each side's own inference on the val images -> COCO results JSON ->
 #      `mrcnn eval --gt instances_val.json --results ... --json`;
-#   5. report: OUT/report.md (box/mask AP mean, std and range per side, wall time per
-#      run) and OUT/loss_curves.png (bench/accuracy_report.py).
+#   5. isolation: mrcnn's trained tiny weights (fp32, first seed), exported by
+#      data_prep/weights.py export, run through torchvision's inference and scored by the
+#      same evaluator: the AP must equal `mrcnn eval`'s (within 0.2);
+#   6. report: OUT/report.md and OUT/report.json (AP mean, std per side, the difference of
+#      means and its standard error, the R50 loss band, the isolation check, verdicts)
+#      and OUT/loss_curves.png (bench/accuracy_report.py). The exit status is the
+#      report's: 0 when every bound holds (QUICK: when the pipeline ran end to end).
 #
 # Usage:  bash bench/accuracy.sh                 # the full run (sized for < 60 min on 2 cores)
-#         QUICK=1 bash bench/accuracy.sh         # a few minutes: a smoke test of every step
+#         QUICK=1 bash bench/accuracy.sh         # ~1-2 min: every step on a few images and
+#                                                # iterations, bounds not applied
 # Every size is an environment variable (defaults below); OUT (default
 # /tmp/mrcnn-accuracy) holds everything; PAR processes run at once (default 2).
 # REPORT_ONLY=1 redoes only the evaluation and the report from what OUT holds.
@@ -30,6 +38,8 @@
 # torchvision-bnbias), mrcnn's semantics for a folded conv, as an A/B check.
 # DEADLINE_MIN: jobs not started that many minutes after the start are skipped and
 # listed as missing in the report, so the script always ends with a report.
+# OLD_MRCNN: an mrcnn binary built from before the folded-BN preconditioner (40837e8^);
+# when set, one R50 fp32 seed trains with it too (side mrcnn-old, plotted, not judged).
 # Needs: BUILD (default build/release-cpu, falls back to build/release) with mrcnn and
 # mrcnn-prep, mpirun, /usr/bin/python3 with torch + torchvision + h5py (PY_TORCH), and
 # python3 with matplotlib (PY_PLOT) for the PNG.
@@ -45,30 +55,30 @@ OUT=${OUT:-/tmp/mrcnn-accuracy}
 PAR=${PAR:-2}
 QUICK=${QUICK:-0}
 
-if [ "$QUICK" = 1 ]; then
-    : "${TRAIN_IMAGES:=40}" "${VAL_IMAGES:=10}" "${TINY_ITERS:=20}" "${TINY_SEEDS:=1 2}"
-    : "${R50_ITERS:=2}" "${R50_SEEDS:=1}" "${R50_SIZE:=96}" "${R50_VAL_IMAGES:=3}" "${DEADLINE_MIN:=15}"
+if [ "$QUICK" = 1 ]; then # the pipeline end to end, not the numbers
+    : "${TRAIN_IMAGES:=16}" "${VAL_IMAGES:=6}" "${TINY_ITERS:=10}" "${TINY_SEEDS:=1}"
+    : "${R50_ITERS:=4}" "${R50_SEEDS:=1}" "${R50_VAL_IMAGES:=2}" "${DEADLINE_MIN:=15}"
 fi
-: "${TRAIN_IMAGES:=300}"                  # training images (>= 320 px)
-: "${VAL_IMAGES:=50}"                     # validation images
-: "${IMAGE_SIZE:=320}"                    # images are IMAGE_SIZE x IMAGE_SIZE
-: "${SHAPES_OPTS:=--classes 6 --objects 2:10 --scale 0.03:0.28 --occlusion 0.7 --empty 8 --crowd 20}"
-: "${TINY_ITERS:=600}"                    # iterations of the tiny model
-: "${TINY_SEEDS=1 2 3}"                   # (empty: none)
+: "${TRAIN_IMAGES:=400}"                  # training images
+: "${VAL_IMAGES:=100}"                    # validation images
+: "${IMAGE_SIZE:=96}"                     # images are IMAGE_SIZE x IMAGE_SIZE
+: "${SHAPES_OPTS:=--classes 2 --objects 1:2 --scale 0.2:0.4 --occlusion 0.1}"
+: "${TINY_ITERS:=1000}"                   # iterations of the tiny model
+: "${TINY_SEEDS=1 2 3 4 5}"               # (empty: none)
 : "${TINY_PRECISIONS:=fp32 bf16 fp16}"    # mrcnn side
-: "${TINY_SIZE:=192}"                     # train and test short side (resized from IMAGE_SIZE)
-: "${TINY_LR:=0.01}"
-: "${R50_ITERS:=6}"                       # iterations of R50-FPN (15-25 s each on the shared 2 cores)
+: "${TINY_SIZE:=96}"                      # train and test short side (resized from IMAGE_SIZE)
+: "${TINY_LR:=0.02}"
+: "${R50_ITERS:=200}"                     # iterations of R50-FPN
 : "${R50_SEEDS=1 2 3}"                    # (empty: none)
 : "${R50_PRECISIONS:=fp32 bf16}"
-: "${R50_SIZE:=128}"                      # R50 short side (resized from IMAGE_SIZE)
+: "${R50_SIZE:=64}"                       # R50 short side (resized from IMAGE_SIZE)
 : "${R50_LR:=0.01}"
-: "${R50_VAL_IMAGES:=10}"                 # R50 inference is slow on the CPU: the first N val images
+: "${R50_VAL_IMAGES:=10}"                 # R50's AP is not judged: its inference on the first N val images
 : "${BATCH:=2}"
 : "${WD:=0.0001}"
 : "${CLIP:=5.0}"
 : "${WARMUP_FACTOR:=0.001}"
-: "${DEADLINE_MIN:=48}"
+: "${DEADLINE_MIN:=50}"
 : "${SCORE_THRESH:=0.001}"               # test score threshold, both sides (0.05 leaves weak models with no detections)
 : "${IMAGENET_SEED:=1000}"
 TINY_WARMUP=${TINY_WARMUP:-$((TINY_ITERS / 6))}
@@ -78,15 +88,16 @@ R50_STEPS=${R50_STEPS:-$((R50_ITERS * 3 / 4))}
 CLASSES=$(sed -n 's/.*--classes \([0-9]*\).*/\1/p' <<<"$SHAPES_OPTS")
 CLASSES=${CLASSES:-3}
 # R50's RPN/ROI sizes, cut from detectron2's 2000/1000 proposals and 512 ROIs so a step fits the CPU
-R50_PRE_TRAIN=${R50_PRE_TRAIN:-1000} R50_POST_TRAIN=${R50_POST_TRAIN:-500}
-R50_PRE_TEST=${R50_PRE_TEST:-500} R50_POST_TEST=${R50_POST_TEST:-250} R50_ROIS=${R50_ROIS:-64}
-R50_DETS=${R50_DETS:-50}
+R50_PRE_TRAIN=${R50_PRE_TRAIN:-256} R50_POST_TRAIN=${R50_POST_TRAIN:-128}
+R50_PRE_TEST=${R50_PRE_TEST:-128} R50_POST_TEST=${R50_POST_TEST:-64} R50_ROIS=${R50_ROIS:-16}
+R50_DETS=${R50_DETS:-20}
 
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 T_START=$(date +%s)
 mkdir -p "$OUT/runs" "$OUT/bin" "$OUT/init"
 # Private copies of the binaries: a rebuild during the run does not change them.
 cp "$BUILD/mrcnn" "$BUILD/mrcnn-prep" "$OUT/bin/"
+[ -z "${OLD_MRCNN:-}" ] || cp "$OLD_MRCNN" "$OUT/bin/mrcnn-old"
 M=$OUT/bin/mrcnn
 PREP=$OUT/bin/mrcnn-prep
 MPIRUN=(mpirun --oversubscribe -np 1)
@@ -165,7 +176,11 @@ common_sets() { # model
         echo "--set MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE=$R50_ROIS --set MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE=$R50_DETS"
     fi
 }
-log_period() { [ "$1" = tiny ] && echo 10 || echo 2; } # loss-curve points: window means
+log_period() { # loss-curve points (window means): ~40 for tiny, ~20 for R50
+    local n
+    n=$([ "$1" = tiny ] && echo $((TINY_ITERS / 40)) || echo $((R50_ITERS / 20)))
+    echo $((n > 0 ? n : 1))
+}
 config_of() { [ "$1" = tiny ] && echo "$ROOT/configs/tiny.yaml" || echo "$ROOT/configs/r50_fpn_1x.yaml"; }
 val_of() { [ "$1" = tiny ] && echo val || echo val_r50; }
 
@@ -178,19 +193,25 @@ meta() { # dir side model precision seed status
         "$2" "$3" "$4" "$5" "$6" "$(num "${7:-0}")" "$(num "${8:-0}")" > "$1/meta.json"
 }
 
-mrcnn_job() { # model precision seed
-    local model=$1 prec=$2 seed=$3 dir=$OUT/runs/mrcnn-$1-$2-s$3 iters t0 t1 t2
+mrcnn_job() { # model precision seed [old]
+    local model=$1 prec=$2 seed=$3 side=mrcnn${4:+-$4} iters t0 t1 t2 bin=$M
+    local dir=$OUT/runs/$side-$1-$2-s$3
+    [ "${4:-}" = old ] && bin=$OUT/bin/mrcnn-old
     iters=$([ "$model" = tiny ] && echo "$TINY_ITERS" || echo "$R50_ITERS")
     rm -rf "$dir" && mkdir -p "$dir"
     # shellcheck disable=SC2046
     local sets=($(common_sets "$model") --set "SEED=$seed" --set "SOLVER.PRECISION=$prec"
                 --set "MODEL.WEIGHTS=$I/${model}_s$seed.h5")
     t0=$(date +%s.%N)
-    if ! "$M" train --config "$(config_of "$model")" --set "DATASETS.TRAIN=$D/shards/train-index.h5" \
+    if ! "$bin" train --config "$(config_of "$model")" --set "DATASETS.TRAIN=$D/shards/train-index.h5" \
             --set "OUTPUT_DIR=$dir/train" "${sets[@]}" > "$dir/train.log" 2>&1; then
-        meta "$dir" mrcnn "$model" "$prec" "$seed" failed; log "FAILED $dir (train.log)"; return
+        meta "$dir" "$side" "$model" "$prec" "$seed" failed; log "FAILED $dir (train.log)"; return
     fi
     t1=$(date +%s.%N)
+    if [ "$side" = mrcnn-old ]; then # the loss curve is what it is for
+        meta "$dir" "$side" "$model" "$prec" "$seed" ok "$(echo "$t1 - $t0" | bc)" 0
+        log "done $dir: train $(secs "$t0" "$t1") s"; return
+    fi
     "$M" eval --config "$(config_of "$model")" "${sets[@]}" --weights "$dir/train/model_$(printf %07d "$iters").h5" \
         --shards "$D/shards/$(val_of "$model")-index.h5" --out "$dir/inference" --threads 1 > "$dir/eval.log" 2>&1 ||
         { meta "$dir" mrcnn "$model" "$prec" "$seed" failed; log "FAILED $dir (eval.log)"; return; }
@@ -254,6 +275,10 @@ for s in $TINY_SEEDS; do
     for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $s"); done
 done
 for s in "$@"; do r50_seed "$s"; done
+# the fold without the s^2 preconditioner, one seed beside the others
+# shellcheck disable=SC2086
+set -- $R50_SEEDS
+[ -n "${OLD_MRCNN:-}" ] && [ $# -gt 0 ] && JOBS_LIST+=("mrcnn_job r50 fp32 $1 old")
 # AB_SEEDS: torchvision tiny runs whose frozen-BN biases train, as mrcnn's folded convs'
 # biases do (src/model/layers.c): an A/B check of that difference
 for s in ${AB_SEEDS:-}; do JOBS_LIST+=("tv_job tiny $s bnbias"); done
@@ -279,8 +304,47 @@ for dir in "$OUT"/runs/*/; do
     "$M" eval --gt "$gt" --results "$dir/results.json" --iou-type both --json "$dir/stats.json" --threads 1 \
         > "$dir/coco_eval.txt" 2>&1 || log "eval failed: $dir"
 done
+
+# ---- 6. training isolated from inference: mrcnn's weights through torchvision's inference ----
+isolation_check() {
+    local seed run iso=$OUT/isolation w
+    # shellcheck disable=SC2086
+    seed=$(set -- $TINY_SEEDS; echo "${1:-}")
+    run=$OUT/runs/mrcnn-tiny-fp32-s$seed
+    rm -rf "$iso" && mkdir -p "$iso"
+    w=$run/train/model_$(printf %07d "$TINY_ITERS").h5
+    if [ -z "$seed" ] || [ ! -f "$run/stats.json" ] || [ ! -f "$w" ]; then
+        echo '{"status": "no tiny mrcnn fp32 run"}' > "$iso/meta.json"; return
+    fi
+    if "$PY_TORCH" "$ROOT/data_prep/weights.py" export "$w" "$iso/mrcnn_trained.pth" > "$iso/log" 2>&1 &&
+        "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" infer --model tiny --weights "$iso/mrcnn_trained.pth" \
+            --classes "$CLASSES" --val-json "$D/annotations/instances_val.json" --val-dir "$D/val" \
+            --out "$iso/results_tv.json" --size "$TINY_SIZE" --max-size "$TINY_SIZE" --det-per-img 100 \
+            --kw "box_score_thresh=$SCORE_THRESH" >> "$iso/log" 2>&1 &&
+        "$M" eval --gt "$D/annotations/instances_val.json" --results "$iso/results_tv.json" --iou-type both \
+            --json "$iso/stats_tv.json" --threads 1 >> "$iso/log" 2>&1; then
+        cp "$run/stats.json" "$iso/stats_mrcnn.json"
+        echo "{\"status\": \"ok\", \"run\": \"mrcnn-tiny-fp32-s$seed\"}" > "$iso/meta.json"
+        log "isolation check ran: mrcnn-tiny-fp32-s$seed through torchvision's inference"
+    else
+        echo "{\"status\": \"failed (isolation/log)\", \"run\": \"mrcnn-tiny-fp32-s$seed\"}" > "$iso/meta.json"
+        log "isolation check FAILED ($iso/log)"
+    fi
+}
+[ -z "$TINY_SEEDS" ] || isolation_check
+
 T_END=$(date +%s)
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 [ "${REPORT_ONLY:-0}" = 1 ] && [ -f "$OUT/run.json" ] ||
-echo "{\"wall_s\": $((T_END - T_START)), \"par\": $PAR, \"quick\": $QUICK, \"tiny_iters\": $TINY_ITERS, \"r50_iters\": $R50_ITERS, \"tiny_size\": $TINY_SIZE, \"r50_size\": $R50_SIZE, \"train_images\": $TRAIN_IMAGES, \"val_images\": $VAL_IMAGES, \"r50_val_images\": $R50_VAL_IMAGES, \"shapes\": \"$SHAPES_OPTS\"}" > "$OUT/run.json"
-"$PY_PLOT" "$ROOT/bench/accuracy_report.py" "$OUT" || log "report failed (python3 with matplotlib?)"
-log "total wall time $((T_END - T_START)) s; report: $OUT/report.md, curves: $OUT/loss_curves.png"
+cat > "$OUT/run.json" <<EOF
+{"wall_s": $((T_END - T_START)), "par": $PAR, "quick": $QUICK, "load": "$LOAD", "image_size": $IMAGE_SIZE,
+ "tiny_iters": $TINY_ITERS, "tiny_lr": $TINY_LR, "tiny_size": $TINY_SIZE, "r50_iters": $R50_ITERS, "r50_lr": $R50_LR,
+ "r50_size": $R50_SIZE, "train_images": $TRAIN_IMAGES, "val_images": $VAL_IMAGES, "r50_val_images": $R50_VAL_IMAGES,
+ "shapes": "$SHAPES_OPTS", "old_mrcnn": "${OLD_MRCNN:-}"}
+EOF
+rc=0
+REPORT_ARGS=()
+[ "$QUICK" = 1 ] && REPORT_ARGS=(--quick)
+"$PY_PLOT" "$ROOT/bench/accuracy_report.py" "$OUT" "${REPORT_ARGS[@]}" || rc=$?
+log "total wall time $((T_END - T_START)) s (load $LOAD); report: $OUT/report.md, $OUT/report.json, curves: $OUT/loss_curves.png; exit $rc"
+exit "$rc"

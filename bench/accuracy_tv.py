@@ -9,6 +9,8 @@ Run with Debian's Python (torch 1.13 / torchvision 0.14): /usr/bin/python3.
     accuracy_tv.py init --model tiny|r50 --seed S --classes K --out init.pth [--imagenet r50.pth]
     accuracy_tv.py train --model tiny|r50 --init init.pth --train-json X --train-dir D
                          --val-json Y --val-dir E --out DIR --seed S [schedule options]
+    accuracy_tv.py infer --model tiny|r50 --weights W.pth --classes K --val-json Y --val-dir E
+                         --out results.json [--size N --max-size N --kw ...]
 
 Training follows torchvision's references/detection (train.py + engine.py) where it
 has a rule, with the schedule expressed in iterations as `mrcnn train` does:
@@ -317,11 +319,21 @@ def cmd_train(a):
     train_s = time.time() - t0
     torch.save(model.state_dict(), os.path.join(a.out, "model_final.pth"))
 
-    # inference on the validation images: same resize rule (test sizes), no flip
+    t1 = time.time()
+    n_det, n_img = infer(model, a, os.path.join(a.out, "coco_instances_results.json"))
+    with open(os.path.join(a.out, "timing.json"), "w") as f:
+        json.dump({"train_s": train_s, "eval_s": time.time() - t1, "iters": a.iters,
+                   "s_per_iter": train_s / max(1, a.iters)}, f)
+    print(f"done: {a.iters} iterations in {train_s:.1f} s, {n_det} detections on {n_img} images "
+          f"({time.time() - t1:.1f} s)", flush=True)
+
+
+def infer(model, a, out_path):
+    """Inference on the validation images (same resize rule at the test size, no flip)
+    -> a COCO results file; returns (detections, images)."""
     model.eval()
     vs = CocoSet(a.val_json, a.val_dir)
     res = []
-    t1 = time.time()
     with torch.no_grad():
         for i in range(len(vs)):
             x, _, image_id = vs.load(i, a.size, a.max_size, False, targets=False)
@@ -338,13 +350,21 @@ def cmd_train(a):
                             "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)],
                             "score": round(float(out["scores"][k]), 5),
                             "segmentation": rle_encode((masks[k, 0] > 0.5).numpy())})
-    with open(os.path.join(a.out, "coco_instances_results.json"), "w") as f:
+    with open(out_path, "w") as f:
         json.dump(res, f)
-    with open(os.path.join(a.out, "timing.json"), "w") as f:
-        json.dump({"train_s": train_s, "eval_s": time.time() - t1, "iters": a.iters,
-                   "s_per_iter": train_s / max(1, a.iters)}, f)
-    print(f"done: {a.iters} iterations in {train_s:.1f} s, {len(res)} detections on {len(vs)} images "
-          f"({time.time() - t1:.1f} s)", flush=True)
+    return len(res), len(vs)
+
+
+def cmd_infer(a):
+    """torchvision's inference with weights trained elsewhere (mrcnn's, exported by
+    data_prep/weights.py export): training isolated from inference."""
+    torch.set_num_threads(a.threads)
+    model = build(a.model, 1, a.classes, a.size, a.det_per_img, parse_kw(a.kw))
+    model.load_state_dict(torch.load(a.weights, map_location="cpu"))
+    t0 = time.time()
+    n_det, n_img = infer(model, a, a.out)
+    print(f"infer: {a.weights}: {n_det} detections on {n_img} images ({time.time() - t0:.1f} s) -> {a.out}",
+          flush=True)
 
 
 def main():
@@ -393,8 +413,20 @@ def main():
     p.add_argument("--kw", default="", help="MaskRCNN keyword overrides: rpn_post_nms_top_n_train=500,...")
     p.add_argument("--log-period", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
+    p = sub.add_parser("infer")
+    p.add_argument("--model", choices=["tiny", "r50"], required=True)
+    p.add_argument("--weights", required=True, help="a torchvision state_dict (.pth)")
+    p.add_argument("--classes", type=int, required=True)
+    p.add_argument("--val-json", required=True)
+    p.add_argument("--val-dir", required=True)
+    p.add_argument("--out", required=True, help="COCO results JSON")
+    p.add_argument("--size", type=int, default=320)
+    p.add_argument("--max-size", type=int, default=320)
+    p.add_argument("--det-per-img", type=int, default=100)
+    p.add_argument("--kw", default="")
+    p.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    {"init-imagenet": cmd_init_imagenet, "init": cmd_init, "train": cmd_train}[a.cmd](a)
+    {"init-imagenet": cmd_init_imagenet, "init": cmd_init, "train": cmd_train, "infer": cmd_infer}[a.cmd](a)
 
 
 if __name__ == "__main__":
