@@ -4,7 +4,9 @@
  * is written by rank s % ranks. The result does not depend on the rank count. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "coco.h"
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
+#include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
 
 typedef struct {
@@ -66,14 +69,19 @@ static void coco_usage(FILE *f) {
             "pycocotools' semantics. The format: data_prep/README.md.\n");
 }
 
-/* ---- staging: a conversion never touches the set already in --out until it is done ----
+/* ---- staging and the commit: a conversion never touches the set already in --out ----
  * Every shard and the index are written into OUT/.NAME.staging/ (each under a .tmp name
- * until closed). When all are complete, rank 0 removes the old index (the file that
- * makes a set loadable), moves the new shards into place, and moves the new index in
- * last. A failure before that (--strict, a write error, a dead rank) removes the
- * staging folder and leaves the previous set as it was; a crash during the moves leaves
- * no index, never an index with shards of another conversion. */
+ * until closed). The set in OUT is what its index names, so renaming the new index over
+ * the old one is the single commit point: rank 0 first moves the new shards in under
+ * names that no file in OUT has (a new generation, prep_shard_file_name), which the old
+ * index does not name, then renames the index, then removes the shard files of NAME that
+ * the new index does not name (the old set, and what an earlier killed conversion left).
+ * A kill -9 at any instant leaves either the old index with all its shards or the new
+ * one with all of its. A failure before the index rename removes the staging folder and
+ * the shards already moved, and leaves the previous set as it was. */
 static char g_staging[4096]; // set while this process has a staging folder to clean up
+static char **g_moved;       // (g_num_moved) shards moved into OUT before the commit point
+static int g_num_moved;
 
 static void remove_tree(const char *dir) {
     DIR *d = opendir(dir);
@@ -96,22 +104,96 @@ static void on_fail(const char *message) {
     (void)message;
     if (g_staging[0]) remove_tree(g_staging);
     g_staging[0] = 0;
+    for (int i = 0; i < g_num_moved; i++) unlink(g_moved[i]);
+    g_num_moved = 0;
 }
 
-static void commit_staged(const char *out, const char *staging, const char *name, int num_shards) {
+/* MRCNN_PREP_KILL_AT=k (for tests only): SIGKILL this process right before the k-th rename
+ * or removal of the commit, so that a test can stop it between any two changes to OUT,
+ * deterministically (flushes change no name, so they are not counted). */
+static void commit_step(void) {
+    static int step, kill_at = -1;
+    if (kill_at < 0) {
+        const char *e = getenv("MRCNN_PREP_KILL_AT");
+        kill_at = e ? atoi(e) : 0;
+    }
+    if (kill_at > 0 && ++step == kill_at) raise(SIGKILL);
+}
+
+/* Written data reaches the disk before the rename that makes it part of the set: a
+ * power loss must not leave an index naming empty files. */
+static void sync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    MRCNN_CHECK(fd >= 0, "cannot open %s to flush it: %s", path, strerror(errno));
+    MRCNN_CHECK(fsync(fd) == 0, "cannot flush %s to disk: %s", path, strerror(errno));
+    close(fd);
+}
+
+/* The smallest generation whose shard names no file in out has. */
+static int pick_generation(const char *out, const char *name, int num_shards) {
+    char fname[512], path[8192];
+    struct stat st;
+    for (int gen = 0; gen < 1000000; gen++) {
+        int taken = 0;
+        for (int s = 0; s < num_shards && !taken; s++) {
+            prep_shard_file_name(fname, sizeof fname, name, s, num_shards, gen);
+            snprintf(path, sizeof path, "%s/%s", out, fname);
+            taken = lstat(path, &st) == 0 || errno != ENOENT;
+        }
+        if (!taken) return gen;
+    }
+    MRCNN_CHECK(0, "no free shard file names for set %s in %s", name, out);
+    return -1;
+}
+
+static void commit_staged(const char *out, const char *staging, const char *name, int num_shards, int gen) {
     char from[8192], to[8192], fname[512];
-    snprintf(to, sizeof to, "%s/%s-index.h5", out, name);
-    MRCNN_CHECK(unlink(to) == 0 || errno == ENOENT, "cannot remove the previous index %s: %s", to, strerror(errno));
+    g_moved = MRCNN_CALLOC((size_t)num_shards, sizeof *g_moved, "moved shards");
     for (int s = 0; s < num_shards; s++) {
-        prep_shard_file_name(fname, sizeof fname, name, s, num_shards);
+        prep_shard_file_name(fname, sizeof fname, name, s, num_shards, 0);
         snprintf(from, sizeof from, "%s/%s", staging, fname);
+        sync_path(from);
+        prep_shard_file_name(fname, sizeof fname, name, s, num_shards, gen);
         snprintf(to, sizeof to, "%s/%s", out, fname);
+        commit_step();
         MRCNN_CHECK(rename(from, to) == 0, "cannot move %s to %s: %s", from, to, strerror(errno));
+        g_moved[g_num_moved] = MRCNN_MALLOC(strlen(to) + 1, "moved shard path");
+        memcpy(g_moved[g_num_moved++], to, strlen(to) + 1);
     }
     snprintf(from, sizeof from, "%s/%s-index.h5", staging, name);
+    sync_path(from);
+    sync_path(out);
     snprintf(to, sizeof to, "%s/%s-index.h5", out, name);
+    commit_step();
     MRCNN_CHECK(rename(from, to) == 0, "cannot move %s to %s: %s", from, to, strerror(errno));
-    MRCNN_CHECK(rmdir(staging) == 0, "cannot remove the staging folder %s: %s", staging, strerror(errno));
+    /* Committed: from here on the new set is the one in OUT, whatever happens. */
+    for (int i = 0; i < g_num_moved; i++) free(g_moved[i]);
+    free(g_moved);
+    g_moved = NULL;
+    g_num_moved = 0;
+    g_staging[0] = 0;
+    sync_path(out);
+    DIR *d = opendir(out);
+    if (!d) {
+        mrcnn_warn("cannot list %s to remove the previous set's shards: %s", out, strerror(errno));
+    } else {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!prep_is_shard_file_name(e->d_name, name)) continue;
+            int current = 0;
+            for (int s = 0; s < num_shards && !current; s++) {
+                prep_shard_file_name(fname, sizeof fname, name, s, num_shards, gen);
+                current = !strcmp(fname, e->d_name);
+            }
+            if (current) continue;
+            snprintf(to, sizeof to, "%s/%s", out, e->d_name);
+            commit_step();
+            if (unlink(to) != 0) mrcnn_warn("cannot remove %s (not part of the new set): %s", to, strerror(errno));
+        }
+        closedir(d);
+    }
+    commit_step();
+    if (rmdir(staging) != 0) mrcnn_warn("cannot remove the staging folder %s: %s", staging, strerror(errno));
 }
 
 /* The whole file into *buf (grown); 0 if it cannot be read. */
@@ -236,6 +318,9 @@ int prep_cmd_coco(int argc, char **argv) {
     }
     MRCNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     snprintf(g_staging, sizeof g_staging, "%s", staging); // from here on, a failure removes it
+    /* A failed write is reported once, as one line with the system's reason (PREP_H5),
+     * not also as HDF5's stack of 30 entries. */
+    mrcnn_h5_quiet_begin();
     coco_report wrep = {.strict = strict, .print = 1};
     int64_t *cnt = MRCNN_CALLOC((size_t)num_shards * 3, sizeof(int64_t), "shard counts");
     int64_t my_total = 0, my_done = 0;
@@ -296,9 +381,9 @@ int prep_cmd_coco(int argc, char **argv) {
     MRCNN_CHECK_MPI(MPI_Reduce(wrep.count, wcounts, ISSUE_COUNT, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
     if (rank != 0) g_staging[0] = 0; // every shard is complete; rank 0 moves the set into place
     if (rank == 0) {
-        prep_index_write(staging, name, (int)num_shards, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
-        commit_staged(out, staging, name, (int)num_shards);
-        g_staging[0] = 0;
+        const int gen = pick_generation(out, name, (int)num_shards);
+        prep_index_write(staging, name, (int)num_shards, gen, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
+        commit_staged(out, staging, name, (int)num_shards, gen);
         int64_t ni = 0, na = 0, nb = 0;
         for (int64_t s = 0; s < num_shards; s++) ni += cnt[s], na += cnt[num_shards + s], nb += cnt[2 * num_shards + s];
         const double secs = mrcnn_time_now() - t0;

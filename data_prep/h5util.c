@@ -9,15 +9,27 @@
 #include <string.h>
 
 #include "mrcnn/check.h"
+#include "mrcnn/h5_errors.h"
 #include "prep.h"
+
+int64_t prep_h5_check(int64_t r, const char *file, const char *what, const char *call, const char *src, int line) {
+    if (r >= 0) return r;
+    char reason[512];
+    mrcnn_h5_reason(reason, sizeof reason);
+    mrcnn_failf("HDF5", call, src, line, "writing %s (%s): %s", file, what, reason);
+}
+
+void prep_h5_file_name(int64_t loc, char *buf, size_t len) {
+    if (H5Fget_name((hid_t)loc, buf, len) < 0) snprintf(buf, len, "(an HDF5 file)");
+}
 
 int64_t prep_h5_create(const char *path) {
     /* The 1.8 file format: its superblock and object headers (attributes included)
      * carry checksums, which the library verifies on every read. */
-    hid_t fapl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), path);
-    MRCNN_CHECK_HDF5(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), path);
-    hid_t f = MRCNN_CHECK_HDF5(H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path);
-    MRCNN_CHECK_HDF5(H5Pclose(fapl), path);
+    hid_t fapl = PREP_H5(H5Pcreate(H5P_FILE_ACCESS), path, "file access list");
+    PREP_H5(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), path, "file access list");
+    hid_t f = PREP_H5(H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path, "creating it");
+    PREP_H5(H5Pclose(fapl), path, "file access list");
     return f;
 }
 
@@ -38,20 +50,22 @@ int64_t prep_h5_dcpl_checksummed(int rank, const uint64_t *dims, size_t elem_byt
 
 void prep_h5_write_chunked(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
                            const void *data, size_t chunk_bytes) {
+    char file[4096];
+    prep_h5_file_name(loc, file, sizeof file);
     hsize_t d[4] = {0, 0, 0, 0}, maxd[4] = {0, 0, 0, 0};
     hsize_t total = 1;
     for (int i = 0; i < rank; i++) d[i] = maxd[i] = dims[i], total *= dims[i];
     if (d[0] == 0) maxd[0] = H5S_UNLIMITED; // a chunk of one row must fit the maximum size
-    hid_t space = MRCNN_CHECK_HDF5(H5Screate_simple(rank, d, maxd), name);
-    hid_t lcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), name);
-    MRCNN_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl, 1), name);
+    hid_t space = PREP_H5(H5Screate_simple(rank, d, maxd), file, name);
+    hid_t lcpl = PREP_H5(H5Pcreate(H5P_LINK_CREATE), file, name);
+    PREP_H5(H5Pset_create_intermediate_group(lcpl, 1), file, name);
     hid_t dcpl = (hid_t)prep_h5_dcpl_checksummed(rank, dims, H5Tget_size((hid_t)type), chunk_bytes, name);
-    hid_t ds = MRCNN_CHECK_HDF5(H5Dcreate2((hid_t)loc, name, (hid_t)type, space, lcpl, dcpl, H5P_DEFAULT), name);
-    if (total > 0) MRCNN_CHECK_HDF5(H5Dwrite(ds, (hid_t)type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
-    MRCNN_CHECK_HDF5(H5Dclose(ds), name);
-    MRCNN_CHECK_HDF5(H5Pclose(dcpl), name);
-    MRCNN_CHECK_HDF5(H5Pclose(lcpl), name);
-    MRCNN_CHECK_HDF5(H5Sclose(space), name);
+    hid_t ds = PREP_H5(H5Dcreate2((hid_t)loc, name, (hid_t)type, space, lcpl, dcpl, H5P_DEFAULT), file, name);
+    if (total > 0) PREP_H5(H5Dwrite(ds, (hid_t)type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), file, name);
+    PREP_H5(H5Dclose(ds), file, name);
+    PREP_H5(H5Pclose(dcpl), file, name);
+    PREP_H5(H5Pclose(lcpl), file, name);
+    PREP_H5(H5Sclose(space), file, name);
 }
 
 void prep_h5_write(int64_t loc, const char *name, int64_t type, int rank, const uint64_t *dims,
@@ -60,22 +74,26 @@ void prep_h5_write(int64_t loc, const char *name, int64_t type, int rank, const 
 }
 
 void prep_h5_attr_i64(int64_t loc, const char *name, int64_t v) {
-    hid_t space = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), name);
-    hid_t a = MRCNN_CHECK_HDF5(H5Acreate2((hid_t)loc, name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), name);
-    MRCNN_CHECK_HDF5(H5Awrite(a, H5T_NATIVE_INT64, &v), name);
-    MRCNN_CHECK_HDF5(H5Aclose(a), name);
-    MRCNN_CHECK_HDF5(H5Sclose(space), name);
+    char file[4096];
+    prep_h5_file_name(loc, file, sizeof file);
+    hid_t space = PREP_H5(H5Screate(H5S_SCALAR), file, name);
+    hid_t a = PREP_H5(H5Acreate2((hid_t)loc, name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), file, name);
+    PREP_H5(H5Awrite(a, H5T_NATIVE_INT64, &v), file, name);
+    PREP_H5(H5Aclose(a), file, name);
+    PREP_H5(H5Sclose(space), file, name);
 }
 
 void prep_h5_attr_str(int64_t loc, const char *name, const char *v) {
-    hid_t t = MRCNN_CHECK_HDF5(H5Tcopy(H5T_C_S1), name);
-    MRCNN_CHECK_HDF5(H5Tset_size(t, strlen(v) + 1), name);
-    hid_t space = MRCNN_CHECK_HDF5(H5Screate(H5S_SCALAR), name);
-    hid_t a = MRCNN_CHECK_HDF5(H5Acreate2((hid_t)loc, name, t, space, H5P_DEFAULT, H5P_DEFAULT), name);
-    MRCNN_CHECK_HDF5(H5Awrite(a, t, v), name);
-    MRCNN_CHECK_HDF5(H5Aclose(a), name);
-    MRCNN_CHECK_HDF5(H5Sclose(space), name);
-    MRCNN_CHECK_HDF5(H5Tclose(t), name);
+    char file[4096];
+    prep_h5_file_name(loc, file, sizeof file);
+    hid_t t = PREP_H5(H5Tcopy(H5T_C_S1), file, name);
+    PREP_H5(H5Tset_size(t, strlen(v) + 1), file, name);
+    hid_t space = PREP_H5(H5Screate(H5S_SCALAR), file, name);
+    hid_t a = PREP_H5(H5Acreate2((hid_t)loc, name, t, space, H5P_DEFAULT, H5P_DEFAULT), file, name);
+    PREP_H5(H5Awrite(a, t, v), file, name);
+    PREP_H5(H5Aclose(a), file, name);
+    PREP_H5(H5Sclose(space), file, name);
+    PREP_H5(H5Tclose(t), file, name);
 }
 
 void prep_h5_write_strings(int64_t loc, const char *name, int n, char *const *strs) {

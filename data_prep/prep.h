@@ -47,15 +47,24 @@ void prep_shard_add_annotation(prep_shard_writer *w, int64_t id, const float bbo
                                int32_t class_index, uint8_t iscrowd, double area, const char *rle);
 /* Writes the tables, closes, renames; returns the counts. */
 void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotations, int64_t *bytes);
-/* "NAME-00003-of-00016.h5" */
-void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, int num_shards);
-/* dir/NAME-index.h5 (via a temporary name). */
-void prep_index_write(const char *dir, const char *name, int num_shards, const int64_t *images,
+/* "NAME-00003-of-00016.h5" (gen 0) or "NAME-00003-of-00016.g2.h5" (gen 2): a re-conversion
+ * moves its shards in beside the old set's under names no file has yet. */
+void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, int num_shards, int gen);
+/* 1 when fname is a shard file name of set NAME, of any generation. */
+int prep_is_shard_file_name(const char *fname, const char *name);
+/* dir/NAME-index.h5 (via a temporary name), naming the shards of generation gen. */
+void prep_index_write(const char *dir, const char *name, int num_shards, int gen, const int64_t *images,
                       const int64_t *annotations, const int64_t *bytes, const prep_categories *cats);
 
 /* HDF5 helpers (h5util.c). Every dataset they write is chunked with a Fletcher32
  * checksum per chunk; files are created in the 1.8 format (checksummed metadata). */
 #define PREP_H5_TABLE_CHUNK (64 << 10) // bytes per chunk of a table
+/* An HDF5 call's result, checked: a failure names the file, what was written and the
+ * system's reason ("No space left on device"), not HDF5's return code. */
+int64_t prep_h5_check(int64_t r, const char *file, const char *what, const char *call, const char *src, int line);
+#define PREP_H5(call, file, what) prep_h5_check((int64_t)(call), (file), (what), #call, __FILE__, __LINE__)
+/* The name of the file that loc (a file or object id) belongs to. */
+void prep_h5_file_name(int64_t loc, char *buf, size_t len);
 int64_t prep_h5_create(const char *path);
 /* A dataset creation list: chunks of about chunk_bytes along dims[0], Fletcher32. */
 int64_t prep_h5_dcpl_checksummed(int rank, const uint64_t *dims, size_t elem_bytes, size_t chunk_bytes,

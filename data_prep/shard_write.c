@@ -27,8 +27,10 @@
  * Every dataset is chunked with HDF5's Fletcher32 checksum (schema 2), and the file is
  * in the 1.8 format, whose metadata is checksummed too: the reader verifies them all.
  * A shard is written as NAME-...h5.tmp and renamed once closed: a file with the final
- * name is always complete. `mrcnn-prep coco` writes a whole set into a staging folder
- * and moves it into place last (cmd_coco.c).
+ * name is always complete. `mrcnn-prep coco` writes a whole set into a staging folder,
+ * moves the shards in under names of a new generation (NAME-SSSSS-of-NNNNN.gG.h5, G > 0,
+ * when the plain names are taken) and renames the index over the old one last: the
+ * index names its shards, so that rename is the conversion's one commit point (cmd_coco.c).
  */
 #include <hdf5.h>
 #include <stdio.h>
@@ -71,15 +73,40 @@ struct prep_shard_writer {
     vec a_id, a_image, a_bbox, a_cat, a_class, a_crowd, a_area, rle, rle_offset;
 };
 
-void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, int num_shards) {
-    snprintf(buf, len, "%s-%05d-of-%05d.h5", name, shard, num_shards);
+void prep_shard_file_name(char *buf, size_t len, const char *name, int shard, int num_shards, int gen) {
+    if (gen > 0)
+        snprintf(buf, len, "%s-%05d-of-%05d.g%d.h5", name, shard, num_shards, gen);
+    else
+        snprintf(buf, len, "%s-%05d-of-%05d.h5", name, shard, num_shards);
+}
+
+static int digits(const char **p, int min, int max) {
+    int n = 0;
+    while (n < max && (*p)[n] >= '0' && (*p)[n] <= '9') n++;
+    if (n < min || ((*p)[n] >= '0' && (*p)[n] <= '9')) return 0;
+    *p += n;
+    return 1;
+}
+
+int prep_is_shard_file_name(const char *fname, const char *name) {
+    const size_t nl = strlen(name);
+    if (strncmp(fname, name, nl) || fname[nl] != '-') return 0;
+    const char *p = fname + nl + 1;
+    if (!digits(&p, 5, 5) || strncmp(p, "-of-", 4)) return 0;
+    p += 4;
+    if (!digits(&p, 5, 5)) return 0;
+    if (!strncmp(p, ".g", 2)) {
+        p += 2;
+        if (!digits(&p, 1, 9)) return 0;
+    }
+    return !strcmp(p, ".h5");
 }
 
 prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard, int num_shards,
                                     const prep_categories *cats) {
     prep_shard_writer *w = MRCNN_CALLOC(1, sizeof *w, "shard writer");
     char fname[512];
-    prep_shard_file_name(fname, sizeof fname, name, shard, num_shards);
+    prep_shard_file_name(fname, sizeof fname, name, shard, num_shards, 0);
     snprintf(w->final_path, sizeof w->final_path, "%s/%s", dir, fname);
     snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", w->final_path);
     snprintf(w->name, sizeof w->name, "%s", name);
@@ -100,13 +127,13 @@ prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard
     w->file = (hid_t)prep_h5_create(w->tmp_path);
     /* Image bytes grow as files are validated and appended: a chunked, extendible dataset. */
     hsize_t dims = 0, maxd = H5S_UNLIMITED;
-    hid_t space = MRCNN_CHECK_HDF5(H5Screate_simple(1, &dims, &maxd), "images/bytes");
+    hid_t space = PREP_H5(H5Screate_simple(1, &dims, &maxd), w->tmp_path, "images/bytes");
     const uint64_t d0 = 0;
     hid_t dcpl = (hid_t)prep_h5_dcpl_checksummed(1, &d0, 1, CHUNK_BYTES, "images/bytes");
-    hid_t lcpl = MRCNN_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "images/bytes");
-    MRCNN_CHECK_HDF5(H5Pset_create_intermediate_group(lcpl, 1), "images/bytes");
-    w->bytes_ds = MRCNN_CHECK_HDF5(H5Dcreate2(w->file, "images/bytes", H5T_NATIVE_UINT8, space, lcpl, dcpl, H5P_DEFAULT),
-                                   "images/bytes");
+    hid_t lcpl = PREP_H5(H5Pcreate(H5P_LINK_CREATE), w->tmp_path, "images/bytes");
+    PREP_H5(H5Pset_create_intermediate_group(lcpl, 1), w->tmp_path, "images/bytes");
+    w->bytes_ds = PREP_H5(H5Dcreate2(w->file, "images/bytes", H5T_NATIVE_UINT8, space, lcpl, dcpl, H5P_DEFAULT),
+                          w->tmp_path, "images/bytes");
     H5Pclose(lcpl);
     H5Pclose(dcpl);
     H5Sclose(space);
@@ -116,11 +143,11 @@ prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard
 void prep_shard_add_image(prep_shard_writer *w, int64_t id, int32_t height, int32_t width,
                           const char *file_name, uint8_t flags, const uint8_t *bytes, size_t len) {
     hsize_t start = (hsize_t)w->total_bytes, count = len, newsize = start + len;
-    MRCNN_CHECK_HDF5(H5Dset_extent(w->bytes_ds, &newsize), w->tmp_path);
-    hid_t fs = MRCNN_CHECK_HDF5(H5Dget_space(w->bytes_ds), "images/bytes");
-    MRCNN_CHECK_HDF5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL), "images/bytes");
-    hid_t ms = MRCNN_CHECK_HDF5(H5Screate_simple(1, &count, NULL), "images/bytes");
-    if (len) MRCNN_CHECK_HDF5(H5Dwrite(w->bytes_ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, bytes), w->tmp_path);
+    PREP_H5(H5Dset_extent(w->bytes_ds, &newsize), w->tmp_path, "images/bytes");
+    hid_t fs = PREP_H5(H5Dget_space(w->bytes_ds), w->tmp_path, "images/bytes");
+    PREP_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL), w->tmp_path, "images/bytes");
+    hid_t ms = PREP_H5(H5Screate_simple(1, &count, NULL), w->tmp_path, "images/bytes");
+    if (len) PREP_H5(H5Dwrite(w->bytes_ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, bytes), w->tmp_path, "images/bytes");
     H5Sclose(ms);
     H5Sclose(fs);
     int64_t off = w->total_bytes, l = (int64_t)len, ann0 = (int64_t)w->a_id.n, zero = 0;
@@ -171,7 +198,7 @@ static void write_categories(hid_t f, const prep_categories *c) {
 
 void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotations, int64_t *bytes) {
     hid_t f = w->file;
-    MRCNN_CHECK_HDF5(H5Dclose(w->bytes_ds), "images/bytes");
+    PREP_H5(H5Dclose(w->bytes_ds), w->tmp_path, "images/bytes");
     prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
     prep_h5_attr_str(f, "name", w->name);
     prep_h5_attr_i64(f, "shard", w->shard);
@@ -198,7 +225,7 @@ void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotatio
     write_vec(f, "annotations/rle", H5T_NATIVE_UINT8, &w->rle, 1);
     write_vec(f, "annotations/rle_offset", H5T_NATIVE_INT64, &w->rle_offset, 1);
     write_categories(f, w->cats);
-    MRCNN_CHECK_HDF5(H5Fclose(f), w->tmp_path);
+    PREP_H5(H5Fclose(f), w->tmp_path, "closing it");
     MRCNN_CHECK(rename(w->tmp_path, w->final_path) == 0, "cannot rename %s to %s", w->tmp_path, w->final_path);
     *images = (int64_t)w->id.n;
     *annotations = (int64_t)w->a_id.n;
@@ -210,7 +237,7 @@ void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotatio
     free(w);
 }
 
-void prep_index_write(const char *dir, const char *name, int num_shards, const int64_t *images,
+void prep_index_write(const char *dir, const char *name, int num_shards, int gen, const int64_t *images,
                       const int64_t *annotations, const int64_t *bytes, const prep_categories *cats) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s-index.h5", dir, name);
@@ -222,7 +249,7 @@ void prep_index_write(const char *dir, const char *name, int num_shards, const i
         ni += images[s];
         na += annotations[s];
         files[s] = MRCNN_MALLOC(512, "shard name");
-        prep_shard_file_name(files[s], 512, name, s, num_shards);
+        prep_shard_file_name(files[s], 512, name, s, num_shards, gen);
     }
     prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
     prep_h5_attr_str(f, "name", name);
@@ -236,7 +263,7 @@ void prep_index_write(const char *dir, const char *name, int num_shards, const i
     prep_h5_write(f, "shards/num_annotations", H5T_NATIVE_INT64, 1, &n, annotations);
     prep_h5_write(f, "shards/bytes", H5T_NATIVE_INT64, 1, &n, bytes);
     write_categories(f, cats);
-    MRCNN_CHECK_HDF5(H5Fclose(f), tmp);
+    PREP_H5(H5Fclose(f), tmp, "closing it");
     MRCNN_CHECK(rename(tmp, path) == 0, "cannot rename %s to %s", tmp, path);
     for (int s = 0; s < num_shards; s++) free(files[s]);
     free(files);
