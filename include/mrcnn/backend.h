@@ -56,7 +56,7 @@ typedef struct mrcnn_backend mrcnn_backend;
 struct mrcnn_step_desc; // step_ctl.h
 
 /* Options and statistics of the device behind a backend: the one way to set or ask
- * anything of a device, so that no code outside src/cuda calls CUDA. */
+ * anything of a device, so that no code outside src/backend/cuda calls CUDA. */
 typedef struct mrcnn_backend_info {
     /* TF32 tensor cores for fp32 convolutions and GEMMs (off by default; MRCNN_TF32=1
      * at creation sets it too). The CPU has none: a no-op there, math stays fp32. */
@@ -278,10 +278,13 @@ static inline mrcnn_backend_stats mrcnn_backend_stats_get(const mrcnn_backend *b
     return s;
 }
 
-/* The CPU backend with the generic ops only (src/core/backend_cpu.c); the model's ops
- * (ROIAlign, class gathers) are NULL. mrcnn_backend_cpu_create (model.h) is the full
- * CPU backend: this plus the model's ops, installed from above. */
+/* The CPU backend with the generic ops only (src/backend/cpu/backend_cpu.c); ROIAlign,
+ * the class gathers and the detection ops are NULL. */
 mrcnn_backend *mrcnn_backend_cpu_create_generic(void);
+/* The full CPU backend, its own instance per call (so set_precision stays local): the
+ * generic ops plus ROIAlign, the class gathers and the detection ops of detect_ops.h
+ * (src/backend/cpu/backend_cpu_create.c). */
+mrcnn_backend *mrcnn_backend_cpu_create(void);
 /* The CUDA backend on the given device, or NULL when the build has no CUDA or no
  * GPU is visible; *why gets the reason then. */
 mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why);
@@ -292,7 +295,7 @@ int mrcnn_backend_cuda_device_count(void);
 mrcnn_device mrcnn_backend_device_parse(const char *name);
 /* Puts shape, dtype and device checks in front of the nn entries (convolutions,
  * deconvolution, linear, elementwise, pooling, upsample_add, ROIAlign, cast), the same
- * for every backend (src/core/backend_validate.c): NHWC activations, KRSC filters,
+ * for every backend (src/backend/backend_validate.c): NHWC activations, KRSC filters,
  * tensors contiguous on be's device, float dtypes. A failure names the op, the
  * argument and both shapes. Each backend factory calls it last; no allocation per call. */
 void mrcnn_backend_validate(mrcnn_backend *be);

@@ -40,7 +40,7 @@
  * followed by a device synchronisation, so the fault is reported at the kernel that
  * caused it (slow: for debugging and for the GPU op tests). MRCNN_CUDA_DEBUG_SYNC("call")
  * does the same after a library call that launches kernels (cuDNN, cuBLAS): nothing
- * unless that mode is on. Both are defined in src/cuda/backend_cuda.cu. */
+ * unless that mode is on. Both are defined in src/backend/cuda/backend_cuda.cu. */
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -6,7 +6,7 @@
  * -1, weight 0: ROIAlign writes zeros for them, the losses and gathers skip them).
  * Counts are 1-element fp32 device tensors (exact below 2^24) that feed
  * mrcnn_loss_norm.count directly. Semantics are the host helpers' (proposals.h,
- * roi_targets.h), which the CPU backend runs (src/model/backend_cpu_detect.c). */
+ * roi_targets.h), which the CPU backend runs (src/backend/cpu/backend_cpu_detect.c). */
 #ifndef MRCNN_DETECT_OPS_H
 #define MRCNN_DETECT_OPS_H
 

@@ -21,25 +21,6 @@
 extern "C" {
 #endif
 
-/* The CPU backend, with its own instance per call (so set_precision stays local):
- * mrcnn_backend_cpu_create_generic (backend.h) plus the model's ops (ROIAlign, the
- * detection ops of detect_ops.h), installed here so that the backend below never calls up into the model
- * (src/model/backend_cpu_model.c). */
-mrcnn_backend *mrcnn_backend_cpu_create(void);
-
-/* The one choice of a backend (mrcnn train, eval, predict, bench train): the CPU, or
- * the GPU o->gpu (< 0: none visible to this rank). A GPU backend that does not start
- * (no GPU, a GPU=0 build, a driver error) gives NULL with *why set when o->fallback is
- * NULL; else the CPU backend, after the warning "MODEL.DEVICE=cuda but WHY: FALLBACK"
- * (fallback e.g. "training on the CPU"). Lives here, beside mrcnn_backend_cpu_create,
- * because the full CPU backend is the model's (src/model/backend_cpu_model.c). */
-typedef struct mrcnn_backend_open_opts {
-    mrcnn_device device; // mrcnn_backend_device_parse(MODEL.DEVICE)
-    int gpu;
-    const char *fallback;
-} mrcnn_backend_open_opts;
-mrcnn_backend *mrcnn_backend_open(const mrcnn_backend_open_opts *o, const char **why);
-
 /* ---- staging: the host half of a training step ---------------------------------- */
 /* Anchors of one padded batch size, generated and uploaded once (the model keeps a few,
  * least recently used first out). */

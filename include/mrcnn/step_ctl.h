@@ -128,7 +128,7 @@ MRCNN_STEP_HD static inline void mrcnn_step_decide(const mrcnn_step_desc *d, flo
 }
 
 struct mrcnn_backend;
-/* Installs the host implementation of be->step (src/core/backend_cpu_step.c): for the
+/* Installs the host implementation of be->step (src/backend/cpu/backend_cpu_step.c): for the
  * CPU backend and for host stand-in backends in tests. */
 void mrcnn_backend_cpu_fill_step(struct mrcnn_backend *be);
 

@@ -21,6 +21,7 @@
 
 #include "bench_train.h"
 #include "mrcnn/backend.h"
+#include "mrcnn/backend_open.h"
 #include "mrcnn/check.h"
 #include "mrcnn/config.h"
 #include "mrcnn/dist.h"

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "mrcnn/args.h"
+#include "mrcnn/backend_open.h"
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
 #include "mrcnn/dist.h"

@@ -1,6 +1,7 @@
 /* The model side of inference: one prepared image through mrcnn_model_detect, then
  * torchvision's transform.postprocess (boxes back to the original size, masks pasted
  * into the full image and thresholded at 0.5) and RLE encoding. */
+#include "mrcnn/backend_open.h"
 #include "mrcnn/infer.h"
 
 #include <stdlib.h>

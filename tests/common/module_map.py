@@ -16,18 +16,24 @@ import os
 import re
 import sys
 
-# Bottom to top. A module may include its own headers and those of the modules listed.
+# Bottom to top. A module is a folder: src/<path>/ is module "<path>" (src/backend/cpu/ is
+# "backend/cpu"), data_prep/ is "data_prep"; a folder that is not listed here fails the check.
+# A module may include its own headers and those of the modules listed.
 ALLOWED = {
     "core": set(),                                             # tensor, check, log, rng, half, config, json, png, h5, arena, rle
     "ops": {"core"},                                           # CPU reference ops, float and double
-    "backend": {"core", "ops"},                                # backend interface + its CPU implementation
-    "model": {"core", "ops", "backend"},                       # the network, box ops, CPU model ops
+    "ops/detect": {"core", "ops"},                             # host detection math: boxes, NMS, anchors, targets, paste
+    "backend": {"core", "ops"},                                # backend interface, argument checks, trace layer, precision
+    "backend/cpu": {"core", "ops", "ops/detect", "backend"},   # the CPU backend
     "dist": {"core", "backend"},                               # MPI, NCCL declarations, buckets
-    "cuda": {"core", "ops", "backend", "model", "dist"},       # the CUDA backend (and its no-CUDA stand-in)
+    "backend/cuda": {"core", "ops", "ops/detect", "backend", "dist"},  # the CUDA backend (and its GPU=0 stand-in)
+    "backend/open": {"core", "backend", "backend/cpu", "backend/cuda"},  # the choice of CPU or GPU backend
+    "model": {"core", "ops", "ops/detect", "backend"},         # the network: parameters, layers, backbone, heads
     "data": {"core"},                                          # shards, decode, augment, loader
-    "eval": {"core", "ops", "backend", "model", "data", "dist"},  # RLE users: COCO eval, inference, overlays
-    "train": {"core", "ops", "backend", "model", "dist", "data", "eval"},
-    "cli": {"core", "ops", "backend", "model", "dist", "cuda", "data", "eval", "train"},
+    "eval": {"core", "ops", "ops/detect", "backend", "backend/open", "model", "data", "dist"},  # COCO eval, inference, overlays
+    "train": {"core", "ops", "ops/detect", "backend", "backend/open", "model", "dist", "data", "eval"},
+    "cli": {"core", "ops", "ops/detect", "backend", "backend/open", "backend/cpu", "backend/cuda", "model", "dist",
+            "data", "eval", "train"},
     "data_prep": {"core", "data"},
 }
 
@@ -38,29 +44,18 @@ HEADERS = {
     "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core", "args.h": "core", "ids.h": "core", "plot.h": "core",
     "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
     "roi_sample.inc": "ops",
-    "backend.h": "backend", "backend_ops.def": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend", "precision.h": "backend", "detect_ops.h": "backend", "detect_ops.h": "backend",
-    "model.h": "model", "anchors.h": "model", "boxes.h": "model", "postprocess.h": "model",
-    "proposals.h": "model", "roi_targets.h": "model", "params.h": "model", "layers.h": "model",
+    "anchors.h": "ops/detect", "boxes.h": "ops/detect", "postprocess.h": "ops/detect",
+    "proposals.h": "ops/detect", "roi_targets.h": "ops/detect",
+    "backend.h": "backend", "backend_ops.def": "backend", "backend_trace.h": "backend", "step_ctl.h": "backend",
+    "precision.h": "backend", "detect_ops.h": "backend",
+    "cuda_check.h": "backend/cuda",
+    "backend_open.h": "backend/open",
+    "model.h": "model", "params.h": "model", "layers.h": "model",
     "backbone.h": "model", "heads.h": "model", "checkpoint.h": "model",
     "dist.h": "dist", "scaling_model.h": "dist", "nccl_start.h": "dist",
-    "cuda_check.h": "cuda",
     "data.h": "data", "train_feed.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
     "train.h": "train", "trainer.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train", "step_profile.h": "train",
-}
-
-# Files whose module is not their folder's: src/core holds the leaf module "core" and,
-# beside it, the backend layer and the op descriptors of ops.h (float only, so not in
-# src/ops, which is compiled twice), and the stand-in for src/cuda in a GPU=0 build.
-FILE_MODULE = {
-    "src/core/backend.c": "backend",
-    "src/core/backend_cpu.c": "backend",
-    "src/core/backend_cpu_step.c": "backend",
-    "src/core/backend_validate.c": "backend",
-    "src/core/backend_trace.c": "backend",
-    "src/core/precision.c": "backend",
-    "src/core/op_desc.c": "ops",
-    "src/core/backend_nocuda.c": "cuda",
 }
 
 # Known violations, each (file, included header) with the issue that is to remove it.
@@ -74,13 +69,12 @@ EXTS = (".c", ".h", ".cu", ".cuh", ".inc")
 
 def module_of(path):
     """Module of a repository-relative path, or None when it is outside the map."""
-    if path in FILE_MODULE:
-        return FILE_MODULE[path]
     parts = path.split("/")
     if parts[0] == "include" and len(parts) == 3 and parts[1] == "mrcnn":
         return HEADERS.get(parts[2], "?")
     if parts[0] == "src" and len(parts) >= 3:
-        return parts[1] if parts[1] in ALLOWED else "?"
+        folder = "/".join(parts[1:-1])
+        return folder if folder in ALLOWED else "?"
     if parts[0] == "data_prep":
         return "data_prep"
     return None
@@ -152,7 +146,7 @@ def main(argv):
     # The map itself must be a DAG, or "bottom to top" means nothing.
     for cyc in find_cycles(ALLOWED):
         errors.append("the map allows a cycle: %s" % " <-> ".join(cyc))
-    for m in set(HEADERS.values()) | set(FILE_MODULE.values()):
+    for m in set(HEADERS.values()):
         if m not in ALLOWED:
             errors.append("module_map.py: module '%s' has no ALLOWED entry" % m)
     graph, where, used_allow = {}, {}, set()

@@ -1,4 +1,4 @@
-/* The cuDNN algorithm rule of conv_cudnn.cu (src/cuda/conv_algo_pick.h) on the CPU,
+/* The cuDNN algorithm rule of conv_cudnn.cu (src/backend/cuda/conv_algo_pick.h) on the CPU,
  * over candidate lists shaped like the answers cuDNN may give at the model's odd
  * channel counts (the stem's C = 3; K = 3, 12 and 91 in the heads): fp32 without TF32
  * takes the first FMA-math algorithm without an FFT/Winograd transform, and when there
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../../src/cuda/conv_algo_pick.h"
+#include "../../src/backend/cuda/conv_algo_pick.h"
 
 #define MB ((size_t)1 << 20)
 #define LIMIT (256 * MB)

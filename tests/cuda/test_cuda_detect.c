@@ -1,4 +1,4 @@
-/* The CUDA detection kernels (src/cuda/detect_internal.h, private to src/cuda and
+/* The CUDA detection kernels (src/backend/cuda/detect_internal.h, private to src/backend/cuda and
  * included here by path) against their host references (boxes.h, roi_targets.h) on
  * random data with ties: IoU, matches, NMS keep lists, mask targets and the
  * Philox-keyed balanced sampling must agree exactly (the kernels pin the host's float
@@ -25,7 +25,7 @@
 #include "mrcnn/roi_targets.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
-#include "../../src/cuda/detect_internal.h"
+#include "../../src/backend/cuda/detect_internal.h"
 
 static mrcnn_backend *G;
 static uint64_t g_seed = 5000;

@@ -1,5 +1,5 @@
 # Fuzz suite (tests/fuzz/README.md): libFuzzer targets built with clang, ASan and UBSan into
-# build/fuzz/, CPU only (src/core/backend_nocuda.c stands in for src/cuda/).
+# build/fuzz/, CPU only (src/backend/cuda/backend_nocuda.c stands in for src/backend/cuda/).
 #   make fuzz [SECONDS=60] [FUZZ_TARGETS="json rle"]   every target SECONDS seconds with its corpus
 #   make fuzz-smoke                                    every target 20 s (CI)
 #   make fuzz-build                                    the binaries only
@@ -22,7 +22,7 @@ FUZZ_LIB_CFLAGS := $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link
 FUZZ_LDLIBS := $(shell pkg-config --libs $(FUZZ_PKGS) 2>/dev/null) $(shell mpicc --showme:link 2>/dev/null) \
                -fopenmp -lm -lpthread
 
-FUZZ_LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/train/*.c src/dist/*.c src/data/*.c src/eval/*.c)
+FUZZ_LIB_SRC := $(HOST_SRC) $(NOCUDA_SRC)
 FUZZ_OPS_SRC := $(wildcard src/ops/*.c)
 FUZZ_PREP_SRC := $(filter-out data_prep/main.c,$(wildcard data_prep/*.c))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_OPS_SRC:%.c=$(FUZZ_DIR)/obj/%.o) \
@@ -33,7 +33,7 @@ FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_OPS_SRC:%.c=$(FUZ
 FUZZ_LIB := $(FUZZ_DIR)/libmrcnn_fuzz.a
 FUZZ_LIB_TRACKED := $(FUZZ_DIR)/libmrcnn_fuzz_tracked.a
 
-FUZZ_TARGETS_ALL := json config rle coco_gt coco_prep results image shard_raw shard_struct ckpt_raw ckpt_struct
+FUZZ_TARGETS_ALL := json config config_merge rle coco_gt coco_prep results image shard_raw shard_struct ckpt_raw ckpt_struct
 FUZZ_TARGETS ?= $(FUZZ_TARGETS_ALL)
 FUZZ_BINS := $(FUZZ_TARGETS_ALL:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_COMMON_OBJ := $(FUZZ_DIR)/obj/tests/fuzz/fuzz_common.o $(FUZZ_DIR)/obj/tests/fuzz/fuzz_h5spec.o

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Every __global__ kernel of src/cuda/*.cu and what runs it (tests/ops/test_kernel_coverage.sh).
+"""Every __global__ kernel of src/backend/cuda/*.cu and what runs it (tests/ops/test_kernel_coverage.sh).
 
 A kernel is covered when a chain of references from a function that launches it
-(`kernel<<<`) up through src/cuda's functions reaches either
+(`kernel<<<`) up through src/backend/cuda's functions reaches either
   - a function the CUDA backend installs as an entry (`be->nn.relu_forward = cu_relu_forward;`)
     whose entry is in include/mrcnn/backend_ops.def and has its op-table case
     (case_<table>_<name> in tests/ops/test_op_table.c or an .inc beside it), or
@@ -80,8 +80,8 @@ def functions(path):
     return found
 
 
-src = sorted(glob.glob("src/cuda/*.cu") + glob.glob("src/cuda/*.c") + glob.glob("src/cuda/*.cuh") +
-             glob.glob("src/cuda/*.h"))
+src = sorted(glob.glob("src/backend/cuda/*.cu") + glob.glob("src/backend/cuda/*.c") + glob.glob("src/backend/cuda/*.cuh") +
+             glob.glob("src/backend/cuda/*.h"))
 fns, where = {}, {}
 for p in src:
     for name, (body, line) in functions(p).items():
@@ -89,7 +89,7 @@ for p in src:
         where[name] = "%s:%d" % (p, line)
 
 kernels = []
-for p in sorted(glob.glob("src/cuda/*.cu")):
+for p in sorted(glob.glob("src/backend/cuda/*.cu")):
     text = strip(open(p, encoding="utf-8").read())
     for m in re.finditer(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\(", text):
         kernels.append((m.group(1), "%s:%d" % (p, text.count("\n", 0, m.start()) + 1)))
@@ -155,7 +155,7 @@ for k, loc in kernels:
         print("%-26s %-34s NO CASE (launched by %s)" % (k, loc, ", ".join(chain) or "nothing"))
 print("%d kernels, %d covered, %d without a case" % (len(kernels), len(kernels) - len(missing), len(missing)))
 if not kernels:
-    print("FAIL: no __global__ kernel found in src/cuda/*.cu")
+    print("FAIL: no __global__ kernel found in src/backend/cuda/*.cu")
     sys.exit(1)
 if missing:
     print("FAIL: kernels that no op-table case or test launches: %s" % " ".join(missing))

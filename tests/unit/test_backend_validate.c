@@ -1,4 +1,4 @@
-/* The shared argument checks of every backend (src/core/backend_validate.c): a tensor
+/* The shared argument checks of every backend (src/backend/backend_validate.c): a tensor
  * in the wrong layout (NCHW for NHWC, KCRS for KRSC, (in, out) for (out, in)) with the
  * right element count fails naming the op, the argument and both shapes, on the full
  * CPU backend and on a backend whose own entries check nothing (as the CUDA kernels,
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "mrcnn/backend.h"
-#include "mrcnn/model.h" // mrcnn_backend_open, mrcnn_backend_cpu_create
+#include "mrcnn/backend_open.h"
 #include "test_util.h"
 
 static mrcnn_tensor tz(int ndim, const int64_t *shape) { return mrcnn_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape); }

@@ -26,3 +26,10 @@ echo "ok: a header in no module fails"
 python3 "$chk" --root "$ROOT" --inject src/eval/infer.c ../data/data_internal.h > "$tmp/out" 2>&1 && fail "a private header of another folder passed"
 grep -q 'a private header of src/data' "$tmp/out" || fail "private header not named: $(cat "$tmp/out")"
 echo "ok: another folder's private header fails"
+
+# A module is a folder: a source file in a folder the map does not list fails (no per-file exceptions).
+mkdir -p "$tmp/tree/src/zzz" "$tmp/tree/include/mrcnn"
+echo '#include "mrcnn/check.h"' > "$tmp/tree/src/zzz/new.c"
+python3 "$chk" --root "$tmp/tree" > "$tmp/out" 2>&1 && fail "a source file in an unmapped folder passed"
+grep -q 'src/zzz/new.c: in no module' "$tmp/out" || fail "unmapped folder not named: $(cat "$tmp/out")"
+echo "ok: a source folder that is no module fails"

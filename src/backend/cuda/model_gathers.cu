@@ -1,5 +1,5 @@
 /* Anchor grids and the per-class gathers of the box and mask losses on the device
- * (detect_internal.h), as src/model/anchors.c and mask_targets.c compute them (the anchor
+ * (detect_internal.h), as src/ops/detect/anchors.c and mask_targets.c compute them (the anchor
  * coordinates with box_math.h's code). */
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"

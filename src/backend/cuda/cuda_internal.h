@@ -1,4 +1,4 @@
-/* Private to src/cuda: the CUDA backend's state and the helpers its files share.
+/* Private to src/backend/cuda: the CUDA backend's state and the helpers its files share.
  * Every op runs on the one stream held here; scratch buffers are reused across ops
  * because stream order serializes them. Only .cu files include this. */
 #ifndef MRCNN_CUDA_INTERNAL_H

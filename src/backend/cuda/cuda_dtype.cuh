@@ -1,4 +1,4 @@
-/* Private to src/cuda: loads and stores of F32/F16/BF16 elements as float, with the
+/* Private to src/backend/cuda: loads and stores of F32/F16/BF16 elements as float, with the
  * dtype chosen at run time (uniform across a launch, so the branch costs little)
  * instead of one template instance per dtype, which keeps the library small.
  * Inline definitions here because without relocatable device code every .cu file

@@ -1,5 +1,5 @@
 /* The CUDA backend's factory entry points on the host side (in libmrcnn.a, GPU=1
- * builds; src/core/backend_nocuda.c stands in for them in GPU=0 builds). The backend
+ * builds; src/backend/cuda/backend_nocuda.c stands in for them in GPU=0 builds). The backend
  * itself is built in libmrcnn_cuda.so; the argument checks every backend shares
  * (backend_validate.c) are put in front of it here, so that the shared library never
  * depends on a part of libmrcnn.a that a program might not have linked. */
@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-/* src/cuda/backend_cuda.cu */
+/* src/backend/cuda/backend_cuda.cu */
 mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why);
 
 mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why) {

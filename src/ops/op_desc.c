@@ -1,5 +1,6 @@
 /* Shape helpers of the ops (ops.h) that are not templated on `real`, and the
- * frozen-BN fold done once at load. */
+ * frozen-BN fold done once at load: float build only (src/ops is compiled twice). */
+#ifndef MRCNN_OPS_F64
 #include "mrcnn/check.h"
 #include "mrcnn/ops.h"
 
@@ -44,3 +45,4 @@ void mrcnn_frozen_bn_fold(float *w, float *b, int had_bias, int k, int64_t rsc, 
         b[o] = beta[o] - mean[o] * scale + old * scale;
     }
 }
+#endif

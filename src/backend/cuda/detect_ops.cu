@@ -1,5 +1,5 @@
 /* Detection ops on device arrays (detect_internal.h), with the float arithmetic of their host
- * references (src/model/box_iou.c, box_coder.c, matcher.c, nms.c, mask_targets.c).
+ * references (src/ops/detect/box_iou.c, box_coder.c, matcher.c, nms.c, mask_targets.c).
  * IoU, the box coder, clipping and the mask targets' sampling are box_math.h's, the
  * very code the host runs; where the host has a * b + c, that header and the sums
  * here use __fmul_rn/__fadd_rn so that nvcc cannot contract it into an FMA: IoU values

@@ -1,5 +1,5 @@
-/* Linked only into GPU=0 builds, in place of src/cuda/: the CUDA backend is absent
- * (src/cuda/backend_cuda_open.c in GPU=1 builds). */
+/* Linked only into GPU=0 builds, in place of src/backend/cuda/: the CUDA backend is absent
+ * (src/backend/cuda/backend_cuda_open.c in GPU=1 builds). */
 #include "mrcnn/backend.h"
 
 #include <stddef.h>
@@ -11,7 +11,7 @@ mrcnn_backend *mrcnn_backend_cuda_create(int device, const char **why) {
 
 int mrcnn_backend_cuda_device_count(void) { return 0; }
 
-/* NCCL (src/cuda/nccl_comm.c in GPU=1 builds). */
+/* NCCL (src/backend/cuda/nccl_comm.c in GPU=1 builds). */
 #include "mrcnn/check.h"
 #include "mrcnn/dist.h"
 

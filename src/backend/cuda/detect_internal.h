@@ -1,4 +1,4 @@
-/* Private to src/cuda (and tests/cuda/test_cuda_detect.c, which checks the kernels
+/* Private to src/backend/cuda (and tests/cuda/test_cuda_detect.c, which checks the kernels
  * one by one): the detection kernels on device arrays (boxes.h / roi_targets.h
  * semantics, same float arithmetic) that the backend's det entries (detect_backend.cu)
  * are composed of. Every pointer is device memory; every call is asynchronous on the

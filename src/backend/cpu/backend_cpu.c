@@ -124,7 +124,7 @@ static void cpu_destroy(mrcnn_backend *be) { free(be); }
 /* ---- convolutions ---- */
 
 /* Shapes, layout, devices and activations of the nn entries are checked once, in front
- * of them (mrcnn_backend_validate, src/core/backend_validate.c, which both CPU
+ * of them (mrcnn_backend_validate, src/backend/backend_validate.c, which both CPU
  * factories run); what is left here is what this backend adds: fp32 data, since the
  * CPU ops compute on floats whatever the storage precision. */
 
