@@ -118,10 +118,6 @@ int mrcnn_config_try_set(mrcnn_config *cfg, const char *assignment, const char *
                          char *err, size_t err_len);
 /* The whole config as YAML (for checkpoints and logs); returns a malloc'ed string. */
 char *mrcnn_config_dump(const mrcnn_config *cfg);
-/* SOLVER.CUDA_GRAPH for a backend named backend_name ("cpu", "cuda"): 1 when the step
- * should be captured and replayed (on; auto = on for cuda), 0 when not; fails naming
- * the key on any other value. */
-int mrcnn_config_cuda_graph(const mrcnn_config *cfg, const char *backend_name);
 
 #ifdef __cplusplus
 }

@@ -215,6 +215,10 @@ typedef struct mrcnn_graph_plan {
     void *destroy[MRCNN_GRAPH_CACHE_SIZE]; //   all of them on a new epoch, else the evicted one
 } mrcnn_graph_plan;
 
+/* SOLVER.CUDA_GRAPH for a backend named backend_name ("cpu", "cuda"): 1 when the step
+ * should be captured and replayed (on; auto = on for cuda), 0 when not; fails naming
+ * the key on any other value. */
+int mrcnn_config_cuda_graph(const mrcnn_config *cfg, const char *backend_name);
 /* Whether a run may use graphs: config_on (mrcnn_config_cuda_graph), ACCUM_STEPS, the
  * world size and whether the all-reduces go through NCCL (capturable). 0 with the
  * reason in *why (a static string) when not. */

@@ -370,11 +370,3 @@ char *mrcnn_config_dump(const mrcnn_config *cfg) {
     }
     return out;
 }
-
-int mrcnn_config_cuda_graph(const mrcnn_config *cfg, const char *backend_name) {
-    const char *v = cfg->solver_cuda_graph;
-    if (!strcmp(v, "on") || !strcmp(v, "true")) return 1;
-    if (!strcmp(v, "off") || !strcmp(v, "false")) return 0;
-    MRCNN_CHECK(!strcmp(v, "auto"), "SOLVER.CUDA_GRAPH '%s' is unknown (auto, on or off)", v);
-    return backend_name != NULL && !strcmp(backend_name, "cuda");
-}
