@@ -37,7 +37,8 @@
 # AB_SEEDS="1 2 3" adds torchvision tiny runs with trainable frozen-BN biases (side
 # torchvision-bnbias), mrcnn's semantics for a folded conv, as an A/B check.
 # DEADLINE_MIN: jobs not started that many minutes after the start are skipped and
-# listed as missing in the report, so the script always ends with a report.
+# listed as missing in the report, so the script always ends with a report;
+# HARD_DEADLINE_MIN: the runs still going then are stopped (failed in the report).
 # OLD_MRCNN: an mrcnn binary built from before the folded-BN preconditioner (40837e8^);
 # when set, one R50 fp32 seed trains with it too (side mrcnn-old, plotted, not judged).
 # Needs: BUILD (default build/release-cpu, falls back to build/release) with mrcnn and
@@ -56,17 +57,17 @@ PAR=${PAR:-2}
 QUICK=${QUICK:-0}
 
 if [ "$QUICK" = 1 ]; then # the pipeline end to end, not the numbers
-    : "${TRAIN_IMAGES:=16}" "${VAL_IMAGES:=6}" "${TINY_ITERS:=10}" "${TINY_SEEDS:=1}"
-    : "${R50_ITERS:=4}" "${R50_SEEDS:=1}" "${R50_VAL_IMAGES:=2}" "${DEADLINE_MIN:=15}"
+    : "${TRAIN_IMAGES:=16}" "${VAL_IMAGES:=6}" "${IMAGE_SIZE:=96}" "${TINY_SIZE:=96}" "${TINY_ITERS:=10}" "${TINY_SEEDS:=1}"
+    : "${R50_ITERS:=2}" "${R50_SEEDS:=1}" "${R50_VAL_IMAGES:=2}" "${DEADLINE_MIN:=15}"
 fi
 : "${TRAIN_IMAGES:=400}"                  # training images
 : "${VAL_IMAGES:=100}"                    # validation images
-: "${IMAGE_SIZE:=96}"                     # images are IMAGE_SIZE x IMAGE_SIZE
-: "${SHAPES_OPTS:=--classes 2 --objects 1:2 --scale 0.2:0.4 --occlusion 0.1}"
-: "${TINY_ITERS:=1000}"                   # iterations of the tiny model
+: "${IMAGE_SIZE:=128}"                    # images are IMAGE_SIZE x IMAGE_SIZE
+: "${SHAPES_OPTS:=--classes 2 --objects 1:3 --scale 0.15:0.35 --occlusion 0.1}"
+: "${TINY_ITERS:=1200}"                   # iterations of the tiny model
 : "${TINY_SEEDS=1 2 3 4 5}"               # (empty: none)
 : "${TINY_PRECISIONS:=fp32 bf16 fp16}"    # mrcnn side
-: "${TINY_SIZE:=96}"                      # train and test short side (resized from IMAGE_SIZE)
+: "${TINY_SIZE:=128}"                     # train and test short side (resized from IMAGE_SIZE)
 : "${TINY_LR:=0.02}"
 : "${R50_ITERS:=200}"                     # iterations of R50-FPN
 : "${R50_SEEDS=1 2 3}"                    # (empty: none)
@@ -79,6 +80,7 @@ fi
 : "${CLIP:=5.0}"
 : "${WARMUP_FACTOR:=0.001}"
 : "${DEADLINE_MIN:=50}"
+: "${HARD_DEADLINE_MIN:=}"               # (empty: none)
 : "${SCORE_THRESH:=0.001}"               # test score threshold, both sides (0.05 leaves weak models with no detections)
 : "${IMAGENET_SEED:=1000}"
 TINY_WARMUP=${TINY_WARMUP:-$((TINY_ITERS / 6))}
@@ -136,19 +138,14 @@ fi
 I=$OUT/init
 if [ ! -f "$I/done" ]; then
     log "init: ImageNet stand-in (resnet50 seed $IMAGENET_SEED), tiny and R50 per seed"
+    # each call imports its files for mrcnn too (data_prep/weights.py's import, in process)
     "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init-imagenet --out "$I/imagenet_r50.pth" --json "$D/train_export.json" \
-        --images "$D/train" --seed "$IMAGENET_SEED" --size "$R50_SIZE" > "$I/log" 2>&1
-    "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/imagenet_r50.pth" "$I/imagenet_r50.h5" >> "$I/log" 2>&1
-    for s in $TINY_SEEDS; do
-        "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model tiny --seed "$s" --classes "$CLASSES" \
-            --size "$TINY_SIZE" --out "$I/tiny_s$s.pth" >> "$I/log" 2>&1
-        "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/tiny_s$s.pth" "$I/tiny_s$s.h5" >> "$I/log" 2>&1
-    done
-    for s in $R50_SEEDS; do
-        "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model r50 --seed "$s" --classes "$CLASSES" --size "$R50_SIZE" \
-            --imagenet "$I/imagenet_r50.pth" --out "$I/r50_s$s.pth" >> "$I/log" 2>&1
-        "$PY_TORCH" "$ROOT/data_prep/weights.py" import "$I/r50_s$s.pth" "$I/r50_s$s.h5" >> "$I/log" 2>&1
-    done
+        --images "$D/train" --seed "$IMAGENET_SEED" --size "$R50_SIZE" --h5 "$I/imagenet_r50.h5" > "$I/log" 2>&1
+    [ -z "$TINY_SEEDS" ] || "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model tiny --seeds "$TINY_SEEDS" \
+        --classes "$CLASSES" --size "$TINY_SIZE" --out "$I/tiny_s{seed}.pth" --h5 "$I/tiny_s{seed}.h5" >> "$I/log" 2>&1
+    [ -z "$R50_SEEDS" ] || "$PY_TORCH" "$ROOT/bench/accuracy_tv.py" init --model r50 --seeds "$R50_SEEDS" \
+        --classes "$CLASSES" --size "$R50_SIZE" --imagenet "$I/imagenet_r50.pth" --out "$I/r50_s{seed}.pth" \
+        --h5 "$I/r50_s{seed}.h5" >> "$I/log" 2>&1
     touch "$I/done"
 fi
 
@@ -285,8 +282,23 @@ for s in ${AB_SEEDS:-}; do JOBS_LIST+=("tv_job tiny $s bnbias"); done
 # REPORT_ONLY=1: only step 5 on what OUT holds (e.g. after an interrupted run)
 [ "${REPORT_ONLY:-0}" = 1 ] && JOBS_LIST=() || : > "$OUT/skipped.txt"
 log "${#JOBS_LIST[@]} jobs, $PAR at a time; tiny: $TINY_ITERS iters (warmup $TINY_WARMUP, steps $TINY_STEPS) at $TINY_SIZE; r50: $R50_ITERS iters (warmup $R50_WARMUP, steps $R50_STEPS) at $R50_SIZE"
+# HARD_DEADLINE_MIN: the runs still going then are stopped (their training or inference
+# process gets SIGTERM; the job records it as failed), so that the report comes in time
+wait_below() { # N: until fewer than N jobs run
+    local p c
+    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do
+        if [ -n "$HARD_DEADLINE_MIN" ] && [ $(($(date +%s) - T_START)) -ge $((HARD_DEADLINE_MIN * 60)) ]; then
+            for p in $(jobs -rp); do
+                for c in $(ps -o pid= --ppid "$p"); do kill -TERM "$c" 2> /dev/null || true; done
+            done
+            [ -f "$OUT/hard_deadline" ] || { log "HARD_DEADLINE_MIN=$HARD_DEADLINE_MIN: stopping the running jobs"; touch "$OUT/hard_deadline"; }
+        fi
+        sleep 2
+    done
+}
+rm -f "$OUT/hard_deadline"
 for job in "${JOBS_LIST[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n || true; done
+    wait_below "$PAR"
     if [ $(($(date +%s) - T_START)) -ge $((DEADLINE_MIN * 60)) ]; then
         log "skipped (past DEADLINE_MIN=$DEADLINE_MIN): $job"
         echo "$job" >> "$OUT/skipped.txt"
@@ -295,6 +307,7 @@ for job in "${JOBS_LIST[@]}"; do
     log "start: $job"
     $job &
 done
+wait_below 1
 wait
 
 # ---- 5. one evaluator for both sides, then the report ----

@@ -6,7 +6,8 @@ writes a COCO results file for the evaluator both sides share (`mrcnn eval --gt`
 Run with Debian's Python (torch 1.13 / torchvision 0.14): /usr/bin/python3.
 
     accuracy_tv.py init-imagenet --out r50.pth --images DIR --json X.json --seed S --size N
-    accuracy_tv.py init --model tiny|r50 --seed S --classes K --out init.pth [--imagenet r50.pth]
+    accuracy_tv.py init --model tiny|r50 --seeds "S ..." --classes K --out init_s{seed}.pth
+                        [--h5 init_s{seed}.h5] [--imagenet r50.pth]
     accuracy_tv.py train --model tiny|r50 --init init.pth --train-json X --train-dir D
                          --val-json Y --val-dir E --out DIR --seed S [schedule options]
     accuracy_tv.py infer --model tiny|r50 --weights W.pth --classes K --val-json Y --val-dir E
@@ -217,19 +218,34 @@ def cmd_init_imagenet(a):
             net(torch.stack(xs))
     torch.save(net.state_dict(), a.out)
     print(f"init-imagenet: resnet50 seed {a.seed}, BN statistics from {a.batches * 4} images -> {a.out}")
+    import_h5(a.out, a.h5)
+
+
+def import_h5(pth, h5):
+    """data_prep/weights.py import in this process (one torch start-up less per file)."""
+    if not h5:
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data_prep"))
+    import weights
+    weights.import_state_dict(weights.load_state_dict(pth), h5)
+    print(f"  imported -> {h5}")
 
 
 def cmd_init(a):
-    model = build(a.model, a.seed, a.classes, a.size, 100)
-    if a.imagenet:
-        sd = torch.load(a.imagenet, map_location="cpu")
-        sd = {k: v for k, v in sd.items() if not k.startswith("fc.")}
-        missing, unexpected = model.backbone.body.load_state_dict(sd, strict=False)
-        # FrozenBatchNorm2d has no num_batches_tracked; the rest must match
-        assert not [k for k in missing], missing
-        assert all(k.endswith("num_batches_tracked") for k in unexpected), unexpected
-    torch.save(model.state_dict(), a.out)
-    print(f"init: {a.model} seed {a.seed}{' + ' + a.imagenet if a.imagenet else ''} -> {a.out}")
+    """One initial model per seed (--seed S, or --seeds "1 2 3" with {seed} in --out/--h5)."""
+    for seed in ([int(v) for v in a.seeds.split()] if a.seeds else [a.seed]):
+        out = a.out.format(seed=seed)
+        model = build(a.model, seed, a.classes, a.size, 100)
+        if a.imagenet:
+            sd = torch.load(a.imagenet, map_location="cpu")
+            sd = {k: v for k, v in sd.items() if not k.startswith("fc.")}
+            missing, unexpected = model.backbone.body.load_state_dict(sd, strict=False)
+            # FrozenBatchNorm2d has no num_batches_tracked; the rest must match
+            assert not [k for k in missing], missing
+            assert all(k.endswith("num_batches_tracked") for k in unexpected), unexpected
+        torch.save(model.state_dict(), out)
+        print(f"init: {a.model} seed {seed}{' + ' + a.imagenet if a.imagenet else ''} -> {out}")
+        import_h5(out, a.h5.format(seed=seed) if a.h5 else None)
 
 
 def train_bn_bias(model, name):
@@ -377,9 +393,12 @@ def main():
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--size", type=int, default=320)
     p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--h5", help="also import it for mrcnn (data_prep/weights.py import) to this file")
     p = sub.add_parser("init")
     p.add_argument("--model", choices=["tiny", "r50"], required=True)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", help='"1 2 3": one model per seed, {seed} in --out and --h5')
+    p.add_argument("--h5", help="also import each for mrcnn (data_prep/weights.py import) to this file")
     p.add_argument("--classes", type=int, required=True)
     p.add_argument("--size", type=int, default=320)
     p.add_argument("--imagenet")
