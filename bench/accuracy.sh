@@ -91,7 +91,7 @@ CLASSES=$(sed -n 's/.*--classes \([0-9]*\).*/\1/p' <<<"$SHAPES_OPTS")
 CLASSES=${CLASSES:-3}
 # R50's RPN/ROI sizes, cut from detectron2's 2000/1000 proposals and 512 ROIs so a step fits the CPU
 R50_PRE_TRAIN=${R50_PRE_TRAIN:-256} R50_POST_TRAIN=${R50_POST_TRAIN:-128}
-R50_PRE_TEST=${R50_PRE_TEST:-128} R50_POST_TEST=${R50_POST_TEST:-64} R50_ROIS=${R50_ROIS:-16}
+R50_PRE_TEST=${R50_PRE_TEST:-128} R50_POST_TEST=${R50_POST_TEST:-64} R50_ROIS=${R50_ROIS:-8}
 R50_DETS=${R50_DETS:-20}
 
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -259,19 +259,19 @@ imagenet_job() { # the fine-tuning load: MODEL.WEIGHTS = the ImageNet file alone
         > "$dir/train.log" 2>&1 && log "done $dir" || log "FAILED $dir"
 }
 
-# ---- 4. the queue, PAR at a time: the ImageNet load (short), R50's first seed, the
-# tiny runs seed by seed, then R50's other seeds, so that a deadline cuts whole seeds
-# of the slow model last ----
+# ---- 4. the queue, PAR at a time: the ImageNet load (short), then whole seeds, an R50
+# seed after every two tiny seeds, so that a deadline leaves seeds of both models ----
 JOBS_LIST=("imagenet_job")
 r50_seed() { JOBS_LIST+=("tv_job r50 $1"); for p in $R50_PRECISIONS; do JOBS_LIST+=("mrcnn_job r50 $p $1"); done; }
-# shellcheck disable=SC2086
-set -- $R50_SEEDS
-if [ $# -gt 0 ]; then r50_seed "$1"; shift; fi
-for s in $TINY_SEEDS; do
-    JOBS_LIST+=("tv_job tiny $s")
-    for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $s"); done
+tiny_seed() { JOBS_LIST+=("tv_job tiny $1"); for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $1"); done; }
+# shellcheck disable=SC2206
+R50_Q=($R50_SEEDS) TINY_Q=($TINY_SEEDS)
+while [ ${#R50_Q[@]} -gt 0 ] || [ ${#TINY_Q[@]} -gt 0 ]; do
+    [ ${#R50_Q[@]} -gt 0 ] && { r50_seed "${R50_Q[0]}"; R50_Q=("${R50_Q[@]:1}"); }
+    for _ in 1 2; do
+        [ ${#TINY_Q[@]} -gt 0 ] && { tiny_seed "${TINY_Q[0]}"; TINY_Q=("${TINY_Q[@]:1}"); }
+    done
 done
-for s in "$@"; do r50_seed "$s"; done
 # the fold without the s^2 preconditioner, one seed beside the others
 # shellcheck disable=SC2086
 set -- $R50_SEEDS
