@@ -103,14 +103,10 @@ void mrcnn_sgd_init(mrcnn_sgd *o, const mrcnn_backend *be, const mrcnn_arena *pa
 void mrcnn_sgd_log(const mrcnn_sgd *o, const mrcnn_arena *params, const bool *trainable, const mrcnn_config *cfg);
 /* The decay multiplier of one parameter by its name (the rule above). */
 float mrcnn_sgd_decay_multiplier(const char *name, const mrcnn_config *cfg);
-void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads, float lr,
-                    float grad_scale);
 void mrcnn_sgd_free(mrcnn_sgd *o);
 
 /* The whole arena as one flat fp32 tensor. */
 mrcnn_tensor mrcnn_arena_flat(const mrcnn_arena *a);
-/* Global L2 norm of the gradients (host copy for a GPU arena), times grad_scale. */
-double mrcnn_grad_norm(const mrcnn_backend *be, const mrcnn_arena *grads, float grad_scale);
 /* The first parameter whose gradient holds Inf/NaN (host copy), or -1. */
 int mrcnn_first_nonfinite_param(const mrcnn_backend *be, const mrcnn_arena *grads);
 
@@ -122,8 +118,10 @@ int mrcnn_first_nonfinite_param(const mrcnn_backend *be, const mrcnn_arena *grad
 void mrcnn_signals_install(void);
 /* 0, or the signal number that arrived. */
 int mrcnn_signals_pending(void);
-/* For tests: as if sig had arrived. */
-void mrcnn_signals_raise(int sig);
+/* For tests: with MRCNN_TEST_HOLD_AT_STEP=step in the environment, waits (up to 60 s)
+ * until a signal has arrived (or MRCNN_TEST_HOLD_UNTIL's file exists); otherwise returns
+ * at once (src/train/test_hooks.c). */
+void mrcnn_signals_test_hold(int64_t step);
 
 #ifdef __cplusplus
 }

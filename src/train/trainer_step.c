@@ -297,6 +297,7 @@ static double step_region(mrcnn_trainer *t) {
 /* The host half after the region: host values only (no device read). */
 static void step_tail(mrcnn_trainer *t, double data_s, float lr, mrcnn_step_result *r) {
     const int W = t->dist->world_size;
+    mrcnn_signals_test_hold(t->st.step + 1);
     double red[2] = {mrcnn_signals_pending() ? 1 : 0, data_s};
     mrcnn_dist_allreduce_sum_f64(t->dist, red, 2, "preemption flag and data wait all-reduce");
     r->stop_signal = red[0] > 0;
