@@ -54,7 +54,7 @@ void coco_report_issue(coco_report *r, coco_issue k, const char *fmt, ...)
  * (mrcnn_polygon_in_range): counted as ISSUE_ANN_BAD_NUMBER. */
 enum { SEG_NONE = 0, SEG_RLE, SEG_POLY, SEG_BAD_POLY, SEG_BAD, SEG_BAD_RANGE };
 /* Why a segmentation is SEG_BAD, for the message. */
-enum { SEGWHY_FORM = 0, SEGWHY_RLE_SIZE, SEGWHY_RLE_SUM, SEGWHY_RLE_COUNTS };
+enum { SEGWHY_FORM = 0, SEGWHY_RLE_SIZE, SEGWHY_RLE_SUM, SEGWHY_RLE_COUNTS, SEGWHY_MIXED };
 /* coco_ann.bad_number: the fields whose number is not finite or out of range. */
 enum { BADNUM_BBOX = 1, BADNUM_AREA = 2, BADNUM_ISCROWD = 4 };
 

@@ -105,9 +105,11 @@ static const char *read_string(parser *p, const char *key, size_t *len) {
     return mrcnn_json_text(p->j, len);
 }
 
-static char *dup_string(parser *p, const char *key) {
+/* *nul is set when the string holds a NUL byte ("\u0000"), where a C string would end. */
+static char *dup_string(parser *p, const char *key, int *nul) {
     size_t n = 0;
     const char *s = read_string(p, key, &n);
+    if (memchr(s, 0, n)) *nul = 1;
     char *d = MRCNN_MALLOC(n + 1, key);
     memcpy(d, s, n + 1);
     return d;
@@ -212,6 +214,7 @@ static void parse_categories(parser *p) {
         int64_t id = 0;
         int has_id = 0;
         char *name = NULL, *super = NULL;
+        int name_nul = 0, super_nul = 0;
         while ((t = next(p)) == MRCNN_JSON_KEY) {
             const char *k = mrcnn_json_text(p->j, NULL);
             if (!strcmp(k, "id")) {
@@ -219,10 +222,10 @@ static void parse_categories(parser *p) {
                 has_id = 1;
             } else if (!strcmp(k, "name")) {
                 free(name);
-                name = dup_string(p, "name");
+                name = dup_string(p, "name", &name_nul);
             } else if (!strcmp(k, "supercategory")) {
                 free(super);
-                super = dup_string(p, "supercategory");
+                super = dup_string(p, "supercategory", &super_nul);
             } else {
                 skip_value(p);
             }
@@ -232,6 +235,11 @@ static void parse_categories(parser *p) {
             mrcnn_json_fail(p->j, "a category needs an \"id\"");
             json_fatal(p);
         }
+        /* Stored as C strings, such a name would be cut at the NUL (and could equal
+         * another category's): refused, as nothing can be skipped in place of a category. */
+        if (name_nul || super_nul)
+            mrcnn_failf("", "", __FILE__, __LINE__, "%s: category id %lld: its \"%s\" holds a NUL byte (\\u0000), which no "
+                        "category name may hold", p->path, (long long)id, name_nul ? "name" : "supercategory");
         if (c->n == cap) {
             cap = cap ? 2 * cap : 64;
             c->ids = MRCNN_REALLOC(c->ids, sizeof(int64_t) * cap, "categories");
@@ -253,26 +261,40 @@ static void seg_push(parser *p, double v) {
 }
 
 /* [[x, y, ...], ...]: returns SEG_POLY, SEG_BAD_POLY (fewer than 3 points, odd count) or
- * SEG_BAD (no polygon). */
-static int parse_polygons(parser *p) {
+ * SEG_BAD (no polygon, or a list that is not all polygons of numbers: an RLE object
+ * among polygons, a string coordinate). A wrong form is the annotation's fault, skipped
+ * and counted like any malformed segmentation, not the file's: the JSON is valid. */
+static int parse_polygons(parser *p, coco_ann *a) {
     p->seg_len = 0;
     seg_push(p, 0);
-    int bad = 0;
+    int bad = 0, not_polygons = 0;
     mrcnn_json_token t;
-    while ((t = next(p)) == MRCNN_JSON_ARRAY_BEGIN) {
+    while ((t = next(p)) != MRCNN_JSON_ARRAY_END) {
+        if (t != MRCNN_JSON_ARRAY_BEGIN) {
+            if (!mrcnn_json_skip(p->j)) json_fatal(p);
+            not_polygons = 1;
+            continue;
+        }
         int64_t at = p->seg_len;
         seg_push(p, 0);
         int64_t n = 0;
-        while ((t = next(p)) == MRCNN_JSON_NUMBER) {
+        while ((t = next(p)) != MRCNN_JSON_ARRAY_END) {
+            if (t != MRCNN_JSON_NUMBER) {
+                if (!mrcnn_json_skip(p->j)) json_fatal(p);
+                not_polygons = 1;
+                continue;
+            }
             seg_push(p, mrcnn_json_double(p->j));
             n++;
         }
-        expect(p, t, MRCNN_JSON_ARRAY_END, "a polygon coordinate or ']'");
         if (n % 2 || n < 6) bad = 1;
         p->seg[at] = (double)(n / 2);
         p->seg[0] += 1;
     }
-    expect(p, t, MRCNN_JSON_ARRAY_END, "a polygon (array of numbers) or ']'");
+    if (not_polygons) {
+        a->seg_why = SEGWHY_MIXED;
+        return SEG_BAD;
+    }
     if (bad) return SEG_BAD_POLY;
     return p->seg[0] > 0 ? SEG_POLY : SEG_BAD;
 }
@@ -441,7 +463,7 @@ static void parse_annotations(parser *p) {
             } else if (!strcmp(k, "segmentation")) {
                 t = next(p);
                 if (t == MRCNN_JSON_ARRAY_BEGIN) {
-                    a.seg_kind = (uint8_t)parse_polygons(p);
+                    a.seg_kind = (uint8_t)parse_polygons(p, &a);
                 } else if (t == MRCNN_JSON_OBJECT_BEGIN) {
                     a.seg_kind = (uint8_t)parse_rle(p, &a);
                 } else {

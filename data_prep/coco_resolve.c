@@ -99,6 +99,10 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
     char path[PATH_MAX + 256];
     char *root = realpath(image_dir, NULL);
     MRCNN_CHECK(root, "--images %s: %s", image_dir, strerror(errno));
+    /* A file there would make every image "missing": a set of nothing, and exit 0. */
+    struct stat rs;
+    MRCNN_CHECK(stat(root, &rs) == 0 && S_ISDIR(rs.st_mode), "--images %s is not a directory (it names the folder that "
+                "holds the images: the JSON's file_name values are relative to it)", image_dir);
     free(ds->image_root);
     ds->image_root = root;
     for (int64_t i = 0; i < ds->num_images; i++) {
@@ -215,6 +219,8 @@ void coco_resolve(coco_dataset *ds, const char *image_dir, coco_report *rep) {
                          a->rle_h, a->rle_w);
             else if (a->seg_why == SEGWHY_RLE_COUNTS)
                 snprintf(why, sizeof why, "an RLE whose counts are not all integers in [0, 2^32)");
+            else if (a->seg_why == SEGWHY_MIXED)
+                snprintf(why, sizeof why, "a list that is not all polygons of numbers (polygons and an RLE mixed?)");
             coco_report_issue(rep, ISSUE_ANN_BAD_SEGMENTATION, "annotation id %lld: \"segmentation\" is %s", aid, why);
             continue;
         }
