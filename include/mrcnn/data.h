@@ -143,6 +143,8 @@ typedef struct mrcnn_loader_opts {
     int masks;                // decode the masks (0: boxes and classes only)
     int prefetch;             // batches prepared ahead (>= 1; 2 = double buffering)
     int64_t start_epoch, start_step; // the cursor to resume from
+    int num_classes;          // the model's classes (> 0): a set with more categories is refused at
+                              // open, naming both counts (0: not checked)
     /* Optional allocator for the batch images (e.g. cudaHostAlloc'ed pinned memory for
      * fast copies to the GPU); NULL: malloc/free. Called from the loader's I/O thread. */
     void *(*image_alloc)(size_t bytes);
@@ -196,7 +198,6 @@ void mrcnn_loader_destroy(mrcnn_loader *l);
  * changes. Evaluation (train = 0) pads the last step with repeats (valid = 0). */
 int64_t mrcnn_loader_steps_per_epoch(const mrcnn_loader *l);
 int64_t mrcnn_loader_num_images(const mrcnn_loader *l);
-const mrcnn_shard_set *mrcnn_loader_shard_set(const mrcnn_loader *l);
 /* Blocks until the next batch is ready; crosses epochs on its own. */
 const mrcnn_data_batch *mrcnn_loader_next(mrcnn_loader *l);
 /* The position of the batch the next mrcnn_loader_next returns: save it in the

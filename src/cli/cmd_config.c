@@ -12,7 +12,8 @@ static void usage(FILE *out) {
             "usage: mrcnn config [--config FILE.yaml] [--set KEY=VALUE]...\n"
             "Loads FILE (with its _BASE_ chain) over the defaults, applies each --set in order,\n"
             "and prints every key. Exits 1 naming the file:line and key on an unknown key,\n"
-            "a wrong type or malformed YAML.\n");
+            "a wrong type, length or range, or malformed YAML; 2 on a bad command line\n"
+            "(an unknown argument, a --set that is not KEY=VALUE).\n");
 }
 
 int mrcnn_cmd_config(int argc, char **argv) {
@@ -29,6 +30,11 @@ int mrcnn_cmd_config(int argc, char **argv) {
                 return 1;
             }
         } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (!strchr(argv[i + 1], '=')) {
+                fprintf(stderr, "mrcnn config: --set '%s' is not KEY=VALUE\n", argv[i + 1]);
+                usage(stderr);
+                return 2;
+            }
             if (!mrcnn_config_try_set(&cfg, argv[++i], "--set", err, sizeof err)) {
                 fprintf(stderr, "mrcnn config: %s\n", err);
                 return 1;

@@ -62,6 +62,10 @@ static int eval_main(int argc, char **argv, const char **sets) {
         } else if (has_val && !strcmp(a, "--out")) {
             out_dir = argv[++i];
         } else if (has_val && !strcmp(a, "--set")) {
+            if (!strchr(argv[i + 1], '=')) {
+                fprintf(stderr, "mrcnn eval: --set '%s' is not KEY=VALUE\n", argv[i + 1]);
+                return 2;
+            }
             sets[n_sets++] = argv[++i];
         } else if (has_val && !strcmp(a, "--plots")) {
             plots_dir = argv[++i];

@@ -106,7 +106,11 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         } else if (has_val && !strcmp(a, "--out")) {
             out_dir = argv[++i];
         } else if (has_val && !strcmp(a, "--set")) {
-            i++; // applied once the config file is loaded
+            if (!strchr(argv[++i], '=')) { // applied once the config file is loaded
+                fprintf(stderr, "mrcnn predict: --set '%s' is not KEY=VALUE\n", argv[i]);
+                free(images);
+                return 2;
+            }
         } else if (has_val && !strcmp(a, "--score-thresh")) {
             if (!mrcnn_arg_double("mrcnn predict", "--score-thresh", argv[++i], 0, 1, &score_thresh)) {
                 free(images);

@@ -104,6 +104,7 @@ void mrcnn_loader_opts_from_config(mrcnn_loader_opts *o, const mrcnn_config *cfg
     o->aspect_grouping = train && cfg->dataloader_aspect_grouping;
     o->masks = 1;
     o->prefetch = 2;
+    o->num_classes = cfg->roi_num_classes;
 }
 
 /* ---- the I/O thread ---- */
@@ -111,6 +112,12 @@ void mrcnn_loader_opts_from_config(mrcnn_loader_opts *o, const mrcnn_config *cfg
 static void open_all(mrcnn_loader *l) {
     mrcnn_hdf5_lock();
     mrcnn_shard_set_open(&l->set, l->o.index_path);
+    /* Class index c trains the model's class c + 1: past NUM_CLASSES it would fail deep in
+     * the loss ("label 3 outside [-1, 2)") at the first step that samples it. */
+    MRCNN_CHECK(l->o.num_classes <= 0 || l->set.num_classes <= l->o.num_classes,
+                "the data set %s has %d categories, but MODEL.ROI_HEADS.NUM_CLASSES is %d: set NUM_CLASSES to %d "
+                "(the data's category count) or convert a set with fewer categories", l->o.index_path,
+                l->set.num_classes, l->o.num_classes, l->set.num_classes);
     l->shards = MRCNN_CALLOC((size_t)l->set.num_shards, sizeof(mrcnn_shard), "shards");
     int64_t fapl = mrcnn_shard_fapl_mpio(l->comm);
     for (int s = 0; s < l->set.num_shards; s++) mrcnn_shard_set_open_shard(&l->set, s, &l->shards[s], fapl);
@@ -526,7 +533,6 @@ void mrcnn_loader_cursor(const mrcnn_loader *l, int64_t *epoch, int64_t *step) {
 
 int64_t mrcnn_loader_steps_per_epoch(const mrcnn_loader *l) { return l->steps; }
 int64_t mrcnn_loader_num_images(const mrcnn_loader *l) { return l->n; }
-const mrcnn_shard_set *mrcnn_loader_shard_set(const mrcnn_loader *l) { return &l->set; }
 
 void mrcnn_loader_step_images(const mrcnn_loader *l, int64_t epoch, int64_t step, int64_t *out) {
     MRCNN_CHECK(step >= 0 && step < l->steps, "step %lld outside an epoch of %lld steps", (long long)step, (long long)l->steps);

@@ -203,6 +203,13 @@ static char **read_strings(hid_t f, const char *name, const char *path, int64_t 
 }
 
 static void check_schema(hid_t f, const char *path) {
+    /* A checkpoint has a schema_version too (of its own format): say what the file is,
+     * not that its version is wrong. */
+    htri_t ckpt = H5Lexists(f, "model", H5P_DEFAULT);
+    H5Eclear2(H5E_DEFAULT);
+    if (ckpt > 0)
+        bad_file(path, "this is a checkpoint (it holds /model), not a shard set: a data set (DATASETS.TRAIN, "
+                       "DATASETS.TEST, --shards) is the NAME-index.h5 written by mrcnn-prep coco");
     int64_t v = attr_i64(f, "schema_version", path);
     if (v != MRCNN_SHARD_SCHEMA_VERSION)
         bad_file(path, "schema version %lld, this build reads %d (convert the data set again with mrcnn-prep coco)",
@@ -223,6 +230,13 @@ void mrcnn_shard_set_open(mrcnn_shard_set *s, const char *index_path) {
     mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     hid_t f = open_file(p, H5P_DEFAULT);
     check_schema(f, p);
+    htri_t one_shard = H5Aexists(f, "shard");
+    H5Eclear2(H5E_DEFAULT);
+    if (one_shard > 0) {
+        char *name = attr_str(f, "name", p);
+        bad_file(p, "this is one shard of set '%s', not its index: name the set by %s-index.h5 in the same folder", name,
+                 name);
+    }
     s->name = attr_str(f, "name", p);
     s->num_shards = (int)attr_count(f, "num_shards", p, 1, MAX_SHARDS);
     s->num_images = attr_count(f, "num_images", p, 0, MAX_ROWS);

@@ -439,6 +439,8 @@ void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const ch
 static hid_t open_checkpoint(const char *path) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     MRCNN_CHECK(f >= 0, "checkpoint: cannot open %s", path);
+    MRCNN_CHECK(H5Aexists(f, "num_shards") <= 0, "%s is a shard set's file (written by mrcnn-prep coco), not a checkpoint: "
+                "weights are a model_NNNNNNN.h5 written by mrcnn train or a file from data_prep/weights.py", path);
     MRCNN_CHECK(H5Aexists(f, "schema_version") > 0, "checkpoint %s: no schema_version attribute", path);
     hid_t at = MRCNN_CHECK_HDF5(H5Aopen(f, "schema_version", H5P_DEFAULT), path);
     int v = 0;

@@ -190,6 +190,16 @@ int mrcnn_trainer_run(const mrcnn_config *cfg, const mrcnn_trainer_opts *opts, m
                    "unscaled (Inf/NaN steps are still skipped)");
     if (opts->resume) resume(&t);
     else mrcnn_dist_broadcast_arena(dist, be, m->params);
+    /* A finished run resumed has nothing to train, and must keep its files as they are (the
+     * end-of-run save would rewrite its last checkpoint, at the schedule's end: lr 0). */
+    const int64_t end_step = opts->max_steps > 0 && opts->max_steps < cfg->solver_max_iter ? opts->max_steps
+                                                                                          : cfg->solver_max_iter;
+    if (opts->resume && t.st.step >= end_step) {
+        mrcnn_info("--resume: the run in %s is finished (step %lld of %lld): nothing trained, nothing written "
+                   "(raise SOLVER.MAX_ITER to train further)", cfg->output_dir, (long long)t.st.step, (long long)end_step);
+        mrcnn_trainer_free(&t);
+        return 0;
+    }
 
     mrcnn_metrics metrics;
     mrcnn_metrics_open(&metrics, cfg->output_dir, dist->rank == 0);
