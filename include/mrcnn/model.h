@@ -98,7 +98,7 @@ struct mrcnn_model { // typedef in layers.h
     const float *pinned_proposals;
     const int64_t *pinned_counts;
     int pinned_cap;
-    /* private to maskrcnn.c: the staging slots (one per micro-batch index), the anchors
+    /* private to maskrcnn*.c: the staging slots (one per micro-batch index), the anchors
      * cache and a (1) fp32 zero that asks be->det.count_hint whether it trims rows */
     mrcnn_staged *staged;       // (n_staged)
     int n_staged;
