@@ -2,6 +2,8 @@
 #   slurm2_up   munged on each host (one key, each its own node-local socket), slurmctld on
 #               host 1, slurmd on each host, partition "two" over both nodes; waits (bounded)
 #               until both nodes are idle. Sets SLURM_CONF (shared: TH_DIR/slurm/slurm.conf).
+#               SLURM2_SLURMD_TIMEOUT (default 60): seconds without an answer before slurmctld
+#               declares a node DOWN (a node-loss test wants it short).
 # Node-local state (munge socket, slurmd spool, pid and log files, PMIx client dirs) lives
 # in TH_DIR/local, which each host sees as its own TH_DIR/<host>/local. The daemons run
 # inside the hosts' namespaces and are ended with them (th_down), so no stop is needed;
@@ -37,7 +39,7 @@ ClusterName=mrcnntwo
 SlurmctldHost=$h1(${TH_IPS[0]})
 SlurmctldPort=6817
 SlurmdPort=6818
-$(slurm_conf_policy "$TH_DIR/local/munge.socket")
+$(slurm_conf_policy "$TH_DIR/local/munge.socket" | sed "s/^SlurmdTimeout=.*/SlurmdTimeout=${SLURM2_SLURMD_TIMEOUT:-60}/")
 StateSaveLocation=$SD/state
 SlurmdSpoolDir=$TH_DIR/local/spool
 SlurmctldPidFile=$TH_DIR/local/slurmctld.pid
