@@ -23,14 +23,6 @@ void mrcnn_log(mrcnn_log_level level, const char *fmt, ...) MRCNN_PRINTF(2, 3);
 /* Seconds on a monotonic clock. */
 double mrcnn_time_now(void);
 
-typedef struct mrcnn_timer {
-    double start;
-    double total; // accumulated seconds over start/stop pairs
-    int64_t count;
-} mrcnn_timer;
-void mrcnn_timer_start(mrcnn_timer *t);
-double mrcnn_timer_stop(mrcnn_timer *t); // returns the seconds of this interval
-
 /* "1h02m", "3m05s", "12s": for ETAs. */
 const char *mrcnn_format_duration(double seconds, char *buf, size_t len);
 

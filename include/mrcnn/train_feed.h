@@ -33,7 +33,6 @@ mrcnn_train_feed *mrcnn_train_feed_create(const mrcnn_config *cfg, MPI_Comm comm
 /* Blocks for the next batch; *wait_s gets the seconds it waited. */
 const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double *wait_s);
 void mrcnn_train_feed_cursor(const mrcnn_train_feed *f, int64_t *epoch, int64_t *step);
-int64_t mrcnn_train_feed_num_images(const mrcnn_train_feed *f);
 void mrcnn_train_feed_destroy(mrcnn_train_feed *f);
 
 #endif

@@ -56,15 +56,6 @@ void mrcnn_log(mrcnn_log_level level, const char *fmt, ...) {
     if (ferror(out)) clearerr(out);
 }
 
-void mrcnn_timer_start(mrcnn_timer *t) { t->start = mrcnn_time_now(); }
-
-double mrcnn_timer_stop(mrcnn_timer *t) {
-    double dt = mrcnn_time_now() - t->start;
-    t->total += dt;
-    t->count++;
-    return dt;
-}
-
 const char *mrcnn_format_duration(double seconds, char *buf, size_t len) {
     if (!(seconds >= 0)) seconds = 0;
     long s = (long)(seconds + 0.5);

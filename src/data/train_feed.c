@@ -90,7 +90,6 @@ const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double 
 }
 
 void mrcnn_train_feed_cursor(const mrcnn_train_feed *f, int64_t *epoch, int64_t *step) { mrcnn_loader_cursor(f->loader, epoch, step); }
-int64_t mrcnn_train_feed_num_images(const mrcnn_train_feed *f) { return mrcnn_loader_num_images(f->loader); }
 
 void mrcnn_train_feed_destroy(mrcnn_train_feed *f) {
     if (!f) return;

@@ -119,14 +119,6 @@ void mrcnn_sgd_log(const mrcnn_sgd *o, const mrcnn_arena *params, const bool *tr
                    "ones (gradient x s^2 per channel, clipping norm over s x gradient)", (long long)o->preconditioned);
 }
 
-void mrcnn_sgd_step(mrcnn_sgd *o, mrcnn_arena *params, const mrcnn_arena *grads, float lr, float grad_scale) {
-    MRCNN_CHECK(params->size == grads->size && params->size == o->momentum.size,
-                "SGD: params (%zu bytes), grads (%zu) and momentum (%zu) arenas differ in layout", params->size,
-                grads->size, o->momentum.size);
-    mrcnn_tensor p = mrcnn_arena_flat(params), g = mrcnn_arena_flat(grads), v = mrcnn_arena_flat(&o->momentum);
-    o->be->opt.sgd_update(o->be, &p, &g, &v, &o->coef, lr, o->momentum_coef, o->weight_decay, grad_scale);
-}
-
 void mrcnn_sgd_free(mrcnn_sgd *o) {
     if (o->be) {
         if (o->momentum.base) o->be->mem.free(o->be, o->momentum.base);
@@ -144,16 +136,6 @@ static const float *host_view(const mrcnn_backend *be, const mrcnn_arena *a, flo
     mrcnn_tensor t = mrcnn_arena_flat(a);
     be->mem.read(be, &t, *owned);
     return *owned;
-}
-
-double mrcnn_grad_norm(const mrcnn_backend *be, const mrcnn_arena *grads, float grad_scale) {
-    float *owned;
-    const float *g = host_view(be, grads, &owned);
-    size_t n = grads->size / sizeof(float);
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    free(owned);
-    return sqrt(s) * fabs((double)grad_scale);
 }
 
 int mrcnn_first_nonfinite_param(const mrcnn_backend *be, const mrcnn_arena *grads) {

@@ -25,5 +25,3 @@ void mrcnn_signals_install(void) {
 }
 
 int mrcnn_signals_pending(void) { return (int)g_pending; }
-
-void mrcnn_signals_raise(int sig) { g_pending = sig; }
