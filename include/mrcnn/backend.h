@@ -24,8 +24,8 @@ extern "C" {
 typedef enum { MRCNN_ACT_NONE = 0, MRCNN_ACT_RELU = 1 } mrcnn_activation;
 
 /* The host's round trips to the device, counted by every backend in the same terms,
- * so that the CPU backend shows what a step would cost on a GPU (issue 12: a device-
- * resident step has none between its start and the log-period read).
+ * so that the CPU backend shows what a step would cost on a GPU (a device-resident
+ * step has none between its start and the log-period read).
  *   reads    device -> host copies the host waits for: read(), nonfinite()'s flag
  *   syncs    every wait of the host for the device: each read, sync(), and the
  *            backend's own waits (a buffer regrowth, timing a convolution algorithm)
@@ -177,7 +177,7 @@ struct mrcnn_backend {
      * step reads nothing back to the host. */
     mrcnn_backend_detect det;
 
-    /* Ordering against other streams, and graphs (issue 12). Events are opaque handles
+    /* Ordering against other streams, and graphs. Events are opaque handles
      * (a cudaEvent_t on the CUDA backend, so NCCL's glue can use them directly); the CPU
      * backend runs every op before returning, so there its events are a dummy and every
      * entry is a no-op. None of them waits on the host.
@@ -217,7 +217,7 @@ struct mrcnn_backend {
         uint64_t (*graph_epoch)(const mrcnn_backend *be);
     } stream;
 
-    /* The training step's bookkeeping on the device (issue 12), so that a step has no
+    /* The training step's bookkeeping on the device, so that a step has no
      * host read: the trainer keeps one small fp32 "step control" vector (step_ctl.h)
      * and reads it once per log period. None of these waits on the host.
      *   axpy:          acc (n) fp32 += mult * x (n) fp32 (a micro-batch's loss terms)

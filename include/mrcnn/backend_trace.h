@@ -1,5 +1,5 @@
 /* A recording layer over a backend's entries (src/backend/backend_trace.c), for proving
- * on the CPU that a region of backend calls is replayable as a CUDA graph (issue 12):
+ * on the CPU that a region of backend calls is replayable as a CUDA graph:
  * a graph replays the calls captured once, so for the same shape key every step must
  * make the SAME calls with the SAME arguments, upload nothing and read nothing back.
  *

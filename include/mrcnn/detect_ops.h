@@ -1,4 +1,4 @@
-/* The detection stages of training as backend ops (issue 12, /work/spec/det_spec.md):
+/* The detection stages of training as backend ops:
  * RPN targets, proposals, ROI sampling, mask targets and the per-class gathers run
  * where the tensors live, so a training step reads nothing back to the host. Every
  * output has a fixed capacity; where rows are compacted over the batch (ROIs, fg ROIs)

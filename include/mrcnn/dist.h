@@ -62,7 +62,7 @@ void mrcnn_dist_bcast_bytes(const mrcnn_dist *d, void *buf, size_t bytes, const 
 /* Sum (mean = 0) or mean (1: sum / ranks) over the ranks of a small fp32 tensor on be's
  * device, in place, with no host read (MPI on the CPU backend's memory, NCCL in the
  * compute stream's order on the GPU; a GPU without NCCL stages through the host): the
- * step's loss terms and flags, the loss normalizers' counts (issue 12). Collective. */
+ * step's loss terms and flags, the loss normalizers' counts. Collective. */
 void mrcnn_dist_allreduce_tensor(const mrcnn_dist *d, const mrcnn_backend *be, mrcnn_tensor *t, int mean,
                                  const char *what);
 

@@ -1,4 +1,4 @@
-/* The device-resident state of a training step (issue 12): one small fp32 device
+/* The device-resident state of a training step: one small fp32 device
  * tensor, the "step control" vector, that holds the step's loss terms, its Inf/NaN
  * flag, the gradient norm, the decision to apply the update and its gradient
  * multiplier, the fp16 loss scaler's state and the log window's sums. The trainer

@@ -90,7 +90,7 @@ typedef struct {
  * ranks divided by the rank count, so each rank's loss is (its share) / (global count /
  * ranks) and the average of the ranks' gradients (the buckets average) is the gradient
  * of the whole batch's loss. In place on the device (MPI on the CPU backend's memory,
- * NCCL's average on the GPU): no count travels through the host (issue 12). */
+ * NCCL's average on the GPU): no count travels through the host. */
 static void count_sum(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx) {
     binding *b = ctx;
     mrcnn_dist_allreduce_tensor(b->dist, be, counts, 1, "loss normalizer all-reduce");

@@ -74,7 +74,7 @@ void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, m
         MRCNN_CHECK(mrcnn_tensor_numel(x) == N * st->level_counts[l] && x->shape[3] == A,
                     "RPN level %d: %lld logits but %lld anchors per image", l,
                     (long long)mrcnn_tensor_numel(x), (long long)st->level_counts[l]);
-        // rpn_targets writes all four for every anchor: not zeroed (issue 12 part 7)
+        // rpn_targets writes all four for every anchor: not zeroed
         t->labels[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
         t->obj_w[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, x->ndim, x->shape);
         t->reg[l] = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, dl->ndim, dl->shape);

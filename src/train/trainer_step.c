@@ -4,7 +4,7 @@
  * cannot drift apart. Every decision that must be the same on all ranks (skip the
  * update, stop) is made from all-reduced values.
  *
- * Issue 12: the step is device-resident. The loss terms, the Inf/NaN flag, the
+ * The step is device-resident. The loss terms, the Inf/NaN flag, the
  * gradient norm, the skip decision, the clip coefficient and the fp16 loss scaler live
  * in one small device vector (step_ctl.h) that the backend's step ops update; the host
  * reads it once per log period (mrcnn_trainer_take_losses), so no step waits for the

@@ -831,7 +831,7 @@ static void test_nonfinite_body(void) {
     }
 }
 
-/* ---- the training step's device ops (be->step, step_ctl.h; issue 12) --------------------- */
+/* ---- the training step's device ops (be->step, step_ctl.h) --------------------- */
 
 static mrcnn_tensor step_view(const mrcnn_tensor *t, int offset, int64_t n) {
     return mrcnn_tensor_view((float *)t->data + offset, MRCNN_DTYPE_F32, t->device, 1, &n);

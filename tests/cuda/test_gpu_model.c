@@ -382,7 +382,7 @@ static void train_run(mrcnn_backend *be, const char *precision, int k, double *c
             mrcnn_step_result r;
             mrcnn_trainer_step(&tr, &r);
         }
-        /* skipped steps are known at the window's read (issue 12: none inside a step) */
+        /* skipped steps are known at the window's read (none inside a step) */
         mrcnn_loss_window lw;
         mrcnn_trainer_take_losses(&tr, &lw);
         if (lw.finite_steps != window)

@@ -1,4 +1,4 @@
-/* ROIAlign with non-finite and absurd boxes (issue #14, defence in depth behind the
+/* ROIAlign with non-finite and absurd boxes (defence in depth behind the
  * data checks): a roi with a NaN or +-Inf coordinate, one whose size overflows, or
  * one whose adaptive sampling grid would be astronomically large or negative is an
  * empty roi: zero output, no gradient, nothing read or written outside the features.

@@ -1,4 +1,4 @@
-/* Issue 12, the trainer's side: a training step is device-resident. On the CPU
+/* A training step is device-resident (the trainer's side). On the CPU
  * backend, whose counters (backend.h, mrcnn_backend_stats) count what a GPU step would
  * wait for, mrcnn_trainer_step performs no host read and no sync between its start and
  * the log-period read, and mrcnn_trainer_take_losses then reads exactly once.
@@ -8,7 +8,7 @@
  *    momentum untouched), counted, and named at the window read;
  *  - the device decision (mrcnn_step_decide via be->step.decide) against the host
  *    loss scaler (loss_scaler.c) over a sequence of overflows: same scale, clean count
- *    and skips, so fp16 runs keep their behaviour; clipping against mrcnn_grad_norm;
+ *    and skips, so fp16 runs keep their behaviour; clipping against the gradient norm computed here;
  *  - the tiny Mask R-CNN (configs/tiny.yaml) bound like `mrcnn train` does, 4 steps
  *    with clipping: zero reads and syncs in the steps, one read at the window.
  * MRCNN_STEP_READS_BREAK=1 reads the control vector once inside each step (the test

@@ -1,4 +1,4 @@
-/* Issue 12, CUDA graphs: the training step's device region is replayable. A graph
+/* CUDA graphs: the training step's device region is replayable. A graph
  * replays the backend calls captured at one step, so for one shape key every step's
  * region must make the SAME calls with the SAME arguments, upload nothing, read
  * nothing, wait for nothing and release what it allocates. The backend call trace

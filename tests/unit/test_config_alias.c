@@ -1,4 +1,4 @@
-/* YAML anchors and aliases in configs (issue #14): an alias stands for the node its
+/* YAML anchors and aliases in configs: an alias stands for the node its
  * anchor names, scalar, list or mapping, as in any YAML loader (PyYAML, what
  * detectron2 reads configs with), including the merge key `<<`. Before the fix the
  * alias event was dropped, so the next key became the value of the aliased one
