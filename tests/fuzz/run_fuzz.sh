@@ -19,7 +19,7 @@ FUZZ_DIR=${FUZZ_DIR:-build/fuzz}
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(json config rle coco_gt coco_prep results image shard_raw shard_struct ckpt_raw ckpt_struct)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(json config config_merge rle coco_gt coco_prep results image shard_raw shard_struct ckpt_raw ckpt_struct)
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
@@ -39,7 +39,7 @@ run_one() {
     local dict=()
     case $t in
         json | coco_gt | coco_prep | results) dict=(-dict=tests/fuzz/json.dict) ;;
-        config) dict=(-dict="$FUZZ_DIR/config.dict") ;;
+        config | config_merge) dict=(-dict="$FUZZ_DIR/config.dict") ;;
     esac
     local fork=()
     [ "${FUZZ_FORK:-0}" = 1 ] && fork=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
