@@ -138,41 +138,27 @@ static void stage_images(mrcnn_model *m, const mrcnn_batch *b, mrcnn_tensor *dst
     else be->nn.cast(be, x, dst);
 }
 
-uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
-    const double t0 = mrcnn_time_now();
-    const mrcnn_backend *be = m->be;
-    MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
-    MRCNN_CHECK(slot >= 0 && slot < 4096, "model stage: slot %d", slot);
-    MRCNN_CHECK(b->images.ndim == 4 && b->images.shape[3] == 3 && b->images.shape[0] > 0,
-                "train step: images must be (N, H, W, 3) with N > 0");
-    const int N = (int)b->images.shape[0], H = (int)b->images.shape[1], W = (int)b->images.shape[2];
-    MRCNN_CHECK(H > 0 && W > 0 && H % 32 == 0 && W % 32 == 0,
-                "train step: the batch is %dx%d; H and W must be positive multiples of 32", H, W);
+/* Slot `slot`, made (zeroed) when the model has fewer. */
+static mrcnn_staged *stage_slot(mrcnn_model *m, int slot) {
     if (slot >= m->n_staged) {
         m->staged = MRCNN_REALLOC(m->staged, sizeof *m->staged * (size_t)(slot + 1), "staging slots");
         memset(m->staged + m->n_staged, 0, sizeof *m->staged * (size_t)(slot + 1 - m->n_staged));
         m->n_staged = slot + 1;
     }
-    mrcnn_staged *sg = &m->staged[slot];
-    sg->ready = false; // its anchors may be replaced below
-    const mrcnn_model_anchors *a = model_anchors(m, H, W);
-    int gmax = 0;
-    for (int i = 0; i < N; i++) gmax = b->gt[i].n > gmax ? b->gt[i].n : gmax;
-    int G = 8;
-    while (G < gmax) G *= 2;
-    const int P = m->pinned_proposals ? m->pinned_cap : 0;
-    MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
-                "capacity or counts");
-    /* The masks as crops (compact ground truth): their rectangles first, which say the
-     * pool's need; the pool's capacity only grows (a power of two), and with it the key. */
+    return &m->staged[slot];
+}
+
+/* The masks as crops (compact ground truth): their rectangles into sg->crops, which say
+ * the pool's need; the pool's capacity only grows (a power of two), and with it the key.
+ * gt_masks, gt_counts (N): each image's masks and count. Returns the pool bytes used. */
+static size_t stage_crops(mrcnn_staged *sg, const mrcnn_batch *b, int N, int G, int H, int W,
+                          const uint8_t **gt_masks, int *gt_counts) {
     if (N > sg->crop_cap_images || G > sg->crop_cap_gt) {
         free(sg->crops);
         sg->crops = MRCNN_MALLOC(sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS, "mask crops");
         sg->crop_cap_images = N;
         sg->crop_cap_gt = G;
     }
-    const uint8_t **gt_masks = MRCNN_MALLOC(sizeof *gt_masks * (size_t)N, "gt mask pointers");
-    int *gt_counts = MRCNN_MALLOC(sizeof *gt_counts * (size_t)N, "gt counts");
     for (int i = 0; i < N; i++) {
         const mrcnn_image_gt *g = &b->gt[i];
         int ih = b->image_hw[2 * i], iw = b->image_hw[2 * i + 1];
@@ -190,10 +176,13 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
         while (cap < pool_used) cap *= 2;
         sg->pool_cap = cap;
     }
-    const stage_layout L = stage_layout_of(N, H, W, G, P, sg->pool_cap);
-    const size_t o_img = L.img, small = L.small, o_hw = L.hw, o_rng = L.rng, o_box = L.box, o_lab = L.lab,
-                 o_cnt = L.cnt, o_crop = L.crop, o_pp = L.pp, o_pc = L.pc, o_pool = L.pool, off = L.end;
-    if (off > sg->cap) {
+    return pool_used;
+}
+
+/* Room for layout L in the slot's device buffer and its host mirror. */
+static void stage_reserve(const mrcnn_backend *be, mrcnn_staged *sg, const stage_layout *L, int N, int H, int W,
+                          int G, int P) {
+    if (L->end > sg->cap) {
         /* A new base changes the key of every shape staged in this slot (each is captured
          * again), so the buffer grows with room to spare: at least the layout of gt bucket
          * MRCNN_STAGE_GT_RESERVE and at least twice its old size. */
@@ -205,27 +194,32 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
         sg->buf = be->mem.alloc(be, want, "staged batch");
         sg->cap = want;
     }
-    if (off - small > sg->host_cap) {
+    if (L->end - L->small > sg->host_cap) {
         free(sg->host);
-        sg->host = MRCNN_MALLOC(off - small, "staged batch (host)");
-        sg->host_cap = off - small;
+        sg->host = MRCNN_MALLOC(L->end - L->small, "staged batch (host)");
+        sg->host_cap = L->end - L->small;
     }
-    char *dev = sg->buf;
-    uint8_t *h = sg->host - small; // h + o: the host copy of offset o
-    // image sizes, the sampling streams, the ground truth
-    int32_t *hw = (int32_t *)(h + o_hw);
+}
+
+/* The host mirror of everything after the images: image sizes, the sampling streams, the
+ * ground truth (boxes and labels padded to G, the crops and their pool), the pinned
+ * proposals. */
+static void stage_fill_host(const mrcnn_model *m, mrcnn_staged *sg, const stage_layout *L, const mrcnn_batch *b,
+                            int N, int G, int P, const uint8_t *const *gt_masks, const int *gt_counts) {
+    uint8_t *h = sg->host - L->small; // h + o: the host copy of offset o
+    int32_t *hw = (int32_t *)(h + L->hw);
     for (int i = 0; i < N; i++) {
         hw[2 * i] = b->image_hw[2 * i];
         hw[2 * i + 1] = b->image_hw[2 * i + 1];
     }
-    mrcnn_rng *rng = (mrcnn_rng *)(h + o_rng);
+    mrcnn_rng *rng = (mrcnn_rng *)(h + L->rng);
     for (int i = 0; i < N; i++) {
         int64_t index = b->image_index ? b->image_index[i] : i;
         rng[i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, index, MRCNN_RNG_RPN_SAMPLE);
         rng[N + i] = mrcnn_rng_make((uint64_t)m->cfg.seed, b->epoch, index, MRCNN_RNG_ROI_SAMPLE);
     }
-    float *boxes = (float *)(h + o_box);
-    int32_t *labels = (int32_t *)(h + o_lab), *counts = (int32_t *)(h + o_cnt);
+    float *boxes = (float *)(h + L->box);
+    int32_t *labels = (int32_t *)(h + L->lab), *counts = (int32_t *)(h + L->cnt);
     memset(boxes, 0, (size_t)N * G * 4 * sizeof(float));
     for (int i = 0; i < N * G; i++) labels[i] = -1;
     for (int i = 0; i < N; i++) {
@@ -236,63 +230,61 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
             memcpy(labels + (size_t)i * G, g->labels, (size_t)g->n * sizeof(int32_t));
         }
     }
-    memcpy(h + o_crop, sg->crops, sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
-    mrcnn_mask_crops_copy(gt_masks, gt_counts, b->image_hw, N, G, sg->crops, h + o_pool);
-    free(gt_masks);
-    free(gt_counts);
+    memcpy(h + L->crop, sg->crops, sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
+    mrcnn_mask_crops_copy(gt_masks, gt_counts, b->image_hw, N, G, sg->crops, h + L->pool);
     if (P) {
-        memcpy(h + o_pp, m->pinned_proposals, (size_t)N * P * 4 * sizeof(float));
-        int32_t *pc = (int32_t *)(h + o_pc);
+        memcpy(h + L->pp, m->pinned_proposals, (size_t)N * P * 4 * sizeof(float));
+        int32_t *pc = (int32_t *)(h + L->pc);
         for (int i = 0; i < N; i++) pc[i] = (int32_t)m->pinned_counts[i];
     }
-    // the views, then two uploads: the images, everything else
-    const mrcnn_device d = be->device;
+}
+
+/* The slot's tensors: views into its device buffer at layout L. */
+static void stage_views(mrcnn_staged *sg, const stage_layout *L, mrcnn_device d, int N, int H, int W, int G, int P) {
+    char *dev = sg->buf;
     sg->n_images = N;
     sg->img_h = H;
     sg->img_w = W;
     sg->gt_cap = G;
-    sg->images = mrcnn_tensor_view(dev + o_img, MRCNN_DTYPE_F32, d, 4, (int64_t[]){N, H, W, 3});
-    sg->image_hw = mrcnn_tensor_view(dev + o_hw, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, 2});
-    sg->rngs = mrcnn_tensor_view(dev + o_rng, MRCNN_DTYPE_I32, d, 3, (int64_t[]){2, N, MRCNN_RNG_WORDS});
+    sg->images = mrcnn_tensor_view(dev + L->img, MRCNN_DTYPE_F32, d, 4, (int64_t[]){N, H, W, 3});
+    sg->image_hw = mrcnn_tensor_view(dev + L->hw, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, 2});
+    sg->rngs = mrcnn_tensor_view(dev + L->rng, MRCNN_DTYPE_I32, d, 3, (int64_t[]){2, N, MRCNN_RNG_WORDS});
     sg->gt = (mrcnn_gt_batch){
         .n_images = N,
         .max_gt = G,
         .mask_h = H,
         .mask_w = W,
-        .boxes = mrcnn_tensor_view(dev + o_box, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, G, 4}),
-        .labels = mrcnn_tensor_view(dev + o_lab, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, G}),
-        .counts = mrcnn_tensor_view(dev + o_cnt, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N}),
+        .boxes = mrcnn_tensor_view(dev + L->box, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, G, 4}),
+        .labels = mrcnn_tensor_view(dev + L->lab, MRCNN_DTYPE_I32, d, 2, (int64_t[]){N, G}),
+        .counts = mrcnn_tensor_view(dev + L->cnt, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N}),
         .masks = mrcnn_tensor_view(NULL, MRCNN_DTYPE_U8, d, 4, (int64_t[]){N, G, H, W}), // compact instead
         .image_hw = sg->image_hw,
         .mask_crops =
-            mrcnn_tensor_view(dev + o_crop, MRCNN_DTYPE_I32, d, 3, (int64_t[]){N, G, MRCNN_MASK_CROP_WORDS}),
-        .mask_pool = mrcnn_tensor_view(dev + o_pool, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)sg->pool_cap}),
+            mrcnn_tensor_view(dev + L->crop, MRCNN_DTYPE_I32, d, 3, (int64_t[]){N, G, MRCNN_MASK_CROP_WORDS}),
+        .mask_pool = mrcnn_tensor_view(dev + L->pool, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)sg->pool_cap}),
     };
     sg->pinned_cap = P;
-    sg->pinned_proposals = mrcnn_tensor_view(dev + o_pp, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, P, 4});
-    sg->pinned_counts = mrcnn_tensor_view(dev + o_pc, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N});
-    sg->anchors = a;
-    stage_images(m, b, &sg->images);
-    // everything after the images up to the pool's used bytes: one upload
-    mrcnn_tensor rest =
-        mrcnn_tensor_view(dev + small, MRCNN_DTYPE_U8, d, 1, (int64_t[]){(int64_t)(o_pool + pool_used - small)});
-    be->mem.write(be, &rest, sg->host);
-    sg->ready = true;
-    sg->stage_ms = 1e3 * (mrcnn_time_now() - t0);
-    // the shape key: everything that decides the device half's calls and addresses
+    sg->pinned_proposals = mrcnn_tensor_view(dev + L->pp, MRCNN_DTYPE_F32, d, 3, (int64_t[]){N, P, 4});
+    sg->pinned_counts = mrcnn_tensor_view(dev + L->pc, MRCNN_DTYPE_I32, d, 1, (int64_t[]){N});
+}
+
+/* The shape key: everything that decides the device half's calls and addresses; 0 when
+ * the backend trims the ROI heads to the data's rows (count_hint answers). */
+static uint64_t stage_key(mrcnn_model *m, int slot, const mrcnn_staged *sg, const mrcnn_model_anchors *a) {
+    const mrcnn_backend *be = m->be;
     if (!m->hint_probe.data) {
-        m->hint_probe = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, d, 1, (int64_t[]){1});
+        m->hint_probe = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 1, (int64_t[]){1});
         m->hint_probe.data = be->mem.alloc(be, sizeof(float), "count hint probe");
         const float zero = 0;
         be->mem.write(be, &m->hint_probe, &zero);
     }
-    if (count_hint(be, &m->hint_probe) >= 0) return sg->shape_key = 0; // the ROI heads' rows follow the data
+    if (count_hint(be, &m->hint_probe) >= 0) return 0; // the ROI heads' rows follow the data
     const uint64_t words[] = {(uint64_t)slot,
-                              (uint64_t)N,
-                              (uint64_t)H,
-                              (uint64_t)W,
-                              (uint64_t)G,
-                              (uint64_t)P,
+                              (uint64_t)sg->n_images,
+                              (uint64_t)sg->img_h,
+                              (uint64_t)sg->img_w,
+                              (uint64_t)sg->gt_cap,
+                              (uint64_t)sg->pinned_cap,
                               (uint64_t)sg->pool_cap,
                               (uint64_t)be->storage,
                               (uint64_t)be->device,
@@ -301,5 +293,45 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
                               (uint64_t)(m->count_sum != NULL)};
     uint64_t key = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) key = fnv1a(key, words[i]);
-    return sg->shape_key = key ? key : 1;
+    return key ? key : 1;
+}
+
+uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
+    const double t0 = mrcnn_time_now();
+    const mrcnn_backend *be = m->be;
+    MRCNN_CHECK(b->gt != NULL, "train step: the batch has no ground truth");
+    MRCNN_CHECK(slot >= 0 && slot < 4096, "model stage: slot %d", slot);
+    MRCNN_CHECK(b->images.ndim == 4 && b->images.shape[3] == 3 && b->images.shape[0] > 0,
+                "train step: images must be (N, H, W, 3) with N > 0");
+    const int N = (int)b->images.shape[0], H = (int)b->images.shape[1], W = (int)b->images.shape[2];
+    MRCNN_CHECK(H > 0 && W > 0 && H % 32 == 0 && W % 32 == 0,
+                "train step: the batch is %dx%d; H and W must be positive multiples of 32", H, W);
+    mrcnn_staged *sg = stage_slot(m, slot);
+    sg->ready = false; // its anchors may be replaced below
+    const mrcnn_model_anchors *a = model_anchors(m, H, W);
+    int gmax = 0;
+    for (int i = 0; i < N; i++) gmax = b->gt[i].n > gmax ? b->gt[i].n : gmax;
+    int G = 8;
+    while (G < gmax) G *= 2;
+    const int P = m->pinned_proposals ? m->pinned_cap : 0;
+    MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
+                "capacity or counts");
+    const uint8_t **gt_masks = MRCNN_MALLOC(sizeof *gt_masks * (size_t)N, "gt mask pointers");
+    int *gt_counts = MRCNN_MALLOC(sizeof *gt_counts * (size_t)N, "gt counts");
+    const size_t pool_used = stage_crops(sg, b, N, G, H, W, gt_masks, gt_counts);
+    const stage_layout L = stage_layout_of(N, H, W, G, P, sg->pool_cap);
+    stage_reserve(be, sg, &L, N, H, W, G, P);
+    stage_fill_host(m, sg, &L, b, N, G, P, gt_masks, gt_counts);
+    free(gt_masks);
+    free(gt_counts);
+    // the views, then two uploads: the images, everything else up to the pool's used bytes
+    stage_views(sg, &L, be->device, N, H, W, G, P);
+    sg->anchors = a;
+    stage_images(m, b, &sg->images);
+    mrcnn_tensor rest = mrcnn_tensor_view((char *)sg->buf + L.small, MRCNN_DTYPE_U8, be->device, 1,
+                                          (int64_t[]){(int64_t)(L.pool + pool_used - L.small)});
+    be->mem.write(be, &rest, sg->host);
+    sg->ready = true;
+    sg->stage_ms = 1e3 * (mrcnn_time_now() - t0);
+    return sg->shape_key = stage_key(m, slot, sg, a);
 }

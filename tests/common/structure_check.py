@@ -92,7 +92,6 @@ KNOWN = {
     ("long", "eval_cell"),  # src/eval/cocoeval.c
     ("long", "mrcnn_coco_evaluate"),  # src/eval/cocoeval.c
     ("long", "read_group"),  # src/model/checkpoint_io.c
-    ("long", "mrcnn_model_stage"),  # src/model/maskrcnn_staging.c
     ("long", "mrcnn_plot_training"),  # src/train/plot.c
     ("long", "mrcnn_trainer_run"),  # src/train/trainer.c
     ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c
