@@ -60,33 +60,34 @@ ok "srun -N 2 -n 3: local rank = SLURM_LOCALID ($h1: 0 1, $h2: 0), device = loca
 # mrcnn rank on mrcnn-h2 exiting 99 (the trainer's own "checkpointed, requeue me") in the
 # first run and 0 in the requeued one; rank 0 logs the world size of each run.
 make_shards 2
-# MAX: steps enough that the preemption signal lands long before the first run could end
-# by itself (it is sent after step 3 and takes a second or more to arrive under load).
-MAX=100
+# The ranks finishing step $HOLD wait there until the preemption signal has arrived
+# (MRCNN_TEST_HOLD_AT_STEP, src/train/test_hooks.c), and rank 0 says so in train.out: the test
+# signals once that line is there, so the run cannot end before the signal, however fast or
+# loaded the machine. The requeued run resumes past step $HOLD and does not hold.
+MAX=20 HOLD=3
 SB=(--nodes=2 --ntasks-per-node=1 --gpus-per-task=0 --cpus-per-task=1 --time=5 --export=ALL,SLURM_DEBUG=1)
 job=$(on "$h1" env MRCNN_CONFIG=configs/tiny.yaml MRCNN_DATASET="$T/shards/train-index.h5" MRCNN_OUTPUT_DIR="$T/run" \
-      MRCNN_MAX_STEPS=$MAX MRCNN_COMM_TIMEOUT=30 sbatch --parsable "${SB[@]}" -o "$T/train.out" jobs/train.sbatch \
+      MRCNN_MAX_STEPS=$MAX MRCNN_COMM_TIMEOUT=30 MRCNN_TEST_HOLD_AT_STEP=$HOLD sbatch --parsable "${SB[@]}" -o "$T/train.out" jobs/train.sbatch \
       --set LOG_PERIOD=1 --set SOLVER.CHECKPOINT_PERIOD=1000 --set SOLVER.BASE_LR=0.002 2>&1) || fail "sbatch: $job"
 job=${job%%;*}
 case "$job" in '' | *[!0-9]*) fail "sbatch --parsable printed '$job', not a job id" ;; esac
 JOBS=$job
-signalled=0 last="" next_state=0
+signalled=0 next_state=0
 deadline=$((SECONDS + 120))
 while [ $SECONDS -lt $deadline ]; do
-    last=$(tail -n 1 "$T/run/metrics.json" 2> /dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
-    if [ -n "$last" ] && [ "$last" -ge 3 ]; then
+    if grep -q "test hold (MRCNN_TEST_HOLD_AT_STEP): step $HOLD waits" "$T/train.out" 2> /dev/null; then
         on "$h1" scancel -s USR1 "$job" || fail "scancel -s USR1 $job"
         signalled=1
-        echo "signalled job $job (SIGUSR1 to its tasks on both nodes) after step $last of $MAX"
+        echo "signalled job $job (SIGUSR1 to its tasks on both nodes) holding at step $HOLD of $MAX"
         break
     fi
     if [ $SECONDS -ge $next_state ]; then # scontrol is slow on a loaded machine: every 2 s
-        terminal "$(job_state "$job")" && fail "job $job ended before it could be signalled"
+        terminal "$(job_state "$job")" && fail "job $job ended before it held at step $HOLD"
         next_state=$((SECONDS + 2))
     fi
     sleep 0.1
 done
-[ $signalled -eq 1 ] || fail "job $job logged no step >= 3 within 120 s"
+[ $signalled -eq 1 ] || fail "job $job did not hold at step $HOLD within 120 s"
 state="" restarts=""
 deadline=$((SECONDS + 150))
 while [ $SECONDS -lt $deadline ]; do
@@ -99,13 +100,14 @@ done
 [ "$state" = COMPLETED ] || fail "the preempted job $job ended as '$state' (or is still '$state' after 150 s), not COMPLETED"
 if [ "${restarts:-0}" -lt 1 ]; then
     grep -q "exiting with 99 (requeue)" "$T/train.out" ||
-        fail "job $job completed without being requeued: the SIGUSR1 sent after step $last did not reach the trainer before step $MAX"
+        fail "job $job completed without being requeued: the SIGUSR1 sent at step $HOLD did not reach the trainer"
     fail "job $job completed without being requeued (Restarts=$restarts)"
 fi
 grep -q "exiting with 99 (requeue)" "$T/train.out" || fail "the trainer did not checkpoint and exit 99 on SIGUSR1"
 grep -q "requeueing job $job" "$T/train.out" || fail "train.sbatch did not requeue after exit 99"
 k=$(sed -n 's/.*resumed from .*model_[0-9]*\.h5 at step \([0-9]*\).*/\1/p' "$T/train.out" | head -n 1)
 [ -n "$k" ] && [ "$k" -gt 0 ] || fail "the requeued run did not log 'resumed from ... at step k' with k > 0"
+[ "$k" -eq "$HOLD" ] || fail "the signal sent while the job held at step $HOLD was handled at step $k"
 # Each run of the job (a "==== ... restart N:" banner of jobs/env.sh opens it): 2 nodes and
 # 2 tasks; one task launched on each host (task 0 on h1, task 1 on h2); rank 0 saw world size 2;
 # and each host's task ended as the trainer ends: exit 99 in the preempted run, 0 in the last.
