@@ -9,7 +9,9 @@
 #  - --resume of a finished run: says so, trains nothing and writes nothing (exit 0);
 #    before, it rewrote the last checkpoint, whose lr had run down to 0;
 #  - --set without KEY=VALUE is a usage error (exit 2) in config, eval and predict as in
-#    train; before, exit 1.
+#    train; before, exit 1;
+#  - duplicate annotation ids in eval's ground truth are found by the converter's rule
+#    (mrcnn/ids.h) and counted; before, eval had its own sort and named the first pair only.
 set -u
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_ess_singleton_isolated=1
 source "$ROOT/tests/common/exit_codes.sh"
@@ -75,6 +77,22 @@ expect "config --set FOO" "$EXIT_USAGE" $? "--set 'FOO' is not KEY=VALUE" "$tmp/
 expect "eval --set FOO" "$EXIT_USAGE" $? "--set 'FOO' is not KEY=VALUE" "$tmp/s2.log"
 "$M" predict --set FOO --weights "$CKPT" --out "$tmp/p" "$tmp/raw/train/$(ls "$tmp/raw/train" | head -n1)" > "$tmp/s3.log" 2>&1
 expect "predict --set FOO" "$EXIT_USAGE" $? "--set 'FOO' is not KEY=VALUE" "$tmp/s3.log"
+
+# Duplicate annotation ids: evaluation finds them by the converter's rule (mrcnn/ids.h:
+# the smallest duplicated id, its first and second positions, and how many there are).
+"${PY_COCO:-python3}" - "$tmp/raw/annotations/instances_train.json" "$tmp/dup.json" <<'PY' || bad "making dup.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d["annotations"]
+for k in (2, 4):
+    a[k]["id"] = a[0]["id"]
+a[5]["id"] = a[3]["id"]
+json.dump(d, open(sys.argv[2], "w"))
+open(sys.argv[2] + ".want", "w").write("duplicate annotation id %d (annotations[0] and [2]; 3 duplicates in all)" % min(a[0]["id"], a[3]["id"]) if a[0]["id"] < a[3]["id"] else "duplicate annotation id %d (annotations[3] and [5]; 3 duplicates in all)" % a[3]["id"])
+PY
+echo "[]" > "$tmp/none.json"
+"$M" eval --gt "$tmp/dup.json" --results "$tmp/none.json" > "$tmp/dup.log" 2>&1
+expect "duplicate annotation ids in eval --gt" "$EXIT_ERROR" $? "$(cat "$tmp/dup.json.want")" "$tmp/dup.log"
 
 [ $fails -eq 0 ] && echo "PASS: each error names its cause"
 [ $fails -eq 0 ]
