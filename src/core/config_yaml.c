@@ -81,6 +81,14 @@ typedef struct {
     int n_expl[DEPTH_MAX], cap_expl[DEPTH_MAX];
     int level;
     long assignments; // values set so far, aliases expanded: bounded (MAX_ASSIGNMENTS)
+    /* The walk: a stack of mapping keys gives each scalar its dotted key. */
+    yaml_parser_t *parser;
+    char prefix[DEPTH_MAX][CFG_KEY_MAX]; // each open mapping's dotted key
+    int expect_key[DEPTH_MAX];           // each open mapping reads a key next
+    int merge_key;                       // the pending key is YAML's merge key `<<`
+    char pending[CFG_KEY_MAX];           // key waiting for its value
+    int seen_non_base;
+    int documents;
 } yaml_ctx;
 
 /* Far above any real config (a few hundred values), far below what costs time or
@@ -213,16 +221,156 @@ static const char *anchor_kind_name(int kind) {
     return kind == ANCHOR_SCALAR ? "a scalar" : kind == ANCHOR_LIST ? "a list" : "a mapping";
 }
 
+static int on_mapping_start(yaml_ctx *c, const yaml_event_t *ev, const char *where) {
+    const int level = c->level;
+    if (level >= 0 && c->expect_key[level]) return fail(c->e, "%s: a mapping cannot be a key", where);
+    if (level >= 0 && c->merge_key)
+        return fail(c->e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them)", where);
+    if (level + 1 >= DEPTH_MAX) return fail(c->e, "%s: nested deeper than %d", where, DEPTH_MAX);
+    c->level = level + 1;
+    c->n_expl[c->level] = 0;
+    snprintf(c->prefix[c->level], CFG_KEY_MAX, "%s", c->level == 0 ? "" : c->pending);
+    c->expect_key[c->level] = 1;
+    if (level >= 0) c->expect_key[level] = 1;
+    if (ev->data.mapping_start.anchor) {
+        anchor *a = anchor_new(c, (const char *)ev->data.mapping_start.anchor, ANCHOR_MAP);
+        a->open = 1;
+        a->level = c->level;
+        snprintf(a->prefix, CFG_KEY_MAX, "%s", c->prefix[c->level]);
+    }
+    return 1;
+}
+
+static void on_mapping_end(yaml_ctx *c) {
+    const int level = c->level;
+    for (int i = 0; i < c->na; i++)
+        if (c->a[i].open && c->a[i].level == level) c->a[i].open = 0;
+    c->n_expl[level] = 0;
+    c->level--;
+}
+
+/* A list: read to its end, then the pending key's value, or the mappings a merge key
+ * names. */
+static int on_sequence(yaml_ctx *c, const yaml_event_t *ev, const char *where) {
+    const int level = c->level;
+    errbuf *e = c->e;
+    if (level < 0 || c->expect_key[level]) return fail(e, "%s: a list is not allowed here", where);
+    char items[MRCNN_CFG_LIST_MAX + 1][64];
+    const anchor *merges[MRCNN_CFG_LIST_MAX + 1];
+    int n = 0, n_merge = 0, ok = 1;
+    const int merge_key = c->merge_key;
+    const char *pending = c->pending;
+    for (;;) {
+        yaml_event_t it;
+        if (!yaml_parser_parse(c->parser, &it)) {
+            ok = fail(e, "%s:%zu: YAML error: %s", c->path, c->parser->problem_mark.line + 1,
+                      c->parser->problem ? c->parser->problem : "malformed");
+            break;
+        }
+        int end = it.type == YAML_SEQUENCE_END_EVENT;
+        const char *text = NULL;
+        if (it.type == YAML_SCALAR_EVENT) {
+            text = (const char *)it.data.scalar.value;
+            if (it.data.scalar.anchor)
+                anchor_add(anchor_new(c, (const char *)it.data.scalar.anchor, ANCHOR_SCALAR), "", text, NULL, 0);
+        } else if (it.type == YAML_ALIAS_EVENT) {
+            const char *name = (const char *)it.data.alias.anchor;
+            const anchor *a = anchor_find(c, name);
+            if (!a)
+                ok = fail(e, "%s:%zu: alias *%s: anchor '%s' is unknown (define it with &%s before)", c->path,
+                          it.start_mark.line + 1, name, name, name);
+            else if (merge_key && a->kind == ANCHOR_MAP && !a->open && n_merge <= MRCNN_CFG_LIST_MAX)
+                merges[n_merge++] = a;
+            else if (a->kind == ANCHOR_SCALAR)
+                text = a->e[0].text;
+            else
+                ok = fail(e, "%s:%zu: %s: list items must be plain values, *%s is %s", c->path,
+                          it.start_mark.line + 1, merge_key ? "<<" : pending, name, anchor_kind_name(a->kind));
+        } else if (!end) {
+            ok = fail(e, "%s: %s: list items must be plain values", where, merge_key ? "<<" : pending);
+        }
+        if (ok && text) {
+            if (n > MRCNN_CFG_LIST_MAX || strlen(text) >= 64)
+                ok = fail(e, "%s: %s: list too long or item too long", where, pending);
+            else
+                snprintf(items[n++], 64, "%s", text);
+        }
+        yaml_event_delete(&it);
+        if (end || !ok) break;
+    }
+    if (!ok) return 0;
+    if (merge_key) {
+        if (n > 0) return fail(e, "%s: the merge key '<<' wants aliases of mappings, got '%s'", where, items[0]);
+        /* Earlier mappings in the list win: apply them last. */
+        for (int i = n_merge - 1; i >= 0 && ok; i--) ok = apply_anchor(c, merges[i], c->prefix[level], where, 1);
+    } else {
+        ok = assign(c, pending, NULL, items, n, where, 0);
+        if (ok && ev->data.sequence_start.anchor)
+            anchor_add(anchor_new(c, (const char *)ev->data.sequence_start.anchor, ANCHOR_LIST), "", NULL, items, n);
+    }
+    c->expect_key[level] = 1;
+    c->merge_key = 0;
+    return ok;
+}
+
+/* A key (the next pending one) inside a mapping. */
+static int on_key(yaml_ctx *c, const char *scalar, const anchor *alias, int plain, const char *where) {
+    const int level = c->level;
+    int ok = 1;
+    if (!scalar) return fail(c->e, "%s: %s (*%s) cannot be a key", where, anchor_kind_name(alias->kind), alias->name);
+    c->merge_key = 0;
+    if (level == 0 && strcmp(scalar, "_BASE_") == 0) {
+        if (c->seen_non_base) ok = fail(c->e, "%s: _BASE_ must come before every other key", where);
+        snprintf(c->pending, CFG_KEY_MAX, "_BASE_");
+    } else if (strcmp(scalar, "<<") == 0 && plain) {
+        c->seen_non_base = 1;
+        c->merge_key = 1;
+        snprintf(c->pending, CFG_KEY_MAX, "<<");
+    } else {
+        c->seen_non_base = 1;
+        if (strlen(c->prefix[level]) + strlen(scalar) + 2 > CFG_KEY_MAX) return fail(c->e, "%s: key too long", where);
+        snprintf(c->pending, CFG_KEY_MAX, "%s%s%s", c->prefix[level], c->prefix[level][0] ? "." : "", scalar);
+    }
+    c->expect_key[level] = 0;
+    return ok;
+}
+
+/* The pending key's value: a scalar, or an alias of any kind (or the file _BASE_ names). */
+static int on_value(yaml_ctx *c, const char *scalar, const anchor *alias, const char *where) {
+    const int level = c->level;
+    errbuf *e = c->e;
+    const char *pending = c->pending;
+    c->expect_key[level] = 1;
+    if (c->merge_key) {
+        c->merge_key = 0;
+        if (!alias || alias->kind != ANCHOR_MAP)
+            return fail(e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them), got %s", where,
+                        alias ? anchor_kind_name(alias->kind) : "a scalar");
+        return apply_anchor(c, alias, c->prefix[level], where, 1);
+    }
+    if (alias && alias->kind != ANCHOR_SCALAR) {
+        if (strcmp(pending, "_BASE_") == 0)
+            return fail(e, "%s: _BASE_ wants a file name, got %s", where, anchor_kind_name(alias->kind));
+        if (alias->kind == ANCHOR_LIST) return assign(c, pending, NULL, alias->e[0].items, alias->e[0].n, where, 0);
+        return apply_anchor(c, alias, pending, where, 0);
+    }
+    if (strcmp(pending, "_BASE_") == 0) {
+        char dir[1024], base[2048];
+        snprintf(dir, sizeof dir, "%s", c->path);
+        if (scalar[0] == '/')
+            snprintf(base, sizeof base, "%s", scalar);
+        else
+            snprintf(base, sizeof base, "%s/%s", dirname(dir), scalar);
+        return load_file(c->sink, base, c->depth + 1);
+    }
+    return assign(c, pending, scalar, NULL, 0, where, 0);
+}
+
 /* Walks the event stream: a stack of mapping keys gives each scalar its dotted key. */
 static int load_events(const yaml_sink *s, yaml_parser_t *parser, const char *path, int depth) {
     errbuf *e = s->e;
-    yaml_ctx c = {.sink = s, .path = path, .depth = depth, .e = e, .level = -1};
-    char prefix[DEPTH_MAX][CFG_KEY_MAX];
-    int expect_key[DEPTH_MAX];
-    int merge_key = 0;          // the pending key is YAML's merge key `<<`
-    char pending[CFG_KEY_MAX] = ""; // key waiting for its value
-    int seen_non_base = 0;
-    int documents = 0;
+    yaml_ctx *c = MRCNN_CALLOC(1, sizeof *c, "YAML walk");
+    *c = (yaml_ctx){.sink = s, .path = path, .depth = depth, .e = e, .level = -1, .parser = parser};
     int result = 0;
     for (;;) {
         yaml_event_t ev;
@@ -234,13 +382,13 @@ static int load_events(const yaml_sink *s, yaml_parser_t *parser, const char *pa
         char where[CFG_KEY_MAX + 64];
         snprintf(where, sizeof where, "%s:%zu", path, ev.start_mark.line + 1);
         int ok = 1, done = 0;
-        const int level = c.level;
+        const int level = c->level;
         /* What an alias or a scalar event stands for. */
         const char *scalar = NULL;
         const anchor *alias = NULL;
         if (ev.type == YAML_ALIAS_EVENT) {
             const char *name = (const char *)ev.data.alias.anchor;
-            alias = anchor_find(&c, name);
+            alias = anchor_find(c, name);
             if (!alias)
                 ok = fail(e, "%s: alias *%s: anchor '%s' is unknown (define it with &%s before the alias)", where, name,
                           name, name);
@@ -252,7 +400,7 @@ static int load_events(const yaml_sink *s, yaml_parser_t *parser, const char *pa
                 scalar = alias->e[0].text;
         } else if (ev.type == YAML_SCALAR_EVENT) {
             scalar = (const char *)ev.data.scalar.value;
-            if (ev.data.scalar.anchor) anchor_add(anchor_new(&c, (const char *)ev.data.scalar.anchor, ANCHOR_SCALAR), "", scalar, NULL, 0);
+            if (ev.data.scalar.anchor) anchor_add(anchor_new(c, (const char *)ev.data.scalar.anchor, ANCHOR_SCALAR), "", scalar, NULL, 0);
         }
         if (!ok) {
             yaml_event_delete(&ev);
@@ -262,169 +410,24 @@ static int load_events(const yaml_sink *s, yaml_parser_t *parser, const char *pa
         case YAML_STREAM_END_EVENT: done = 1; break;
         case YAML_DOCUMENT_START_EVENT:
             /* A second document ('---') would be merged into the first without a word. */
-            if (documents++ > 0)
+            if (c->documents++ > 0)
                 ok = fail(e, "%s: a second YAML document ('---'): a config file holds one (merge files with _BASE_)",
                           where);
             break;
-        case YAML_MAPPING_START_EVENT:
-            if (level >= 0 && expect_key[level]) {
-                ok = fail(e, "%s: a mapping cannot be a key", where);
-                break;
-            }
-            if (level >= 0 && merge_key) {
-                ok = fail(e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them)", where);
-                break;
-            }
-            if (level + 1 >= DEPTH_MAX) {
-                ok = fail(e, "%s: nested deeper than %d", where, DEPTH_MAX);
-                break;
-            }
-            c.level = level + 1;
-            c.n_expl[c.level] = 0;
-            snprintf(prefix[c.level], CFG_KEY_MAX, "%s", c.level == 0 ? "" : pending);
-            expect_key[c.level] = 1;
-            if (level >= 0) expect_key[level] = 1;
-            if (ev.data.mapping_start.anchor) {
-                anchor *a = anchor_new(&c, (const char *)ev.data.mapping_start.anchor, ANCHOR_MAP);
-                a->open = 1;
-                a->level = c.level;
-                snprintf(a->prefix, CFG_KEY_MAX, "%s", prefix[c.level]);
-            }
-            break;
-        case YAML_MAPPING_END_EVENT:
-            for (int i = 0; i < c.na; i++)
-                if (c.a[i].open && c.a[i].level == level) c.a[i].open = 0;
-            c.n_expl[level] = 0;
-            c.level--;
-            break;
-        case YAML_SEQUENCE_START_EVENT: {
-            if (level < 0 || expect_key[level]) {
-                ok = fail(e, "%s: a list is not allowed here", where);
-                break;
-            }
-            char items[MRCNN_CFG_LIST_MAX + 1][64];
-            const anchor *merges[MRCNN_CFG_LIST_MAX + 1];
-            int n = 0, n_merge = 0;
-            for (;;) {
-                yaml_event_t it;
-                if (!yaml_parser_parse(parser, &it)) {
-                    ok = fail(e, "%s:%zu: YAML error: %s", path, parser->problem_mark.line + 1,
-                              parser->problem ? parser->problem : "malformed");
-                    break;
-                }
-                int end = it.type == YAML_SEQUENCE_END_EVENT;
-                const char *text = NULL;
-                if (it.type == YAML_SCALAR_EVENT) {
-                    text = (const char *)it.data.scalar.value;
-                    if (it.data.scalar.anchor)
-                        anchor_add(anchor_new(&c, (const char *)it.data.scalar.anchor, ANCHOR_SCALAR), "", text, NULL, 0);
-                } else if (it.type == YAML_ALIAS_EVENT) {
-                    const char *name = (const char *)it.data.alias.anchor;
-                    const anchor *a = anchor_find(&c, name);
-                    if (!a)
-                        ok = fail(e, "%s:%zu: alias *%s: anchor '%s' is unknown (define it with &%s before)", path,
-                                  it.start_mark.line + 1, name, name, name);
-                    else if (merge_key && a->kind == ANCHOR_MAP && !a->open && n_merge <= MRCNN_CFG_LIST_MAX)
-                        merges[n_merge++] = a;
-                    else if (a->kind == ANCHOR_SCALAR)
-                        text = a->e[0].text;
-                    else
-                        ok = fail(e, "%s:%zu: %s: list items must be plain values, *%s is %s", path,
-                                  it.start_mark.line + 1, merge_key ? "<<" : pending, name, anchor_kind_name(a->kind));
-                } else if (!end) {
-                    ok = fail(e, "%s: %s: list items must be plain values", where, merge_key ? "<<" : pending);
-                }
-                if (ok && text) {
-                    if (n > MRCNN_CFG_LIST_MAX || strlen(text) >= 64)
-                        ok = fail(e, "%s: %s: list too long or item too long", where, pending);
-                    else
-                        snprintf(items[n++], 64, "%s", text);
-                }
-                yaml_event_delete(&it);
-                if (end || !ok) break;
-            }
-            if (!ok) break;
-            if (merge_key) {
-                if (n > 0) {
-                    ok = fail(e, "%s: the merge key '<<' wants aliases of mappings, got '%s'", where, items[0]);
-                    break;
-                }
-                /* Earlier mappings in the list win: apply them last. */
-                for (int i = n_merge - 1; i >= 0 && ok; i--) ok = apply_anchor(&c, merges[i], prefix[level], where, 1);
-            } else {
-                ok = assign(&c, pending, NULL, items, n, where, 0);
-                if (ok && ev.data.sequence_start.anchor)
-                    anchor_add(anchor_new(&c, (const char *)ev.data.sequence_start.anchor, ANCHOR_LIST), "", NULL,
-                               items, n);
-            }
-            expect_key[level] = 1;
-            merge_key = 0;
-            break;
-        }
+        case YAML_MAPPING_START_EVENT: ok = on_mapping_start(c, &ev, where); break;
+        case YAML_MAPPING_END_EVENT: on_mapping_end(c); break;
+        case YAML_SEQUENCE_START_EVENT: ok = on_sequence(c, &ev, where); break;
         case YAML_ALIAS_EVENT:
-        case YAML_SCALAR_EVENT: {
+        case YAML_SCALAR_EVENT:
             if (level < 0) {
                 if (scalar && scalar[0]) ok = fail(e, "%s: expected a mapping of keys, got '%s'", where, scalar);
-                break;
-            }
-            if (expect_key[level]) {
-                if (!scalar) {
-                    ok = fail(e, "%s: %s (*%s) cannot be a key", where, anchor_kind_name(alias->kind), alias->name);
-                    break;
-                }
-                merge_key = 0;
-                if (level == 0 && strcmp(scalar, "_BASE_") == 0) {
-                    if (seen_non_base) ok = fail(e, "%s: _BASE_ must come before every other key", where);
-                    snprintf(pending, CFG_KEY_MAX, "_BASE_");
-                } else if (strcmp(scalar, "<<") == 0 && !(ev.type == YAML_SCALAR_EVENT &&
-                                                          ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)) {
-                    seen_non_base = 1;
-                    merge_key = 1;
-                    snprintf(pending, CFG_KEY_MAX, "<<");
-                } else {
-                    seen_non_base = 1;
-                    if (strlen(prefix[level]) + strlen(scalar) + 2 > CFG_KEY_MAX) {
-                        ok = fail(e, "%s: key too long", where);
-                        break;
-                    }
-                    snprintf(pending, CFG_KEY_MAX, "%s%s%s", prefix[level], prefix[level][0] ? "." : "", scalar);
-                }
-                expect_key[level] = 0;
-                break;
-            }
-            expect_key[level] = 1;
-            if (merge_key) {
-                merge_key = 0;
-                if (!alias || alias->kind != ANCHOR_MAP) {
-                    ok = fail(e, "%s: the merge key '<<' wants an alias of a mapping (or a list of them), got %s", where,
-                              alias ? anchor_kind_name(alias->kind) : "a scalar");
-                    break;
-                }
-                ok = apply_anchor(&c, alias, prefix[level], where, 1);
-                break;
-            }
-            if (alias && alias->kind != ANCHOR_SCALAR) {
-                if (strcmp(pending, "_BASE_") == 0)
-                    ok = fail(e, "%s: _BASE_ wants a file name, got %s", where, anchor_kind_name(alias->kind));
-                else if (alias->kind == ANCHOR_LIST)
-                    ok = assign(&c, pending, NULL, alias->e[0].items, alias->e[0].n, where, 0);
-                else
-                    ok = apply_anchor(&c, alias, pending, where, 0);
-                break;
-            }
-            if (strcmp(pending, "_BASE_") == 0) {
-                char dir[1024], base[2048];
-                snprintf(dir, sizeof dir, "%s", path);
-                if (scalar[0] == '/')
-                    snprintf(base, sizeof base, "%s", scalar);
-                else
-                    snprintf(base, sizeof base, "%s/%s", dirname(dir), scalar);
-                ok = load_file(s, base, depth + 1);
+            } else if (c->expect_key[level]) {
+                ok = on_key(c, scalar, alias, !(ev.type == YAML_SCALAR_EVENT &&
+                                                ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE), where);
             } else {
-                ok = assign(&c, pending, scalar, NULL, 0, where, 0);
+                ok = on_value(c, scalar, alias, where);
             }
             break;
-        }
         default: break;
         }
         yaml_event_delete(&ev);
@@ -434,7 +437,8 @@ static int load_events(const yaml_sink *s, yaml_parser_t *parser, const char *pa
             break;
         }
     }
-    ctx_free(&c);
+    ctx_free(c);
+    free(c);
     return result;
 }
 

@@ -86,7 +86,6 @@ KNOWN = {
     ("long", "bench_train_main"),  # src/cli/bench_train.c
     ("long", "mrcnn_cmd_predict"),  # src/cli/cmd_predict.c
     ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
-    ("long", "load_events"),  # src/core/config_yaml.c
     ("long", "mrcnn_rle_from_polygon"),  # src/core/rle.c
     ("long", "plan_batch"),  # src/data/loader.c
     ("long", "eval_cell"),  # src/eval/cocoeval.c
