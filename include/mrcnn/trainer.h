@@ -11,6 +11,7 @@
  * temporary file (.model_*.h5.tmp), fsynced and renamed, so a file with the final
  * name is always complete; the newest SOLVER.CHECKPOINT_KEEP are kept. Layout:
  *   /model/<param name>              fp32 master weights (the model's schema, v1)
+ *   /fold_scale/<param name>         (K) the frozen BN scale folded into a conv weight
  *   /optimizer/momentum/<param name> fp32 SGD momentum
  *   /config                          the config used (YAML, mrcnn_config_dump)
  *   attributes on /: schema_version, step, epoch, loader_step, loader_batch,
@@ -56,6 +57,10 @@ typedef struct mrcnn_trainable {
      * a conv weight with a frozen BN of scale s folded into it, 1 elsewhere), read once
      * when the trainer starts; NULL: all 1. */
     void (*precond)(void *ctx, float *q);
+    /* (params->n_entries) or NULL: the per-output-channel scale s folded into each entry
+     * (params.h, NULL where none), written to every checkpoint as /fold_scale so that a
+     * checkpoint given as MODEL.WEIGHTS, or exported, knows what its weights mean. */
+    float *const *fold_scale;
     int n_losses;
     const char *const *loss_names; // (n_losses)
     /* 1 when run applies loss_mult to its gradients. 0: it always
@@ -109,10 +114,12 @@ typedef struct mrcnn_train_state {
 /* HDF5 calls from the training thread while a loader thread also uses HDF5 must be
  * serialized by the loader's lock (data.h): pass it here (NULL: none). */
 void mrcnn_checkpoint_set_lock(void (*lock)(void), void (*unlock)(void));
-/* Writes dir/model_<step>.h5 atomically (the caller is rank 0); then deletes all but
- * the newest keep. Returns through path (>= 1024 bytes) the file written. */
+/* Writes dir/model_<step>.h5 atomically (the caller is rank 0): params and fold_scale
+ * (mrcnn_trainable's, NULL: none) through the model's /model writer, the momentum when
+ * not NULL, the state and the config; then deletes all but the newest keep. Returns
+ * through path (>= 1024 bytes) the file written. */
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
-                           const mrcnn_arena *momentum, const mrcnn_train_state *st,
+                           float *const *fold_scale, const mrcnn_arena *momentum, const mrcnn_train_state *st,
                            const mrcnn_config *cfg, int keep, char *path);
 /* The newest dir/model_*.h5 marked complete; 0 when there is none. (--resume uses
  * mrcnn_checkpoint_list + mrcnn_checkpoint_try_load: the newest that loads.) */

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,25 +68,55 @@ static void write_dataset(hid_t g, const char *name, const mrcnn_tensor *t, cons
     W(H5Sclose(sp), name, path);
 }
 
-static void write_fold_scales(const mrcnn_model *m, hid_t f, const char *path);
-
-static void write_model_group(const mrcnn_model *m, hid_t f, const char *path) {
-    hid_t g = W(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model", path);
-    const mrcnn_arena *a = &m->params.values;
-    for (int i = 0; i < a->n_entries; i++) {
-        const mrcnn_tensor *t = &a->entries[i].tensor;
-        int64_t n = mrcnn_tensor_numel(t);
-        float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
-        m->be->mem.read(m->be, t, h);
-        write_dataset(g, a->entries[i].name, t, h, path);
-        free(h);
+/* Every entry of a as one checksummed fp32 dataset of group (made with its parents),
+ * from one host copy of the whole arena. */
+static void write_arena_group(hid_t f, const char *group, const mrcnn_backend *be, const mrcnn_arena *a,
+                              const char *path) {
+    const float *host = (const float *)a->base;
+    float *owned = NULL;
+    if (a->device != MRCNN_DEVICE_CPU) {
+        owned = MRCNN_MALLOC(a->size ? a->size : 1, "host copy of an arena for the checkpoint");
+        mrcnn_tensor flat = mrcnn_tensor_view(a->base, MRCNN_DTYPE_F32, a->device, 1,
+                                              (int64_t[]){(int64_t)(a->size / sizeof(float))});
+        be->mem.read(be, &flat, owned);
+        host = owned;
     }
-    W(H5Gclose(g), "/model", path);
-    write_fold_scales(m, f, path);
+    hid_t lcpl = W(H5Pcreate(H5P_LINK_CREATE), group, path);
+    W(H5Pset_create_intermediate_group(lcpl, 1), group, path);
+    hid_t g = W(H5Gcreate2(f, group, lcpl, H5P_DEFAULT, H5P_DEFAULT), group, path);
+    /* Names like "backbone.body.conv1.weight" hold dots, not slashes: one level. */
+    for (int i = 0; i < a->n_entries; i++)
+        write_dataset(g, a->entries[i].name, &a->entries[i].tensor, host + a->entries[i].offset / sizeof(float), path);
+    W(H5Gclose(g), group, path);
+    W(H5Pclose(lcpl), group, path);
+    free(owned);
 }
 
-void mrcnn_checkpoint_write_model_group(const mrcnn_model *m, int64_t file_id) {
-    write_model_group(m, (hid_t)file_id, "(model group)");
+void mrcnn_checkpoint_write_group(int64_t file_id, const char *group, const mrcnn_backend *be, const mrcnn_arena *a,
+                                  const char *path) {
+    write_arena_group((hid_t)file_id, group, be, a, path);
+}
+
+/* The per-channel scales folded into the model's conv weights: /fold_scale/<weight
+ * name> (K) beside /model, so that a fine-tuned model, from a model file or a training
+ * checkpoint, can be unfolded (data_prep/weights.py export) and trained on with the
+ * same preconditioner. */
+static void write_fold_scales(hid_t f, const mrcnn_arena *values, float *const *fold_scale, const char *path) {
+    hid_t g = -1;
+    for (int i = 0; fold_scale && i < values->n_entries; i++) {
+        if (!fold_scale[i]) continue;
+        if (g < 0) g = W(H5Gcreate2(f, "fold_scale", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/fold_scale", path);
+        int64_t k = values->entries[i].tensor.shape[0];
+        mrcnn_tensor v = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &k);
+        write_dataset(g, values->entries[i].name, &v, fold_scale[i], path);
+    }
+    if (g >= 0) W(H5Gclose(g), "/fold_scale", path);
+}
+
+void mrcnn_checkpoint_write_model_group(int64_t file_id, const mrcnn_backend *be, const mrcnn_arena *values,
+                                        float *const *fold_scale, const char *path) {
+    write_arena_group((hid_t)file_id, "/model", be, values, path);
+    write_fold_scales((hid_t)file_id, values, fold_scale, path);
 }
 
 static void write_schema_attr(hid_t f, const char *path) {
@@ -114,7 +145,7 @@ void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
     }
     W(H5Pclose(fapl), "file access list", tmp);
     write_schema_attr(f, tmp);
-    write_model_group(m, f, tmp);
+    mrcnn_checkpoint_write_model_group(f, m->be, &m->params.values, m->params.fold_scale, tmp);
     W(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush", tmp);
     W(H5Fclose(f), "close", tmp);
     mrcnn_h5_quiet_end(q);
@@ -211,22 +242,6 @@ static void check_frozen_bn(const char *path, const char *bn, const float *gamma
                     "checkpoint %s: /model/%s.weight[%d] = %g gives the frozen batch-norm scale %g (running_var %g): a "
                     "scale must be finite and nonzero", path, bn, c, (double)gamma[c], (double)s, (double)var[c]);
     }
-}
-
-/* The per-channel scales folded into the model's conv weights: /fold_scale/<weight
- * name> (K) beside /model, so that a checkpoint of a fine-tuned model can be unfolded
- * (data_prep/weights.py export) and trained on with the same preconditioner. */
-static void write_fold_scales(const mrcnn_model *m, hid_t f, const char *path) {
-    const mrcnn_params *p = &m->params;
-    hid_t g = -1;
-    for (int i = 0; i < p->values.n_entries; i++) {
-        if (!p->fold_scale[i]) continue;
-        if (g < 0) g = W(H5Gcreate2(f, "fold_scale", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/fold_scale", path);
-        int64_t k = p->values.entries[i].tensor.shape[0];
-        mrcnn_tensor v = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1, &k);
-        write_dataset(g, p->values.entries[i].name, &v, p->fold_scale[i], path);
-    }
-    if (g >= 0) W(H5Gclose(g), "/fold_scale", path);
 }
 
 /* /fold_scale/<name> of the file into entry i, when the file has it. */
@@ -432,8 +447,73 @@ static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_miss
     return loaded;
 }
 
-void mrcnn_checkpoint_read_model_group(mrcnn_model *m, int64_t file_id, const char *path) {
-    read_group(m, (hid_t)file_id, path, false);
+static int why_fail(char *why, size_t len, const char *fmt, ...) MRCNN_PRINTF(3, 4);
+static int why_fail(char *why, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int mrcnn_checkpoint_try_read_group(int64_t file_id, const char *group, const mrcnn_arena *a, float *host, char *why,
+                                    size_t len) {
+    hid_t file = (hid_t)file_id;
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return why_fail(why, len, "group '%s' missing", group);
+    hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
+    if (g < 0) {
+        char r[320];
+        mrcnn_h5_reason(r, sizeof r);
+        return why_fail(why, len, "group '%s' unreadable: %s", group, r);
+    }
+    int ok = 1;
+    for (int i = 0; i < a->n_entries && ok; i++) {
+        const char *name = a->entries[i].name;
+        const mrcnn_tensor *t = &a->entries[i].tensor;
+        if (H5Lexists(g, name, H5P_DEFAULT) <= 0) {
+            ok = why_fail(why, len, "'%s/%s' missing", group, name);
+            break;
+        }
+        hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+        hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
+        if (sp < 0) {
+            char r[320];
+            mrcnn_h5_reason(r, sizeof r);
+            if (ds >= 0) H5Dclose(ds);
+            ok = why_fail(why, len, "'%s/%s' unreadable: %s", group, name, r);
+            break;
+        }
+        hsize_t dims[MRCNN_MAX_DIMS] = {0};
+        int nd = H5Sget_simple_extent_ndims(sp);
+        if (nd != t->ndim)
+            ok = why_fail(why, len, "'%s/%s' has %d dims, the model wants %d", group, name, nd, t->ndim);
+        if (ok) H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int d = 0; ok && d < nd; d++)
+            if ((int64_t)dims[d] != t->shape[d])
+                ok = why_fail(why, len, "'%s/%s' dim %d is %lld, the model wants %lld", group, name, d,
+                              (long long)dims[d], (long long)t->shape[d]);
+        float *dst = host + a->entries[i].offset / sizeof(float);
+        char cw[256];
+        if (ok && !mrcnn_h5_chunks_whole(ds, cw, sizeof cw))
+            ok = why_fail(why, len, "'%s/%s': %s: the file is damaged", group, name, cw);
+        if (ok && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+            char r[320];
+            int sum = mrcnn_h5_reason(r, sizeof r);
+            ok = sum ? why_fail(why, len, "'%s/%s' fails its Fletcher-32 checksum: the file is corrupt", group, name)
+                     : why_fail(why, len, "reading '%s/%s' failed: %s", group, name, r);
+        }
+        if (ok) {
+            int64_t n = mrcnn_tensor_numel(t), bad = 0;
+            for (int64_t k = 0; k < n; k++) bad += !isfinite(dst[k]);
+            if (bad)
+                ok = why_fail(why, len, "'%s/%s' holds %lld non-finite values (of %lld)", group, name, (long long)bad,
+                              (long long)n);
+        }
+        H5Sclose(sp);
+        H5Dclose(ds);
+    }
+    H5Gclose(g);
+    return ok;
 }
 
 static hid_t open_checkpoint(const char *path) {

@@ -5,6 +5,11 @@
  * file and the system's reason, and the temporary file is removed (check.h's cleanup
  * list), so it does not keep the disk full.
  *
+ * The weights and their fold scales go through the model's /model writer and the
+ * groups come back through its strict reader (checkpoint.h), so a training checkpoint
+ * is a model file too: MODEL.WEIGHTS of a new run, or weights.py export, finds in it
+ * the scales its folded convs trained with.
+ *
  * Integrity: every weight and momentum dataset is one chunk with HDF5's Fletcher-32
  * filter, which HDF5 verifies on every read; the file uses the 1.8+ format, whose
  * superblock, object headers (attributes included: kept compact, in the root's header)
@@ -14,7 +19,7 @@
  * (contiguous datasets) still load, without that verification. */
 #include "mrcnn/trainer.h"
 #include "mrcnn/check.h"
-#include "mrcnn/h5_chunks.h"
+#include "mrcnn/checkpoint.h"
 #include "mrcnn/h5_errors.h"
 #include "mrcnn/log.h"
 #include "mrcnn/metrics.h"
@@ -101,56 +106,6 @@ static int attr_read(hid_t obj, const char *name, hid_t type, void *v) {
     return r >= 0;
 }
 
-/* Host copy of an arena (the arena itself on the CPU). */
-static const float *arena_host(const mrcnn_backend *be, const mrcnn_arena *a, float **owned) {
-    *owned = NULL;
-    if (a->device == MRCNN_DEVICE_CPU) return (const float *)a->base;
-    *owned = MRCNN_MALLOC(a->size, "host copy of an arena for the checkpoint");
-    mrcnn_tensor t = mrcnn_arena_flat(a);
-    be->mem.read(be, &t, *owned);
-    return *owned;
-}
-
-/* Dataset creation: one chunk of the whole tensor with the Fletcher-32 checksum
- * (HDF5 verifies it on every read). A tensor with a zero extent stays contiguous. */
-static hid_t checksummed_dcpl(int ndim, const hsize_t *dims, const char *name, const char *tmp) {
-    hid_t dcpl = W(H5Pcreate(H5P_DATASET_CREATE), name);
-    int empty = ndim == 0;
-    for (int d = 0; d < ndim; d++) empty |= dims[d] == 0;
-    if (!empty) {
-        W(H5Pset_chunk(dcpl, ndim, dims), name);
-        W(H5Pset_fletcher32(dcpl), name);
-    }
-    return dcpl;
-}
-
-static void write_group(hid_t file, const char *group, const mrcnn_backend *be, const mrcnn_arena *a,
-                        const char *tmp) {
-    float *owned;
-    const float *host = arena_host(be, a, &owned);
-    hid_t lcpl = W(H5Pcreate(H5P_LINK_CREATE), group);
-    W(H5Pset_create_intermediate_group(lcpl, 1), group);
-    hid_t g = W(H5Gcreate2(file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT), group);
-    for (int i = 0; i < a->n_entries; i++) {
-        const mrcnn_tensor *t = &a->entries[i].tensor;
-        const char *name = a->entries[i].name;
-        hsize_t dims[MRCNN_MAX_DIMS];
-        for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
-        hid_t sp = W(H5Screate_simple(t->ndim, dims, NULL), name);
-        hid_t dcpl = checksummed_dcpl(t->ndim, dims, name, tmp);
-        /* Names like "backbone.body.conv1.weight" hold dots, not slashes: one level. */
-        hid_t ds = W(H5Dcreate2(g, name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT), name);
-        W(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host + a->entries[i].offset / sizeof(float)),
-          name);
-        W(H5Dclose(ds), name);
-        W(H5Pclose(dcpl), name);
-        W(H5Sclose(sp), name);
-    }
-    W(H5Gclose(g), group);
-    W(H5Pclose(lcpl), group);
-    free(owned);
-}
-
 static void fsync_path(const char *path, int dir) {
     int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
     MRCNN_CHECK(fd >= 0, "checkpoint: cannot open %s to fsync it: %s", path, strerror(errno));
@@ -209,7 +164,7 @@ void mrcnn_checkpoint_list_free(char **paths, int n) {
 }
 
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
-                           const mrcnn_arena *momentum, const mrcnn_train_state *st, const mrcnn_config *cfg,
+                           float *const *fold_scale, const mrcnn_arena *momentum, const mrcnn_train_state *st, const mrcnn_config *cfg,
                            int keep, char *path) {
     MRCNN_CHECK(mrcnn_mkdir_p(dir), "checkpoint: cannot create the directory %s: %s", dir, strerror(errno));
     char tmp[1100];
@@ -236,8 +191,8 @@ void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn
     W(H5Pclose(fapl), "file access list");
     int32_t schema = CKPT_SCHEMA_VERSION; // the model's schema (model.h), an int32 as it writes it
     attr_write(f, "schema_version", H5T_STD_I32LE, &schema, tmp);
-    write_group(f, "/model", be, params, tmp);
-    if (momentum) write_group(f, "/optimizer/momentum", be, momentum, tmp);
+    mrcnn_checkpoint_write_model_group(f, be, params, fold_scale, tmp);
+    if (momentum) mrcnn_checkpoint_write_group(f, "/optimizer/momentum", be, momentum, tmp);
     char *yaml = mrcnn_config_dump(cfg);
     size_t ylen = strlen(yaml) + 1;
     hid_t strt = W(H5Tcopy(H5T_C_S1), "config");
@@ -321,64 +276,6 @@ static int why_fail(why_buf *w, const char *fmt, ...) {
     return 0;
 }
 
-/* Reads every entry of arena a from group into host (a->size bytes); 0 with the reason
- * when a dataset is missing, has another shape, fails its checksum or holds a
- * non-finite value. */
-static int read_group(hid_t file, const char *group, const mrcnn_arena *a, float *host, why_buf *w) {
-    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return why_fail(w, "group '%s' missing", group);
-    hid_t g = H5Gopen2(file, group, H5P_DEFAULT);
-    if (g < 0) {
-        char r[320];
-        mrcnn_h5_reason(r, sizeof r);
-        return why_fail(w, "group '%s' unreadable: %s", group, r);
-    }
-    int ok = 1;
-    for (int i = 0; i < a->n_entries && ok; i++) {
-        const char *name = a->entries[i].name;
-        const mrcnn_tensor *t = &a->entries[i].tensor;
-        if (H5Lexists(g, name, H5P_DEFAULT) <= 0) {
-            ok = why_fail(w, "'%s/%s' missing", group, name);
-            break;
-        }
-        hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
-        hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
-        if (sp < 0) {
-            char r[320];
-            mrcnn_h5_reason(r, sizeof r);
-            if (ds >= 0) H5Dclose(ds);
-            ok = why_fail(w, "'%s/%s' unreadable: %s", group, name, r);
-            break;
-        }
-        hsize_t dims[MRCNN_MAX_DIMS] = {0};
-        int nd = H5Sget_simple_extent_ndims(sp);
-        if (nd != t->ndim) ok = why_fail(w, "'%s/%s' has %d dims, the model wants %d", group, name, nd, t->ndim);
-        if (ok) H5Sget_simple_extent_dims(sp, dims, NULL);
-        for (int d = 0; ok && d < nd; d++)
-            if ((int64_t)dims[d] != t->shape[d])
-                ok = why_fail(w, "'%s/%s' dim %d is %lld, the model wants %lld", group, name, d, (long long)dims[d],
-                              (long long)t->shape[d]);
-        float *dst = host + a->entries[i].offset / sizeof(float);
-        char cw[256];
-        if (ok && !mrcnn_h5_chunks_whole(ds, cw, sizeof cw)) ok = why_fail(w, "'%s/%s': %s: the file is damaged", group, name, cw);
-        if (ok && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
-            char r[320];
-            int sum = 0;
-            sum = mrcnn_h5_reason(r, sizeof r);
-            ok = sum ? why_fail(w, "'%s/%s' fails its Fletcher-32 checksum: the file is corrupt", group, name)
-                     : why_fail(w, "reading '%s/%s' failed: %s", group, name, r);
-        }
-        if (ok) {
-            int64_t n = mrcnn_tensor_numel(t), bad = 0;
-            for (int64_t k = 0; k < n; k++) bad += !isfinite(dst[k]);
-            if (bad) ok = why_fail(w, "'%s/%s' holds %lld non-finite values (of %lld)", group, name, (long long)bad, (long long)n);
-        }
-        H5Sclose(sp);
-        H5Dclose(ds);
-    }
-    H5Gclose(g);
-    return ok;
-}
-
 static const char *const k_i64_attrs[] = {"step", "epoch", "loader_step", "loader_batch", "nonfinite",
                                           "loss_scale_enabled", "loss_scale_growth_interval",
                                           "loss_scale_clean_steps", "loss_scale_skipped", "world_size",
@@ -415,8 +312,8 @@ static int try_load_file(hid_t f, const mrcnn_arena *params, const mrcnn_arena *
     if (v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0 || !isfinite(scale) || !(scale > 0))
         return why_fail(w, "state attributes out of range (step %lld, epoch %lld, loader_step %lld, loader_batch %lld, "
                            "loss_scale %g)", (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], scale);
-    if (!read_group(f, "/model", params, hp, w)) return 0;
-    if (momentum && !read_group(f, "/optimizer/momentum", momentum, hm, w)) return 0;
+    if (!mrcnn_checkpoint_try_read_group(f, "/model", params, hp, w->why, w->len)) return 0;
+    if (momentum && !mrcnn_checkpoint_try_read_group(f, "/optimizer/momentum", momentum, hm, w->why, w->len)) return 0;
     if (st) {
         memset(st, 0, sizeof *st);
         st->step = v[0];

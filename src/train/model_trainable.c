@@ -57,6 +57,7 @@ void mrcnn_model_trainable_init(mrcnn_model_trainable *mt, mrcnn_model *m, mrcnn
                                .grads = &m->params.grads,
                                .trainable = m->params.trainable,
                                .precond = mt_precond,
+                               .fold_scale = m->params.fold_scale,
                                .n_losses = MRCNN_N_LOSSES,
                                .loss_names = mrcnn_loss_names,
                                .scales_loss = 1,

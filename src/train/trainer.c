@@ -21,8 +21,8 @@ static void save(mrcnn_trainer *t) {
     if (t->dist->rank == 0) {
         char path[1024];
         double t0 = mrcnn_time_now();
-        mrcnn_checkpoint_save(t->cfg->output_dir, t->be, t->model->params, &t->sgd.momentum, &t->st, t->cfg,
-                              t->cfg->solver_checkpoint_keep, path);
+        mrcnn_checkpoint_save(t->cfg->output_dir, t->be, t->model->params, t->model->fold_scale, &t->sgd.momentum,
+                              &t->st, t->cfg, t->cfg->solver_checkpoint_keep, path);
         mrcnn_info("checkpoint %s (step %lld, %.2f s)", path, (long long)t->st.step, mrcnn_time_now() - t0);
     }
     /* Nobody runs ahead of a checkpoint that a preemption might need. */

@@ -33,9 +33,6 @@ MAX_LINES = 100
 # Today's violations, each to be removed: ("test-only" | "dead" | "long", function) or
 # ("call", file, function). An entry that matches nothing any more fails: delete it.
 KNOWN = {
-    # dead: about to be used by the checkpoint work (then these two entries fail: delete them).
-    ("dead", "mrcnn_checkpoint_write_model_group"),
-    ("dead", "mrcnn_checkpoint_read_model_group"),
     # test-only: an extern function that only tests/ name (the CUDA kernels' host references
     # are checked through the mrcnn_cuda_* entries; the rest are helpers kept for tests).
     ("test-only", "mrcnn_arena_commit"),  # src/core/arena.c

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     st.seed = 7;
     char dir[2048], written[1100];
     snprintf(dir, sizeof dir, "%s/.seedgen-%d", out, (int)getpid());
-    mrcnn_checkpoint_save(dir, be, a, &mom, &st, &m.cfg, 1, written);
+    mrcnn_checkpoint_save(dir, be, a, m.params.fold_scale, &mom, &st, &m.cfg, 1, written);
     snprintf(path, sizeof path, "%s/train.h5", out);
     if (rename(written, path) != 0) {
         perror("seedgen: rename");

@@ -91,7 +91,7 @@ static void test_every_byte_flipped(void **state) {
     st.seed = 99;
     char dir[300], path[1024];
     snprintf(dir, sizeof dir, "%s/run", test_tmp_dir());
-    mrcnn_checkpoint_save(dir, &be, &src.params, &src.mom, &st, &cfg, 3, path);
+    mrcnn_checkpoint_save(dir, &be, &src.params, NULL, &src.mom, &st, &cfg, 3, path);
     long n;
     unsigned char *orig = read_all(path, &n);
     char flip[600];

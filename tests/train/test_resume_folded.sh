@@ -2,9 +2,15 @@
 # Resume stays bit-exact when frozen BN is folded and the optimizer is preconditioned
 # (s^2 per channel): `mrcnn train` on the tiny config from torchvision's tiny model
 # with non-identity frozen BN (MODEL.WEIGHTS, imported by data_prep/weights.py), 6
-# steps straight == 3 steps + --resume to 6: the same weights bit for bit. s is not in
-# the training checkpoint: the resumed process folds MODEL.WEIGHTS again, the same
-# arithmetic, so the same s; the log says the preconditioner is on.
+# steps straight == 3 steps + --resume to 6: the same weights bit for bit; the log says
+# the preconditioner is on in both processes.
+# A training checkpoint carries its fold scales (/fold_scale, as the model file does):
+# a NEW fine-tuning run with MODEL.WEIGHTS = the step-3 checkpoint trains with the same
+# s (the same preconditioned element count in its log; its own checkpoint's
+# /fold_scale bit-equal to s = gamma / sqrt(var + eps) of the imported BN, in float32 as
+# the loader computes it), and data_prep/weights.py export of that second-generation
+# checkpoint gives torchvision's BN weight = s and W = W'/s (without /fold_scale its
+# /config MODEL.WEIGHTS names a folded checkpoint that holds no BN, and s = 1 came out).
 set -u
 cd "$ROOT"
 . "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
@@ -58,5 +64,44 @@ diff = [k for k in a if not np.array_equal(np.array(a[k]), np.array(b[k]))]
 moved = sum(not np.array_equal(np.array(a[k]), np.array(h5py.File(f"{d}/straight/model_0000003.h5", "r")["model"][k])) for k in a)
 print(f"resume at step 3 of 6: {len(a)} tensors, {len(diff)} differ; {moved} moved in steps 4..6")
 sys.exit(1 if diff or moved == 0 else 0)
+PY
+train second --max-steps 1 --set MODEL.WEIGHTS="$tmp/straight/model_0000003.h5"
+pre() { grep -o "[0-9]* weights of convs with a frozen BN folded in train as torchvision's" "$1" | head -1 | cut -d' ' -f1; }
+[ -n "$(pre "$tmp/second.log")" ] && [ "$(pre "$tmp/second.log")" = "$(pre "$tmp/straight.log")" ] ||
+    { echo "FAIL: fine-tuning from a training checkpoint: preconditioned elements '$(pre "$tmp/second.log")', the first run had '$(pre "$tmp/straight.log")'"; exit 1; }
+"$PY_TORCH" - "$tmp" <<'PY' || exit 1
+import sys
+import h5py
+import numpy as np
+import torch
+sys.path.insert(0, "data_prep")
+import weights
+d = sys.argv[1]
+init = h5py.File(f"{d}/init.h5", "r")["model"]
+want = {}
+for name in h5py.File(f"{d}/second/model_0000001.h5", "r")["model"]:
+    bn = weights.bn_of_folded_bias(name)
+    if bn is not None and bn + ".weight" in init:
+        gamma, var = np.array(init[bn + ".weight"], np.float32), np.array(init[bn + ".running_var"], np.float32)
+        want[name[:-len(".bias")] + ".weight"] = (bn, gamma / np.sqrt(var + np.float32(weights.BN_EPS)))
+bad = []
+for f in ("straight/model_0000003.h5", "second/model_0000001.h5"):
+    h = h5py.File(f"{d}/{f}", "r")
+    got = {n: np.array(h["fold_scale"][n]) for n in h["fold_scale"]} if "fold_scale" in h else {}
+    bad += [f"{f}: /fold_scale/{n} {'missing' if n not in got else 'differs'}" for n, (_, s) in want.items()
+            if n not in got or not np.array_equal(got[n], s)]
+sd = weights.export_state_dict(f"{d}/second/model_0000001.h5")
+m = h5py.File(f"{d}/second/model_0000001.h5", "r")["model"]
+for n, (bn, s) in want.items():
+    if not np.array_equal(sd[bn + ".weight"].numpy(), s):
+        bad.append(f"export: {bn}.weight is not s (max |diff| {np.abs(sd[bn + '.weight'].numpy() - s).max():.3g})")
+    w, wp = sd[n].numpy(), weights.from_project(n, np.array(m[n])).numpy()
+    if not np.array_equal(w, wp / s.reshape((-1,) + (1,) * (wp.ndim - 1))):
+        bad.append(f"export: {n} is not W'/s")
+print(f"fine-tuning from a training checkpoint: {len(want)} folded convs, s over {min(s.min() for _, s in want.values()):.3g}.."
+      f"{max(s.max() for _, s in want.values()):.3g}; {len(bad)} problems")
+for b in bad[:8]:
+    print("  " + b)
+sys.exit(1 if bad or not want else 0)
 PY
 echo PASS
