@@ -39,6 +39,7 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
+#include "mrcnn/shard_schema.h"
 #include "prep.h"
 
 /* Chunks of the byte streams. Each chunk carries a Fletcher32 checksum, so a read
@@ -127,13 +128,13 @@ prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard
     w->file = (hid_t)prep_h5_create(w->tmp_path);
     /* Image bytes grow as files are validated and appended: a chunked, extendible dataset. */
     hsize_t dims = 0, maxd = H5S_UNLIMITED;
-    hid_t space = PREP_H5(H5Screate_simple(1, &dims, &maxd), w->tmp_path, "images/bytes");
+    hid_t space = PREP_H5(H5Screate_simple(1, &dims, &maxd), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
     const uint64_t d0 = 0;
-    hid_t dcpl = (hid_t)prep_h5_dcpl_checksummed(1, &d0, 1, CHUNK_BYTES, "images/bytes");
-    hid_t lcpl = PREP_H5(H5Pcreate(H5P_LINK_CREATE), w->tmp_path, "images/bytes");
-    PREP_H5(H5Pset_create_intermediate_group(lcpl, 1), w->tmp_path, "images/bytes");
-    w->bytes_ds = PREP_H5(H5Dcreate2(w->file, "images/bytes", H5T_NATIVE_UINT8, space, lcpl, dcpl, H5P_DEFAULT),
-                          w->tmp_path, "images/bytes");
+    hid_t dcpl = (hid_t)prep_h5_dcpl_checksummed(1, &d0, 1, CHUNK_BYTES, MRCNN_SHARD_IMAGES_BYTES);
+    hid_t lcpl = PREP_H5(H5Pcreate(H5P_LINK_CREATE), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    PREP_H5(H5Pset_create_intermediate_group(lcpl, 1), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    w->bytes_ds = PREP_H5(H5Dcreate2(w->file, MRCNN_SHARD_IMAGES_BYTES, H5T_NATIVE_UINT8, space, lcpl, dcpl, H5P_DEFAULT),
+                          w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
     H5Pclose(lcpl);
     H5Pclose(dcpl);
     H5Sclose(space);
@@ -143,11 +144,11 @@ prep_shard_writer *prep_shard_begin(const char *dir, const char *name, int shard
 void prep_shard_add_image(prep_shard_writer *w, int64_t id, int32_t height, int32_t width,
                           const char *file_name, uint8_t flags, const uint8_t *bytes, size_t len) {
     hsize_t start = (hsize_t)w->total_bytes, count = len, newsize = start + len;
-    PREP_H5(H5Dset_extent(w->bytes_ds, &newsize), w->tmp_path, "images/bytes");
-    hid_t fs = PREP_H5(H5Dget_space(w->bytes_ds), w->tmp_path, "images/bytes");
-    PREP_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL), w->tmp_path, "images/bytes");
-    hid_t ms = PREP_H5(H5Screate_simple(1, &count, NULL), w->tmp_path, "images/bytes");
-    if (len) PREP_H5(H5Dwrite(w->bytes_ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, bytes), w->tmp_path, "images/bytes");
+    PREP_H5(H5Dset_extent(w->bytes_ds, &newsize), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    hid_t fs = PREP_H5(H5Dget_space(w->bytes_ds), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    PREP_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    hid_t ms = PREP_H5(H5Screate_simple(1, &count, NULL), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    if (len) PREP_H5(H5Dwrite(w->bytes_ds, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, bytes), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
     H5Sclose(ms);
     H5Sclose(fs);
     int64_t off = w->total_bytes, l = (int64_t)len, ann0 = (int64_t)w->a_id.n, zero = 0;
@@ -186,44 +187,44 @@ static void write_vec(hid_t f, const char *name, hid_t type, const vec *v, uint6
     uint64_t dims[2] = {v->n, cols};
     /* The loader reads the RLE strings image by image: smaller chunks there. */
     prep_h5_write_chunked(f, name, type, cols > 1 ? 2 : 1, dims, v->p,
-                          !strcmp(name, "annotations/rle") ? RLE_CHUNK_BYTES : PREP_H5_TABLE_CHUNK);
+                          !strcmp(name, MRCNN_SHARD_ANNOTATIONS_RLE) ? RLE_CHUNK_BYTES : PREP_H5_TABLE_CHUNK);
 }
 
 static void write_categories(hid_t f, const prep_categories *c) {
     uint64_t k = (uint64_t)c->n;
-    prep_h5_write(f, "categories/id", H5T_NATIVE_INT64, 1, &k, c->ids);
-    prep_h5_write_strings(f, "categories/names", c->n, c->names);
-    prep_h5_write_strings(f, "categories/supercategories", c->n, c->supers);
+    prep_h5_write(f, MRCNN_SHARD_CATEGORIES_ID, H5T_NATIVE_INT64, 1, &k, c->ids);
+    prep_h5_write_strings(f, MRCNN_SHARD_CATEGORIES_NAMES, c->n, c->names);
+    prep_h5_write_strings(f, MRCNN_SHARD_CATEGORIES_SUPERCATEGORIES, c->n, c->supers);
 }
 
 void prep_shard_finish(prep_shard_writer *w, int64_t *images, int64_t *annotations, int64_t *bytes) {
     hid_t f = w->file;
-    PREP_H5(H5Dclose(w->bytes_ds), w->tmp_path, "images/bytes");
-    prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
-    prep_h5_attr_str(f, "name", w->name);
-    prep_h5_attr_i64(f, "shard", w->shard);
-    prep_h5_attr_i64(f, "num_shards", w->num_shards);
-    prep_h5_attr_i64(f, "num_images", (int64_t)w->id.n);
-    prep_h5_attr_i64(f, "num_annotations", (int64_t)w->a_id.n);
-    write_vec(f, "images/offset", H5T_NATIVE_INT64, &w->offset, 1);
-    write_vec(f, "images/length", H5T_NATIVE_INT64, &w->length, 1);
-    write_vec(f, "images/id", H5T_NATIVE_INT64, &w->id, 1);
-    write_vec(f, "images/height", H5T_NATIVE_INT32, &w->height, 1);
-    write_vec(f, "images/width", H5T_NATIVE_INT32, &w->width, 1);
-    write_vec(f, "images/ann_start", H5T_NATIVE_INT64, &w->ann_start, 1);
-    write_vec(f, "images/ann_count", H5T_NATIVE_INT64, &w->ann_count, 1);
-    write_vec(f, "images/flags", H5T_NATIVE_UINT8, &w->flags, 1);
-    write_vec(f, "images/names", H5T_NATIVE_UINT8, &w->names, 1);
-    write_vec(f, "images/names_offset", H5T_NATIVE_INT64, &w->names_offset, 1);
-    write_vec(f, "annotations/id", H5T_NATIVE_INT64, &w->a_id, 1);
-    write_vec(f, "annotations/image", H5T_NATIVE_INT64, &w->a_image, 1);
-    write_vec(f, "annotations/bbox", H5T_NATIVE_FLOAT, &w->a_bbox, 4);
-    write_vec(f, "annotations/category_id", H5T_NATIVE_INT64, &w->a_cat, 1);
-    write_vec(f, "annotations/class", H5T_NATIVE_INT32, &w->a_class, 1);
-    write_vec(f, "annotations/iscrowd", H5T_NATIVE_UINT8, &w->a_crowd, 1);
-    write_vec(f, "annotations/area", H5T_NATIVE_DOUBLE, &w->a_area, 1);
-    write_vec(f, "annotations/rle", H5T_NATIVE_UINT8, &w->rle, 1);
-    write_vec(f, "annotations/rle_offset", H5T_NATIVE_INT64, &w->rle_offset, 1);
+    PREP_H5(H5Dclose(w->bytes_ds), w->tmp_path, MRCNN_SHARD_IMAGES_BYTES);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_SCHEMA_VERSION, MRCNN_SHARD_SCHEMA_VERSION);
+    prep_h5_attr_str(f, MRCNN_SHARD_ATTR_NAME, w->name);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_SHARD, w->shard);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_SHARDS, w->num_shards);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_IMAGES, (int64_t)w->id.n);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_ANNOTATIONS, (int64_t)w->a_id.n);
+    write_vec(f, MRCNN_SHARD_IMAGES_OFFSET, H5T_NATIVE_INT64, &w->offset, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_LENGTH, H5T_NATIVE_INT64, &w->length, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_ID, H5T_NATIVE_INT64, &w->id, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_HEIGHT, H5T_NATIVE_INT32, &w->height, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_WIDTH, H5T_NATIVE_INT32, &w->width, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_ANN_START, H5T_NATIVE_INT64, &w->ann_start, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_ANN_COUNT, H5T_NATIVE_INT64, &w->ann_count, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_FLAGS, H5T_NATIVE_UINT8, &w->flags, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_NAMES, H5T_NATIVE_UINT8, &w->names, 1);
+    write_vec(f, MRCNN_SHARD_IMAGES_NAMES_OFFSET, H5T_NATIVE_INT64, &w->names_offset, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_ID, H5T_NATIVE_INT64, &w->a_id, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_IMAGE, H5T_NATIVE_INT64, &w->a_image, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_BBOX, H5T_NATIVE_FLOAT, &w->a_bbox, 4);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_CATEGORY_ID, H5T_NATIVE_INT64, &w->a_cat, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_CLASS, H5T_NATIVE_INT32, &w->a_class, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_ISCROWD, H5T_NATIVE_UINT8, &w->a_crowd, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_AREA, H5T_NATIVE_DOUBLE, &w->a_area, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_RLE, H5T_NATIVE_UINT8, &w->rle, 1);
+    write_vec(f, MRCNN_SHARD_ANNOTATIONS_RLE_OFFSET, H5T_NATIVE_INT64, &w->rle_offset, 1);
     write_categories(f, w->cats);
     PREP_H5(H5Fclose(f), w->tmp_path, "closing it");
     MRCNN_CHECK(rename(w->tmp_path, w->final_path) == 0, "cannot rename %s to %s", w->tmp_path, w->final_path);
@@ -251,17 +252,17 @@ void prep_index_write(const char *dir, const char *name, int num_shards, int gen
         files[s] = MRCNN_MALLOC(512, "shard name");
         prep_shard_file_name(files[s], 512, name, s, num_shards, gen);
     }
-    prep_h5_attr_i64(f, "schema_version", MRCNN_SHARD_SCHEMA_VERSION);
-    prep_h5_attr_str(f, "name", name);
-    prep_h5_attr_i64(f, "num_shards", num_shards);
-    prep_h5_attr_i64(f, "num_images", ni);
-    prep_h5_attr_i64(f, "num_annotations", na);
-    prep_h5_attr_i64(f, "num_classes", cats->n);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_SCHEMA_VERSION, MRCNN_SHARD_SCHEMA_VERSION);
+    prep_h5_attr_str(f, MRCNN_SHARD_ATTR_NAME, name);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_SHARDS, num_shards);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_IMAGES, ni);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_ANNOTATIONS, na);
+    prep_h5_attr_i64(f, MRCNN_SHARD_ATTR_NUM_CLASSES, cats->n);
     uint64_t n = (uint64_t)num_shards;
-    prep_h5_write_strings(f, "shards/files", num_shards, files);
-    prep_h5_write(f, "shards/num_images", H5T_NATIVE_INT64, 1, &n, images);
-    prep_h5_write(f, "shards/num_annotations", H5T_NATIVE_INT64, 1, &n, annotations);
-    prep_h5_write(f, "shards/bytes", H5T_NATIVE_INT64, 1, &n, bytes);
+    prep_h5_write_strings(f, MRCNN_SHARD_SHARDS_FILES, num_shards, files);
+    prep_h5_write(f, MRCNN_SHARD_SHARDS_NUM_IMAGES, H5T_NATIVE_INT64, 1, &n, images);
+    prep_h5_write(f, MRCNN_SHARD_SHARDS_NUM_ANNOTATIONS, H5T_NATIVE_INT64, 1, &n, annotations);
+    prep_h5_write(f, MRCNN_SHARD_SHARDS_BYTES, H5T_NATIVE_INT64, 1, &n, bytes);
     write_categories(f, cats);
     PREP_H5(H5Fclose(f), tmp, "closing it");
     MRCNN_CHECK(rename(tmp, path) == 0, "cannot rename %s to %s", tmp, path);

@@ -12,6 +12,7 @@
 #include "mrcnn/data.h"
 #include "mrcnn/h5_chunks.h"
 #include "mrcnn/h5_errors.h"
+#include "mrcnn/shard_schema.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -210,7 +211,7 @@ static void check_schema(hid_t f, const char *path) {
     if (ckpt > 0)
         bad_file(path, "this is a checkpoint (it holds /model), not a shard set: a data set (DATASETS.TRAIN, "
                        "DATASETS.TEST, --shards) is the NAME-index.h5 written by mrcnn-prep coco");
-    int64_t v = attr_i64(f, "schema_version", path);
+    int64_t v = attr_i64(f, MRCNN_SHARD_ATTR_SCHEMA_VERSION, path);
     if (v != MRCNN_SHARD_SCHEMA_VERSION)
         bad_file(path, "schema version %lld, this build reads %d (convert the data set again with mrcnn-prep coco)",
                  (long long)v, MRCNN_SHARD_SCHEMA_VERSION);
@@ -230,31 +231,31 @@ void mrcnn_shard_set_open(mrcnn_shard_set *s, const char *index_path) {
     mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
     hid_t f = open_file(p, H5P_DEFAULT);
     check_schema(f, p);
-    htri_t one_shard = H5Aexists(f, "shard");
+    htri_t one_shard = H5Aexists(f, MRCNN_SHARD_ATTR_SHARD);
     H5Eclear2(H5E_DEFAULT);
     if (one_shard > 0) {
-        char *name = attr_str(f, "name", p);
+        char *name = attr_str(f, MRCNN_SHARD_ATTR_NAME, p);
         bad_file(p, "this is one shard of set '%s', not its index: name the set by %s-index.h5 in the same folder", name,
                  name);
     }
-    s->name = attr_str(f, "name", p);
-    s->num_shards = (int)attr_count(f, "num_shards", p, 1, MAX_SHARDS);
-    s->num_images = attr_count(f, "num_images", p, 0, MAX_ROWS);
-    s->num_annotations = attr_count(f, "num_annotations", p, 0, MAX_ROWS);
-    s->num_classes = (int)attr_count(f, "num_classes", p, 0, MAX_CLASSES);
-    int64_t rows = ds_len(f, "shards/num_images", p, -1, 1);
+    s->name = attr_str(f, MRCNN_SHARD_ATTR_NAME, p);
+    s->num_shards = (int)attr_count(f, MRCNN_SHARD_ATTR_NUM_SHARDS, p, 1, MAX_SHARDS);
+    s->num_images = attr_count(f, MRCNN_SHARD_ATTR_NUM_IMAGES, p, 0, MAX_ROWS);
+    s->num_annotations = attr_count(f, MRCNN_SHARD_ATTR_NUM_ANNOTATIONS, p, 0, MAX_ROWS);
+    s->num_classes = (int)attr_count(f, MRCNN_SHARD_ATTR_NUM_CLASSES, p, 0, MAX_CLASSES);
+    int64_t rows = ds_len(f, MRCNN_SHARD_SHARDS_NUM_IMAGES, p, -1, 1);
     if (rows != s->num_shards)
         bad_file(p, "the attribute num_shards = %d, but dataset 'shards/num_images' has %lld rows", s->num_shards, (long long)rows);
-    rows = ds_len(f, "categories/id", p, -1, 1);
+    rows = ds_len(f, MRCNN_SHARD_CATEGORIES_ID, p, -1, 1);
     if (rows != s->num_classes)
         bad_file(p, "the attribute num_classes = %d, but dataset 'categories/id' has %lld rows", s->num_classes, (long long)rows);
-    s->files = read_strings(f, "shards/files", p, s->num_shards, 1);
-    s->shard_images = ds_read(f, "shards/num_images", p, H5T_NATIVE_INT64, s->num_shards, 1);
-    s->shard_annotations = ds_read(f, "shards/num_annotations", p, H5T_NATIVE_INT64, s->num_shards, 1);
-    s->shard_bytes = ds_read(f, "shards/bytes", p, H5T_NATIVE_INT64, s->num_shards, 1);
-    s->category_ids = ds_read(f, "categories/id", p, H5T_NATIVE_INT64, s->num_classes, 1);
-    s->category_names = read_strings(f, "categories/names", p, s->num_classes, 0);
-    s->category_supercategories = read_strings(f, "categories/supercategories", p, s->num_classes, 0);
+    s->files = read_strings(f, MRCNN_SHARD_SHARDS_FILES, p, s->num_shards, 1);
+    s->shard_images = ds_read(f, MRCNN_SHARD_SHARDS_NUM_IMAGES, p, H5T_NATIVE_INT64, s->num_shards, 1);
+    s->shard_annotations = ds_read(f, MRCNN_SHARD_SHARDS_NUM_ANNOTATIONS, p, H5T_NATIVE_INT64, s->num_shards, 1);
+    s->shard_bytes = ds_read(f, MRCNN_SHARD_SHARDS_BYTES, p, H5T_NATIVE_INT64, s->num_shards, 1);
+    s->category_ids = ds_read(f, MRCNN_SHARD_CATEGORIES_ID, p, H5T_NATIVE_INT64, s->num_classes, 1);
+    s->category_names = read_strings(f, MRCNN_SHARD_CATEGORIES_NAMES, p, s->num_classes, 0);
+    s->category_supercategories = read_strings(f, MRCNN_SHARD_CATEGORIES_SUPERCATEGORIES, p, s->num_classes, 0);
     H5_OR_FAIL(H5Fclose(f), p, "closing the file");
     mrcnn_h5_quiet_end(q);
     int64_t ni = 0, na = 0;
@@ -330,13 +331,13 @@ static void validate_shard(const mrcnn_shard *sh) {
             bad_file(p, "categories/id[%lld] = %lld is not above categories/id[%lld] = %lld (ids must ascend)",
                      (long long)c, (long long)sh->category_ids[c], (long long)(c - 1), (long long)sh->category_ids[c - 1]);
     int64_t names_len = sh->name_offset[n];
-    check_offsets(sh->name_offset, n, names_len, "images/names_offset", p);
+    check_offsets(sh->name_offset, n, names_len, MRCNN_SHARD_IMAGES_NAMES_OFFSET, p);
     if (memchr(sh->names, 0, (size_t)names_len)) {
         int64_t at = (int64_t)((const char *)memchr(sh->names, 0, (size_t)names_len) - sh->names), i = 0;
         while (i < n && sh->name_offset[i + 1] <= at) i++;
         bad_file(p, "images/names of image [%lld] contains a NUL byte", (long long)i);
     }
-    check_offsets(sh->rle_offset, m, sh->rle_bytes, "annotations/rle_offset", p);
+    check_offsets(sh->rle_offset, m, sh->rle_bytes, MRCNN_SHARD_ANNOTATIONS_RLE_OFFSET, p);
     int64_t next_ann = 0;
     for (int64_t i = 0; i < n; i++) {
         const long long I = (long long)i;
@@ -397,43 +398,43 @@ static void shard_read(mrcnn_shard *sh, const char *path, int64_t fapl) {
     hid_t f = open_file(path, fapl > 0 ? (hid_t)fapl : H5P_DEFAULT);
     sh->file = f;
     check_schema(f, p);
-    const int64_t n = sh->num_images = attr_count(f, "num_images", p, 0, MAX_ROWS);
-    const int64_t m = sh->num_annotations = attr_count(f, "num_annotations", p, 0, MAX_ROWS);
-    int64_t rows = ds_len(f, "images/id", p, -1, 1);
+    const int64_t n = sh->num_images = attr_count(f, MRCNN_SHARD_ATTR_NUM_IMAGES, p, 0, MAX_ROWS);
+    const int64_t m = sh->num_annotations = attr_count(f, MRCNN_SHARD_ATTR_NUM_ANNOTATIONS, p, 0, MAX_ROWS);
+    int64_t rows = ds_len(f, MRCNN_SHARD_IMAGES_ID, p, -1, 1);
     if (rows != n) bad_file(p, "the attribute num_images = %lld, but dataset 'images/id' has %lld rows", (long long)n, (long long)rows);
-    rows = ds_len(f, "annotations/id", p, -1, 1);
+    rows = ds_len(f, MRCNN_SHARD_ANNOTATIONS_ID, p, -1, 1);
     if (rows != m)
         bad_file(p, "the attribute num_annotations = %lld, but dataset 'annotations/id' has %lld rows", (long long)m, (long long)rows);
-    sh->image_id = ds_read(f, "images/id", p, H5T_NATIVE_INT64, n, 1);
-    sh->height = ds_read(f, "images/height", p, H5T_NATIVE_INT32, n, 1);
-    sh->width = ds_read(f, "images/width", p, H5T_NATIVE_INT32, n, 1);
-    sh->offset = ds_read(f, "images/offset", p, H5T_NATIVE_INT64, n, 1);
-    sh->length = ds_read(f, "images/length", p, H5T_NATIVE_INT64, n, 1);
-    sh->ann_start = ds_read(f, "images/ann_start", p, H5T_NATIVE_INT64, n, 1);
-    sh->ann_count = ds_read(f, "images/ann_count", p, H5T_NATIVE_INT64, n, 1);
-    sh->flags = ds_read(f, "images/flags", p, H5T_NATIVE_UINT8, n, 1);
-    sh->name_offset = ds_read(f, "images/names_offset", p, H5T_NATIVE_INT64, n + 1, 1);
+    sh->image_id = ds_read(f, MRCNN_SHARD_IMAGES_ID, p, H5T_NATIVE_INT64, n, 1);
+    sh->height = ds_read(f, MRCNN_SHARD_IMAGES_HEIGHT, p, H5T_NATIVE_INT32, n, 1);
+    sh->width = ds_read(f, MRCNN_SHARD_IMAGES_WIDTH, p, H5T_NATIVE_INT32, n, 1);
+    sh->offset = ds_read(f, MRCNN_SHARD_IMAGES_OFFSET, p, H5T_NATIVE_INT64, n, 1);
+    sh->length = ds_read(f, MRCNN_SHARD_IMAGES_LENGTH, p, H5T_NATIVE_INT64, n, 1);
+    sh->ann_start = ds_read(f, MRCNN_SHARD_IMAGES_ANN_START, p, H5T_NATIVE_INT64, n, 1);
+    sh->ann_count = ds_read(f, MRCNN_SHARD_IMAGES_ANN_COUNT, p, H5T_NATIVE_INT64, n, 1);
+    sh->flags = ds_read(f, MRCNN_SHARD_IMAGES_FLAGS, p, H5T_NATIVE_UINT8, n, 1);
+    sh->name_offset = ds_read(f, MRCNN_SHARD_IMAGES_NAMES_OFFSET, p, H5T_NATIVE_INT64, n + 1, 1);
     int64_t names_len = 0;
-    sh->names = ds_read_n(f, "images/names", p, H5T_NATIVE_UINT8, -1, 1, &names_len);
-    sh->ann_id = ds_read(f, "annotations/id", p, H5T_NATIVE_INT64, m, 1);
-    sh->ann_image = ds_read(f, "annotations/image", p, H5T_NATIVE_INT64, m, 1);
-    sh->ann_bbox = ds_read(f, "annotations/bbox", p, H5T_NATIVE_FLOAT, m, 4);
-    sh->ann_category_id = ds_read(f, "annotations/category_id", p, H5T_NATIVE_INT64, m, 1);
-    sh->ann_class = ds_read(f, "annotations/class", p, H5T_NATIVE_INT32, m, 1);
-    sh->ann_iscrowd = ds_read(f, "annotations/iscrowd", p, H5T_NATIVE_UINT8, m, 1);
-    sh->ann_area = ds_read(f, "annotations/area", p, H5T_NATIVE_DOUBLE, m, 1);
-    sh->rle_offset = ds_read(f, "annotations/rle_offset", p, H5T_NATIVE_INT64, m + 1, 1);
-    sh->category_ids = ds_read_n(f, "categories/id", p, H5T_NATIVE_INT64, -1, 1, &sh->num_categories);
+    sh->names = ds_read_n(f, MRCNN_SHARD_IMAGES_NAMES, p, H5T_NATIVE_UINT8, -1, 1, &names_len);
+    sh->ann_id = ds_read(f, MRCNN_SHARD_ANNOTATIONS_ID, p, H5T_NATIVE_INT64, m, 1);
+    sh->ann_image = ds_read(f, MRCNN_SHARD_ANNOTATIONS_IMAGE, p, H5T_NATIVE_INT64, m, 1);
+    sh->ann_bbox = ds_read(f, MRCNN_SHARD_ANNOTATIONS_BBOX, p, H5T_NATIVE_FLOAT, m, 4);
+    sh->ann_category_id = ds_read(f, MRCNN_SHARD_ANNOTATIONS_CATEGORY_ID, p, H5T_NATIVE_INT64, m, 1);
+    sh->ann_class = ds_read(f, MRCNN_SHARD_ANNOTATIONS_CLASS, p, H5T_NATIVE_INT32, m, 1);
+    sh->ann_iscrowd = ds_read(f, MRCNN_SHARD_ANNOTATIONS_ISCROWD, p, H5T_NATIVE_UINT8, m, 1);
+    sh->ann_area = ds_read(f, MRCNN_SHARD_ANNOTATIONS_AREA, p, H5T_NATIVE_DOUBLE, m, 1);
+    sh->rle_offset = ds_read(f, MRCNN_SHARD_ANNOTATIONS_RLE_OFFSET, p, H5T_NATIVE_INT64, m + 1, 1);
+    sh->category_ids = ds_read_n(f, MRCNN_SHARD_CATEGORIES_ID, p, H5T_NATIVE_INT64, -1, 1, &sh->num_categories);
     if (sh->num_categories > MAX_CLASSES) bad_file(p, "categories/id has %lld rows", (long long)sh->num_categories);
     /* No chunk cache for the byte streams: an image read then touches only the chunks
      * that hold its bytes (each read whole, as its checksum covers it). */
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
     H5_OR_FAIL(dapl, p, "dataset access list");
     H5_OR_FAIL(H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), p, "dataset access list");
-    sh->bytes_ds = ds_open(f, "images/bytes", p, dapl);
-    sh->image_bytes = ds_rows((hid_t)sh->bytes_ds, "images/bytes", p, -1, 1, 1);
-    sh->rle_ds = ds_open(f, "annotations/rle", p, dapl);
-    sh->rle_bytes = ds_rows((hid_t)sh->rle_ds, "annotations/rle", p, -1, 1, 1);
+    sh->bytes_ds = ds_open(f, MRCNN_SHARD_IMAGES_BYTES, p, dapl);
+    sh->image_bytes = ds_rows((hid_t)sh->bytes_ds, MRCNN_SHARD_IMAGES_BYTES, p, -1, 1, 1);
+    sh->rle_ds = ds_open(f, MRCNN_SHARD_ANNOTATIONS_RLE, p, dapl);
+    sh->rle_bytes = ds_rows((hid_t)sh->rle_ds, MRCNN_SHARD_ANNOTATIONS_RLE, p, -1, 1, 1);
     H5Pclose(dapl);
     mrcnn_h5_quiet_end(q);
     if (names_len != sh->name_offset[n])
@@ -467,8 +468,8 @@ void mrcnn_shard_set_open_shard(const mrcnn_shard_set *s, int i, mrcnn_shard *sh
 }
 
 void mrcnn_shard_close(mrcnn_shard *sh) {
-    if (sh->bytes_ds > 0) MRCNN_CHECK_HDF5(H5Dclose((hid_t)sh->bytes_ds), "images/bytes");
-    if (sh->rle_ds > 0) MRCNN_CHECK_HDF5(H5Dclose((hid_t)sh->rle_ds), "annotations/rle");
+    if (sh->bytes_ds > 0) MRCNN_CHECK_HDF5(H5Dclose((hid_t)sh->bytes_ds), MRCNN_SHARD_IMAGES_BYTES);
+    if (sh->rle_ds > 0) MRCNN_CHECK_HDF5(H5Dclose((hid_t)sh->rle_ds), MRCNN_SHARD_ANNOTATIONS_RLE);
     if (sh->file > 0) MRCNN_CHECK_HDF5(H5Fclose((hid_t)sh->file), "shard file");
     void *all[] = {sh->image_id, sh->height, sh->width, sh->offset, sh->length, sh->ann_start, sh->ann_count,
                    sh->flags, sh->name_offset, sh->names, sh->ann_id, sh->ann_image, sh->ann_bbox,

@@ -53,7 +53,7 @@ HEADERS = {
     "model.h": "model", "params.h": "model", "layers.h": "model",
     "backbone.h": "model", "heads.h": "model", "checkpoint.h": "model",
     "dist.h": "dist", "scaling_model.h": "dist", "nccl_start.h": "dist",
-    "data.h": "data", "train_feed.h": "data",
+    "data.h": "data", "train_feed.h": "data", "shard_schema.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
     "train.h": "train", "trainer.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train", "step_profile.h": "train",
 }
