@@ -1,6 +1,6 @@
 /* The model checkpoint (schema v1): the weights of a mrcnn_model in HDF5
  * (src/model/checkpoint_io.c). The training checkpoint that adds the optimizer state
- * beside /model is the trainer's (trainer.h, src/train/checkpoint.c). */
+ * beside /model is the trainer's (train_checkpoint.h, src/train/checkpoint.c). */
 #ifndef MRCNN_CHECKPOINT_H
 #define MRCNN_CHECKPOINT_H
 

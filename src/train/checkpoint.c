@@ -1,4 +1,4 @@
-/* Training checkpoints in HDF5 (layout in trainer.h). Written by rank 0 as a
+/* Training checkpoints in HDF5 (layout in train_checkpoint.h). Written by rank 0 as a
  * temporary file, fsynced, then renamed: a reader never sees a partial file under
  * the final name, and a kill -9 mid-write leaves the previous checkpoint intact. A
  * write that fails (disk full, file size limit, I/O error) is a fatal error naming the
@@ -17,7 +17,7 @@
  * header. A flipped byte anywhere in a checkpoint therefore fails its load. Loading
  * also rejects non-finite weights or momentum. Files written before checksums existed
  * (contiguous datasets) still load, without that verification. */
-#include "mrcnn/trainer.h"
+#include "mrcnn/train_checkpoint.h"
 #include "mrcnn/check.h"
 #include "mrcnn/checkpoint.h"
 #include "mrcnn/h5_errors.h"
