@@ -64,7 +64,7 @@ fi
 : "${VAL_IMAGES:=100}"                    # validation images
 : "${IMAGE_SIZE:=128}"                    # images are IMAGE_SIZE x IMAGE_SIZE
 : "${SHAPES_OPTS:=--classes 2 --objects 1:3 --scale 0.15:0.35 --occlusion 0.1}"
-: "${TINY_ITERS:=1200}"                   # iterations of the tiny model
+: "${TINY_ITERS:=1500}"                   # iterations of the tiny model
 : "${TINY_SEEDS=1 2 3 4 5}"               # (empty: none)
 : "${TINY_PRECISIONS:=fp32 bf16 fp16}"    # mrcnn side
 : "${TINY_SIZE:=128}"                     # train and test short side (resized from IMAGE_SIZE)
@@ -83,7 +83,7 @@ fi
 : "${HARD_DEADLINE_MIN:=}"               # (empty: none)
 : "${SCORE_THRESH:=0.001}"               # test score threshold, both sides (0.05 leaves weak models with no detections)
 : "${IMAGENET_SEED:=1000}"
-TINY_WARMUP=${TINY_WARMUP:-$((TINY_ITERS / 6))}
+TINY_WARMUP=${TINY_WARMUP:-$((TINY_ITERS / 10))}
 R50_WARMUP=${R50_WARMUP:-$((R50_ITERS / 4))}
 TINY_STEPS=${TINY_STEPS:-$((TINY_ITERS * 2 / 3)),$((TINY_ITERS * 8 / 9))}
 R50_STEPS=${R50_STEPS:-$((R50_ITERS * 3 / 4))}
@@ -261,7 +261,8 @@ imagenet_job() { # the fine-tuning load: MODEL.WEIGHTS = the ImageNet file alone
 
 # ---- 4. the queue, PAR at a time: the ImageNet load (short), then whole seeds, an R50
 # seed after every two tiny seeds, so that a deadline leaves seeds of both models ----
-JOBS_LIST=("imagenet_job")
+JOBS_LIST=()
+[ -n "$R50_SEEDS" ] && JOBS_LIST=("imagenet_job") # the ImageNet load belongs to the R50 part
 r50_seed() { JOBS_LIST+=("tv_job r50 $1"); for p in $R50_PRECISIONS; do JOBS_LIST+=("mrcnn_job r50 $p $1"); done; }
 tiny_seed() { JOBS_LIST+=("tv_job tiny $1"); for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $1"); done; }
 # shellcheck disable=SC2206
