@@ -31,8 +31,9 @@ typedef struct mrcnn_step_profile {
     double step_ms;                          // wall time of the traced step (tracing included)
 } mrcnn_step_profile;
 
-/* Adds one kept trace listing (one line per call) to p; n_images tells the image-level
- * convolutions from the ROI-level ones. Fails on a line it cannot read. */
+/* Adds one kept trace listing (one line per call) to p; a convolution is ROI-level when
+ * its batch is not n_images or when it lies between the listing's ROIAligns forward and
+ * their backward (a mask head on as many rows as images). Fails on a line it cannot read. */
 void mrcnn_step_profile_add_listing(mrcnn_step_profile *p, const char *listing, int n_images);
 void mrcnn_step_profile_print(FILE *f, const mrcnn_step_profile *p);
 /* Runs step(ctx) once (it must run the step directly, not replay a graph) with the

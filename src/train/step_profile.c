@@ -98,7 +98,9 @@ static int grads_asked(const char *s, const char *e) {
     return (arg_shape(s, e, "dx", sh, NULL) > 0) + (arg_shape(s, e, "dw", sh, NULL) > 0);
 }
 
-static void add_line(mrcnn_step_profile *p, const char *s, const char *e, int n_images) {
+/* roi: the line lies between a step's ROIAligns forward and their backward, where every
+ * convolution is the mask head's whatever its batch (its rows may equal the images'). */
+static void add_line(mrcnn_step_profile *p, const char *s, const char *e, int n_images, int roi) {
     const char *sp = memchr(s, ' ', (size_t)(e - s));
     const size_t nlen = (size_t)((sp ? sp : e) - s);
     if (!nlen) return;
@@ -118,13 +120,13 @@ static void add_line(mrcnn_step_profile *p, const char *s, const char *e, int n_
         int n;
         double f = conv_flops(s, e, &n);
         if (!strcmp(op, "nn.conv2d_backward")) f *= grads_asked(s, e);
-        p->flops[n == n_images ? MRCNN_PROFILE_IMAGE : MRCNN_PROFILE_MASK_HEAD] += f;
+        p->flops[n == n_images && !roi ? MRCNN_PROFILE_IMAGE : MRCNN_PROFILE_MASK_HEAD] += f;
     } else if (!strcmp(op, "nn.deconv2x2_forward") || !strcmp(op, "nn.deconv2x2_backward")) {
         // x (N,H,W,C) w (K,2,2,C): 2 x N H W C K 4
         if (arg_shape(s, e, "x", x, NULL) == 4 && arg_shape(s, e, "w", w, NULL) == 4) {
             double f = 2.0 * numel_of(x, 4) * (double)w[0] * 4;
             if (!strcmp(op, "nn.deconv2x2_backward")) f *= grads_asked(s, e);
-            p->flops[x[0] == n_images ? MRCNN_PROFILE_IMAGE : MRCNN_PROFILE_MASK_HEAD] += f;
+            p->flops[x[0] == n_images && !roi ? MRCNN_PROFILE_IMAGE : MRCNN_PROFILE_MASK_HEAD] += f;
         }
     } else if (!strcmp(op, "nn.linear_forward") || !strcmp(op, "nn.linear_backward")) {
         // x (N,in) w (out,in): 2 x N in out
@@ -137,10 +139,14 @@ static void add_line(mrcnn_step_profile *p, const char *s, const char *e, int n_
 }
 
 void mrcnn_step_profile_add_listing(mrcnn_step_profile *p, const char *listing, int n_images) {
+    static const char fwd[] = "nn.roi_align_forward ", bwd[] = "nn.roi_align_backward ";
+    int pooled = 0, unpooled = 0; // ROIAligns forward and backward so far
     for (const char *s = listing; s && *s;) {
         const char *e = strchr(s, '\n');
         if (!e) e = s + strlen(s);
-        add_line(p, s, e, n_images);
+        add_line(p, s, e, n_images, pooled > unpooled);
+        pooled += !strncmp(s, fwd, sizeof fwd - 1);
+        unpooled += !strncmp(s, bwd, sizeof bwd - 1);
         s = *e ? e + 1 : e;
     }
 }
