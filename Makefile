@@ -67,7 +67,7 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas
 # make libmrcnn_cuda.so, its .c files the host side in libmrcnn.a; backend_nocuda.c stands in
 # for all of them in a GPU=0 build.
 HOST_SRC := $(wildcard src/core/*.c src/ops/detect/*.c src/backend/*.c src/backend/cpu/*.c src/backend/open/*.c \
-                       src/model/*.c src/train/*.c src/dist/*.c src/data/*.c src/eval/*.c)
+                       src/model/*.c src/model/backbone/*.c src/model/heads/*.c src/train/*.c src/dist/*.c src/data/*.c src/eval/*.c)
 OPS_SRC := $(wildcard src/ops/*.c)
 CU_SRC := $(wildcard src/backend/cuda/*.cu)
 NOCUDA_SRC := src/backend/cuda/backend_nocuda.c

@@ -1,5 +1,5 @@
 /* The backbone: ResNet (frozen BN folded into its convs) and the FPN on top of it
- * (src/model/resnet.c, src/model/fpn.c). */
+ * (src/model/backbone/resnet.c, fpn.c). */
 #ifndef MRCNN_BACKBONE_H
 #define MRCNN_BACKBONE_H
 

@@ -1,6 +1,6 @@
 /* The three heads: the RPN head on the P levels, the box head and the mask head on
  * pooled ROI features. Each head owns its layers, its forward and backward, and its
- * training targets and losses (src/model/rpn_head.c, box_head.c, mask_head.c); the
+ * training targets and losses (src/model/heads/rpn_head.c, box_head.c, mask_head.c); the
  * training step (model.h, src/model/maskrcnn.c) orders the stages. */
 #ifndef MRCNN_HEADS_H
 #define MRCNN_HEADS_H

@@ -4,7 +4,7 @@
  * masks cropped to the fg ROIs) and its loss. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
-#include "model_internal.h"
+#include "../model_internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
-#include "model_internal.h"
+#include "../model_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * objectness and box regression. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
-#include "model_internal.h"
+#include "../model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
