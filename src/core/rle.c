@@ -129,6 +129,43 @@ static int cmp_u32(const void *a, const void *b) {
     return x > y ? 1 : x < y ? -1 : 0;
 }
 
+/* The polygon's edges traced on the fine grid into (u, v), one point per step along the
+ * longer axis of each edge; returns the number of points. */
+static int64_t trace_outline(const int *x, const int *y, int k, int *u, int *v) {
+    int64_t m = 0;
+    for (int j = 0; j < k; j++) {
+        int xs = x[j], xe = x[j + 1], ys = y[j], ye = y[j + 1];
+        int dx = abs(xe - xs), dy = abs(ys - ye);
+        int flip = (dx >= dy && xs > xe) || (dx < dy && ys > ye);
+        if (flip) {
+            int t = xs;
+            xs = xe, xe = t;
+            t = ys;
+            ys = ye, ye = t;
+        }
+        if (dx >= dy) {
+            double s = (double)(ye - ys) / dx;
+            for (int d = 0; d <= dx; d++) {
+                int t = flip ? dx - d : d;
+                u[m] = t + xs;
+                /* a zero-length edge makes s 0/0 = NaN; maskApi converts that to int, which
+                 * x86 makes INT_MIN: the same value, without the undefined conversion */
+                v[m] = dx ? (int)(ys + s * t + .5) : INT_MIN;
+                m++;
+            }
+        } else {
+            double s = (double)(xe - xs) / dy;
+            for (int d = 0; d <= dy; d++) {
+                int t = flip ? dy - d : d;
+                v[m] = t + ys;
+                u[m] = (int)(xs + s * t + .5);
+                m++;
+            }
+        }
+    }
+    return m;
+}
+
 /* Rasterizes like maskApi's rleFrPoly: the outline is traced on a 5x finer grid, the
  * points where it crosses pixel-column centres become run boundaries. */
 void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, int64_t w) {
@@ -162,37 +199,7 @@ void mrcnn_rle_from_polygon(mrcnn_rle *r, const double *xy, int k, int64_t h, in
     }
     int *u = MRCNN_MALLOC(sizeof(int) * (size_t)(npts + 1), "polygon trace u");
     int *v = MRCNN_MALLOC(sizeof(int) * (size_t)(npts + 1), "polygon trace v");
-    int64_t m = 0;
-    for (int j = 0; j < k; j++) {
-        int xs = x[j], xe = x[j + 1], ys = y[j], ye = y[j + 1];
-        int dx = abs(xe - xs), dy = abs(ys - ye);
-        int flip = (dx >= dy && xs > xe) || (dx < dy && ys > ye);
-        if (flip) {
-            int t = xs;
-            xs = xe, xe = t;
-            t = ys;
-            ys = ye, ye = t;
-        }
-        if (dx >= dy) {
-            double s = (double)(ye - ys) / dx;
-            for (int d = 0; d <= dx; d++) {
-                int t = flip ? dx - d : d;
-                u[m] = t + xs;
-                /* a zero-length edge makes s 0/0 = NaN; maskApi converts that to int, which
-                 * x86 makes INT_MIN: the same value, without the undefined conversion */
-                v[m] = dx ? (int)(ys + s * t + .5) : INT_MIN;
-                m++;
-            }
-        } else {
-            double s = (double)(xe - xs) / dy;
-            for (int d = 0; d <= dy; d++) {
-                int t = flip ? dy - d : d;
-                v[m] = t + ys;
-                u[m] = (int)(xs + s * t + .5);
-                m++;
-            }
-        }
-    }
+    int64_t m = trace_outline(x, y, k, u, v);
     /* Keep the crossings of column centres, moved back to the pixel grid. */
     int64_t nb = 0;
     uint32_t *a = MRCNN_MALLOC(sizeof(uint32_t) * (size_t)(m + 1), "polygon boundaries");

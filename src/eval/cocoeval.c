@@ -350,6 +350,40 @@ static void accumulate_category(eval_ctx *x, int64_t k, mrcnn_coco_eval *e, cons
     free(sc), free(src), free(idx), free(rc), free(pr), free(st);
 }
 
+/* The cells (category, image) of the sorted gt and detection lists, merged: each cell's
+ * range in both lists and in the kept (top max-dets) detections, and each category's
+ * first cell. */
+static void build_cells(eval_ctx *x, const cell_pair *gp, int64_t ng, const cell_pair *dp, int64_t nd) {
+    const int64_t I = x->I, K = x->K;
+    int64_t cap = ng + nd + 1;
+    x->gt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "gt cell starts");
+    x->dt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "detection cell starts");
+    x->kept_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "kept detection starts");
+    x->cat_start = MRCNN_CALLOC((size_t)K + 1, sizeof(int64_t), "category cell starts");
+    x->gt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ng + 1), "gt lists");
+    x->dt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(nd + 1), "detection lists");
+    for (int64_t n = 0; n < ng; n++) x->gt_list[n] = gp[n].index;
+    for (int64_t n = 0; n < nd; n++) x->dt_list[n] = dp[n].index;
+    int64_t gi = 0, di = 0, nc = 0;
+    x->kept_start[0] = 0;
+    while (gi < ng || di < nd) {
+        int64_t key = gi < ng ? gp[gi].key : INT64_MAX;
+        if (di < nd && dp[di].key < key) key = dp[di].key;
+        x->gt_start[nc] = gi;
+        x->dt_start[nc] = di;
+        while (gi < ng && gp[gi].key == key) gi++;
+        while (di < nd && dp[di].key == key) di++;
+        int64_t n = di - x->dt_start[nc];
+        x->kept_start[nc + 1] = x->kept_start[nc] + (n < k_max_dets[M_ - 1] ? n : k_max_dets[M_ - 1]);
+        x->cat_start[key / I + 1]++;
+        nc++;
+    }
+    x->gt_start[nc] = gi;
+    x->dt_start[nc] = di;
+    x->NC = nc;
+    for (int64_t k = 0; k < K; k++) x->cat_start[k + 1] += x->cat_start[k];
+}
+
 void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, mrcnn_iou_type type,
                          int threads, mrcnn_coco_eval *out) {
     double t0 = mrcnn_time_now();
@@ -403,34 +437,8 @@ void mrcnn_coco_evaluate(const mrcnn_coco_gt *gt, const mrcnn_coco_dets *dets, m
     qsort(gp, (size_t)ng, sizeof(cell_pair), cmp_cell_pair);
     qsort(dp, (size_t)nd, sizeof(cell_pair), cmp_cell_pair);
 
-    /* Merge the two sorted lists into cells. */
-    int64_t cap = ng + nd + 1;
-    x.gt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "gt cell starts");
-    x.dt_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "detection cell starts");
-    x.kept_start = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(cap + 1), "kept detection starts");
-    x.cat_start = MRCNN_CALLOC((size_t)K + 1, sizeof(int64_t), "category cell starts");
-    x.gt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ng + 1), "gt lists");
-    x.dt_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(nd + 1), "detection lists");
-    for (int64_t n = 0; n < ng; n++) x.gt_list[n] = gp[n].index;
-    for (int64_t n = 0; n < nd; n++) x.dt_list[n] = dp[n].index;
-    int64_t gi = 0, di = 0, nc = 0;
-    x.kept_start[0] = 0;
-    while (gi < ng || di < nd) {
-        int64_t key = gi < ng ? gp[gi].key : INT64_MAX;
-        if (di < nd && dp[di].key < key) key = dp[di].key;
-        x.gt_start[nc] = gi;
-        x.dt_start[nc] = di;
-        while (gi < ng && gp[gi].key == key) gi++;
-        while (di < nd && dp[di].key == key) di++;
-        int64_t n = di - x.dt_start[nc];
-        x.kept_start[nc + 1] = x.kept_start[nc] + (n < k_max_dets[M_ - 1] ? n : k_max_dets[M_ - 1]);
-        x.cat_start[key / I + 1]++;
-        nc++;
-    }
-    x.gt_start[nc] = gi;
-    x.dt_start[nc] = di;
-    x.NC = nc;
-    for (int64_t k = 0; k < K; k++) x.cat_start[k + 1] += x.cat_start[k];
+    build_cells(&x, gp, ng, dp, nd);
+    int64_t nc = x.NC;
     free(gp), free(dp);
 
     int64_t kept = x.kept_start[nc];

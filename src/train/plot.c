@@ -219,6 +219,18 @@ static void plot_series(mrcnn_plot_buf *b, const run_table *runs, char (*csv)[13
     }
 }
 
+/* The picture's title: the run and its config line, or the runs compared with their dash styles. */
+static void run_title(char *title, size_t len, const run_table *runs, int n_runs, const char *cfg_line) {
+    if (n_runs == 1) {
+        snprintf(title, len, "training: run %s%s%s", runs[0].name, cfg_line[0] ? " - " : "", cfg_line);
+        return;
+    }
+    int n = snprintf(title, len, "training: runs");
+    for (int r = 0; r < n_runs && n < (int)len; r++)
+        n += snprintf(title + n, len - n, "%s %s (%s)", r ? " vs" : "", runs[r].name,
+                      r == 0 ? "solid" : r % 5 == 1 ? "dashed" : "dash pattern ");
+}
+
 int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out_dir, const char *config) {
     if (n_runs < 1 || !mrcnn_plot_enabled()) return 0;
     run_table *runs = MRCNN_CALLOC((size_t)n_runs, sizeof *runs, "plot runs");
@@ -263,14 +275,7 @@ int mrcnn_plot_training(const char *const *run_dirs, int n_runs, const char *out
                 col_shows(&runs[r], col_of(&runs[r], "skipped"), 1);
     }
     char title[1400], q[2900];
-    if (n_runs == 1) {
-        snprintf(title, sizeof title, "training: run %s%s%s", runs[0].name, cfg_line[0] ? " - " : "", cfg_line);
-    } else {
-        int n = snprintf(title, sizeof title, "training: runs");
-        for (int r = 0; r < n_runs && n < (int)sizeof title; r++)
-            n += snprintf(title + n, sizeof title - n, "%s %s (%s)", r ? " vs" : "", runs[r].name,
-                          r == 0 ? "solid" : r % 5 == 1 ? "dashed" : "dash pattern " );
-    }
+    run_title(title, sizeof title, runs, n_runs, cfg_line);
     mrcnn_plot_quote(q, sizeof q, title);
     mrcnn_plot_buf b = {0};
     mrcnn_plot_buf_printf(&b,

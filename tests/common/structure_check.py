@@ -83,12 +83,9 @@ KNOWN = {
     ("long", "bench_train_main"),  # src/cli/bench_train.c
     ("long", "mrcnn_cmd_predict"),  # src/cli/cmd_predict.c
     ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
-    ("long", "mrcnn_rle_from_polygon"),  # src/core/rle.c
     ("long", "plan_batch"),  # src/data/loader.c
     ("long", "eval_cell"),  # src/eval/cocoeval.c
-    ("long", "mrcnn_coco_evaluate"),  # src/eval/cocoeval.c
     ("long", "read_group"),  # src/model/checkpoint_io.c
-    ("long", "mrcnn_plot_training"),  # src/train/plot.c
     ("long", "mrcnn_trainer_run"),  # src/train/trainer.c
     ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c
     ("long", "make_image"),  # data_prep/cmd_shapes.c
