@@ -86,7 +86,6 @@ KNOWN = {
     ("long", "plan_batch"),  # src/data/loader.c
     ("long", "eval_cell"),  # src/eval/cocoeval.c
     ("long", "read_group"),  # src/model/checkpoint_io.c
-    ("long", "mrcnn_trainer_run"),  # src/train/trainer.c
     ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c
     ("long", "make_image"),  # data_prep/cmd_shapes.c
     ("long", "coco_resolve"),  # data_prep/coco_resolve.c
