@@ -69,6 +69,18 @@ typedef struct mrcnn_roi_sample_desc {
     mrcnn_box_coder coder;    // (10, 10, 5, 5)
 } mrcnn_roi_sample_desc;
 
+/* Inference's box post-processing, per image as postprocess.h's mrcnn_detect_postprocess
+ * (torchvision's RoIHeads.postprocess_detections). */
+typedef struct mrcnn_detect_desc {
+    int n_images;         // N
+    int num_classes;      // K including background (column 0)
+    int max_detections;   // D: the capacity per image
+    float score_thresh;   // kept when score > thresh
+    float nms_thresh;     // per class
+    float min_size;       // boxes narrower or lower than this are dropped
+    mrcnn_box_coder coder; // (10, 10, 5, 5)
+} mrcnn_detect_desc;
+
 /* RNG: rngs is an (N, MRCNN_RNG_WORDS) int32 tensor on the backend's device, row i the
  * five words of image i's mrcnn_rng (key[0], key[1], ctr[0], ctr[1], ctr[2], the struct's
  * bytes), keyed as the host helpers key them (mrcnn_rng_make(seed, epoch, image index,
@@ -77,6 +89,8 @@ typedef struct mrcnn_roi_sample_desc {
  * graph) replays the same calls, so the host stages them into device memory instead.
  * Same streams, same draws: the results equal the host helpers' exactly. */
 #define MRCNN_RNG_WORDS 5
+/* Candidates per image a GPU's detect_boxes keeps for its NMS (its sort and mask fit). */
+#define MRCNN_DETECT_MAX_CANDIDATES 16384
 typedef struct mrcnn_backend_detect {
     /* RPN: assign targets (IoU fg / bg, low-quality matches), encode (1, 1, 1, 1),
      * balanced sampling, then scatter level-major as the RPN head's NHWC outputs. */
@@ -138,6 +152,35 @@ typedef struct mrcnn_backend_detect {
                                 mrcnn_tensor *y);
     void (*gather_class_deltas_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
                                          const mrcnn_tensor *labels, mrcnn_tensor *dx);
+    /* Inference (mrcnn_model_detect), so that a batch's detections come back to the host
+     * in one read. proposal_rois: the proposals as ROI rows (image, x1, y1, x2, y2),
+     * compacted over the batch (valid rows first, in image order; padding rows image -1,
+     * zeros), n_rois (1) fp32 their count. */
+    void (*proposal_rois)(const mrcnn_backend *be,
+                          const mrcnn_tensor *proposals, // (N, P, 4) fp32
+                          const mrcnn_tensor *counts,    // (N) int32
+                          mrcnn_tensor *rois,            // (N*P, 5) fp32
+                          mrcnn_tensor *n_rois);         // (1) fp32
+    /* The box head's outputs on rois (padding rows skipped) post-processed per image as
+     * mrcnn_detect_postprocess: softmax, per-class decode, clip to image_hw, score and
+     * size thresholds, per-class NMS, the best max_detections. The detections are
+     * compacted over the batch: image order, by descending score within an image (that
+     * function's order); padding rows image -1, zero box and score, label -1. A GPU keeps
+     * at most MRCNN_DETECT_MAX_CANDIDATES (class, box) candidates per image before the NMS,
+     * the highest-scoring ones. */
+    void (*detect_boxes)(const mrcnn_backend *be, const mrcnn_detect_desc *d,
+                         const mrcnn_tensor *logits,   // (R, K) any float dtype
+                         const mrcnn_tensor *deltas,   // (R, 4K) any float dtype
+                         const mrcnn_tensor *rois,     // (R, 5) fp32, as proposal_rois makes them
+                         const mrcnn_tensor *image_hw, // (N, 2) int32
+                         mrcnn_tensor *boxes,          // (N*D, 5) fp32 (image, x1, y1, x2, y2)
+                         mrcnn_tensor *scores,         // (N*D) fp32
+                         mrcnn_tensor *labels,         // (N*D) int32, 1..K-1
+                         mrcnn_tensor *count);         // (1) fp32: the valid rows
+    /* maskrcnn_inference: y (R, M, M) fp32 = sigmoid of channel labels[r] of the mask
+     * logits x (R, M, M, K) (any float dtype), as mrcnn_mask_probs; rows whose label is
+     * outside [0, K) get zeros. */
+    void (*mask_probs)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels, mrcnn_tensor *y);
     /* The value of a 1-element count tensor when the host can see it WITHOUT waiting
      * for the device (the CPU backend, whose memory is the host's: not a read), else -1
      * (CUDA). The model trims the ROI heads to the valid rows when it can and runs the

@@ -257,6 +257,14 @@ typedef struct mrcnn_detections {
     int *counts;       // (N)
     float *mask_probs; // (N, D, M, M) sigmoid of the label's mask logits
 } mrcnn_detections;
+/* Inference on batch b: backbone, proposals, the box head on every proposal, the box
+ * post-processing (postprocess.h's semantics), the mask head on the detections and their
+ * mask probabilities, all as backend ops; then ONE device -> host read (the batch's
+ * detections, masks and count in one buffer) fills det. st's device tensors live in ws. */
+void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+                         mrcnn_detections *det);
+/* mrcnn_model_predict, then the host copies of the proposals (st->proposals,
+ * proposal_scores, proposal_counts: three more reads), for tools and tests. */
 void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
                         mrcnn_detections *det);
 void mrcnn_detections_free(mrcnn_detections *det);

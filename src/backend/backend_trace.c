@@ -291,6 +291,23 @@ static void ln_sample_desc(line *L, const mrcnn_roi_sample_desc *d) {
     put(L, "}");
 }
 
+static void ln_detect_desc(line *L, const mrcnn_detect_desc *d) {
+    if (!d) {
+        put(L, " d=-");
+        return;
+    }
+    put(L, " d={n=%d classes=%d max_det=%d", d->n_images, d->num_classes, d->max_detections);
+    ln_f32(L, "score", d->score_thresh);
+    ln_f32(L, "nms", d->nms_thresh);
+    ln_f32(L, "min_size", d->min_size);
+    ln_f32(L, "coder.wx", d->coder.wx);
+    ln_f32(L, "coder.wy", d->coder.wy);
+    ln_f32(L, "coder.ww", d->coder.ww);
+    ln_f32(L, "coder.wh", d->coder.wh);
+    ln_f32(L, "coder.clip", d->coder.clip);
+    put(L, "}");
+}
+
 static void ln_gt(line *L, const mrcnn_gt_batch *g) {
     if (!g) {
         put(L, " gt=-");
@@ -458,6 +475,7 @@ static int t_opt_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
 #define TR_D_prop(d) ln_prop_desc(L, d);
 #define TR_D_sample(d) ln_sample_desc(L, d);
 #define TR_D_gt(g) ln_gt(L, g);
+#define TR_D_detect(d) ln_detect_desc(L, d);
 
 /* The line "<table>.<name> <fields>", then the entry it replaced (the HAND entries'
  * wrappers are above). Calls the host can see without a wait (count_hint's value on

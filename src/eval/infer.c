@@ -1,6 +1,7 @@
-/* The model side of inference: one prepared image through mrcnn_model_detect, then
- * torchvision's transform.postprocess (boxes back to the original size, masks pasted
- * into the full image and thresholded at 0.5) and RLE encoding. */
+/* The model side of inference: one prepared image through mrcnn_model_predict (one
+ * device -> host read), then torchvision's transform.postprocess (boxes back to the
+ * original size, masks pasted into the full image and thresholded at 0.5) and RLE
+ * encoding. */
 #include "mrcnn/backend_open.h"
 #include "mrcnn/infer.h"
 
@@ -9,6 +10,7 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/checkpoint.h"
+#include "mrcnn/log.h"
 #include "mrcnn/model.h"
 #include "mrcnn/postprocess.h"
 
@@ -16,6 +18,10 @@ struct mrcnn_infer {
     mrcnn_backend *be;
     mrcnn_model model;
     mrcnn_ws ws;
+    /* device -> host reads (the backend's counter) over the images run, reported when
+     * destroyed: on a GPU each one is a wait, so a batch should make one */
+    int64_t images;
+    uint64_t reads, max_reads;
 };
 
 static mrcnn_infer *infer_alloc(const mrcnn_config *cfg, int device) {
@@ -66,6 +72,9 @@ void mrcnn_infer_set_weights(mrcnn_infer *inf, const mrcnn_backend *src_be, cons
 
 void mrcnn_infer_destroy(mrcnn_infer *inf) {
     if (!inf) return;
+    if (inf->images > 0)
+        mrcnn_info("inference on %s: %lld images, %llu device->host reads, at most %llu per image", inf->be->name,
+                   (long long)inf->images, (unsigned long long)inf->reads, (unsigned long long)inf->max_reads);
     mrcnn_ws_free(&inf->ws);
     mrcnn_model_free(&inf->model);
     mrcnn_backend_destroy(inf->be);
@@ -88,6 +97,7 @@ void mrcnn_infer_run(mrcnn_infer *inf, const mrcnn_infer_input *in, mrcnn_instan
                 "image %lld: canvas %dx%d is not a multiple of 32 (INPUT.SIZE_DIVISIBILITY)", (long long)in->image_id,
                 in->canvas_h, in->canvas_w);
     mrcnn_model *m = &inf->model;
+    const uint64_t reads0 = mrcnn_backend_stats_get(inf->be).reads;
     int64_t shape[4] = {1, in->canvas_h, in->canvas_w, 3};
     mrcnn_batch b;
     memset(&b, 0, sizeof b);
@@ -100,7 +110,11 @@ void mrcnn_infer_run(mrcnn_infer *inf, const mrcnn_infer_input *in, mrcnn_instan
     mrcnn_step st;
     memset(&st, 0, sizeof st);
     mrcnn_detections det;
-    mrcnn_model_detect(m, &inf->ws, &b, &st, &det);
+    mrcnn_model_predict(m, &inf->ws, &b, &st, &det);
+    const uint64_t reads = mrcnn_backend_stats_get(inf->be).reads - reads0;
+    inf->images++;
+    inf->reads += reads;
+    if (reads > inf->max_reads) inf->max_reads = reads;
 
     int n = det.counts[0], M = det.mask_size;
     memset(out, 0, sizeof *out);

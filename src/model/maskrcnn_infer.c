@@ -1,21 +1,15 @@
-/* The host side of Mask R-CNN's results: inference (mrcnn_model_detect: the box head on
- * every proposal, the host's postprocessing, the mask head on the detections) and the
- * tests' view of a training step (mrcnn_model_read_step). Both read device tensors back;
- * the training path reads nothing here. */
+/* The host side of Mask R-CNN's results: inference (mrcnn_model_predict: the box head on
+ * every proposal, the post-processing and the mask head on the detections, all backend
+ * ops, then one read of the batch's results; mrcnn_model_detect adds the proposals'
+ * host copies) and the tests' view of a training step (mrcnn_model_read_step). The
+ * training path reads nothing here. */
+#include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
-#include "mrcnn/postprocess.h"
 #include "model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static float *read_host(const mrcnn_backend *be, const mrcnn_tensor *t) {
-    int64_t n = mrcnn_tensor_numel(t);
-    float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), "host copy");
-    mrcnn_read_f32(be, t, h);
-    return h;
-}
 
 /* Host copies of the proposals (inference, tests). */
 static void read_proposals(const mrcnn_model *m, mrcnn_step *st) {
@@ -81,92 +75,111 @@ void mrcnn_model_read_step(const mrcnn_model *m, mrcnn_step *st) {
 
 /* ---- inference ------------------------------------------------------------------ */
 
-void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
-                        mrcnn_detections *det) {
-    const mrcnn_config *c = &m->cfg;
-    mrcnn_model_forward_features(m, ws, b, st);
-    mrcnn_model_proposals(m, ws, false, st);
-    read_proposals(m, st);
-    int N = st->n_images, K = m->num_classes, D = c->roi_detections_per_image;
-    int M = 2 * c->mask_head_pooler_resolution;
-    // every proposal goes through the box head
-    int R = 0;
-    for (int i = 0; i < N; i++) R += (int)st->proposal_counts[i];
-    st->rois = MRCNN_MALLOC((size_t)(R ? R : 1) * 5 * sizeof(float), "rois");
-    st->roi_image_start = MRCNN_CALLOC((size_t)N + 1, sizeof(int), "roi image starts");
-    R = 0;
-    for (int i = 0; i < N; i++) {
-        st->roi_image_start[i] = R;
-        for (int j = 0; j < st->proposal_counts[i]; j++, R++) {
-            st->rois[R * 5] = (float)i;
-            memcpy(st->rois + R * 5 + 1, st->proposals + ((size_t)i * st->prop_cap + j) * 4,
-                   4 * sizeof(float));
-        }
-    }
-    st->roi_image_start[N] = R;
-    st->n_rois = R;
-    st->rois_dev = model_upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){R, 5}, st->rois);
-    model_run_box_head(m, ws, st);
-    float *logits = read_host(m->be, &st->box.logits);
-    float *deltas = read_host(m->be, &st->box.deltas);
+/* The batch's results in one device buffer, so that they come back in one read: fp32
+ * words, rows first (the ROIAlign input of the mask head starts the allocation). */
+typedef struct {
+    mrcnn_tensor all;    // (ND * (7 + M * M) + 1) fp32
+    mrcnn_tensor rows;   // (ND, 5) fp32 (image, x1, y1, x2, y2), valid rows first
+    mrcnn_tensor scores; // (ND) fp32
+    mrcnn_tensor labels; // (ND) int32 (the same words, other type)
+    mrcnn_tensor probs;  // (ND, M, M) fp32
+    mrcnn_tensor count;  // (1) fp32
+} det_packed;
+
+static det_packed det_packed_make(mrcnn_ws *ws, int64_t ND, int M) {
+    det_packed p;
+    const int64_t mm = (int64_t)M * M;
+    // zeroed: on a backend that trims the mask head, rows past the count are never written
+    p.all = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){ND * (7 + mm) + 1});
+    float *base = (float *)p.all.data;
+    mrcnn_device dev = p.all.device;
+    p.rows = mrcnn_tensor_view(base, MRCNN_DTYPE_F32, dev, 2, (int64_t[]){ND, 5});
+    p.scores = mrcnn_tensor_view(base + ND * 5, MRCNN_DTYPE_F32, dev, 1, (int64_t[]){ND});
+    p.labels = mrcnn_tensor_view(base + ND * 6, MRCNN_DTYPE_I32, dev, 1, (int64_t[]){ND});
+    p.probs = mrcnn_tensor_view(base + ND * 7, MRCNN_DTYPE_F32, dev, 3, (int64_t[]){ND, M, M});
+    p.count = mrcnn_tensor_view(base + ND * (7 + mm), MRCNN_DTYPE_F32, dev, 1, (int64_t[]){1});
+    return p;
+}
+
+/* The host copy of the packed buffer into det (per image, D rows each). */
+static void det_unpack(const float *h, int N, int D, int M, mrcnn_detections *det) {
+    const int64_t ND = (int64_t)N * D, mm = (int64_t)M * M;
     memset(det, 0, sizeof *det);
     det->n_images = N;
     det->cap = D;
     det->mask_size = M;
-    det->boxes = MRCNN_CALLOC((size_t)N * D * 4, sizeof(float), "detections");
-    det->scores = MRCNN_CALLOC((size_t)N * D, sizeof(float), "detection scores");
-    det->labels = MRCNN_CALLOC((size_t)N * D, sizeof(int32_t), "detection labels");
+    det->boxes = MRCNN_CALLOC((size_t)ND * 4, sizeof(float), "detections");
+    det->scores = MRCNN_CALLOC((size_t)ND, sizeof(float), "detection scores");
+    det->labels = MRCNN_CALLOC((size_t)ND, sizeof(int32_t), "detection labels");
     det->counts = MRCNN_CALLOC((size_t)N, sizeof(int), "detection counts");
-    det->mask_probs = MRCNN_CALLOC((size_t)N * D * M * M, sizeof(float), "mask probabilities");
-    mrcnn_detect_params dp = {
-        .num_classes = K,
+    det->mask_probs = MRCNN_CALLOC((size_t)ND * mm, sizeof(float), "mask probabilities");
+    const int64_t n = (int64_t)h[ND * (7 + mm)];
+    MRCNN_CHECK(n >= 0 && n <= ND, "detect: %lld detections, capacity %lld", (long long)n, (long long)ND);
+    const float *rows = h, *scores = h + ND * 5, *probs = h + ND * 7;
+    const int32_t *labels = (const int32_t *)(h + ND * 6);
+    for (int64_t r = 0; r < n; r++) {
+        const int i = (int)rows[r * 5];
+        MRCNN_CHECK(i >= 0 && i < N && det->counts[i] < D && (r == 0 || i >= (int)rows[(r - 1) * 5]),
+                    "detect: row %lld names image %d out of order (of %d)", (long long)r, i, N);
+        const int64_t o = (int64_t)i * D + det->counts[i]++;
+        memcpy(det->boxes + o * 4, rows + r * 5 + 1, 4 * sizeof(float));
+        det->scores[o] = scores[r];
+        det->labels[o] = labels[r];
+        memcpy(det->mask_probs + o * mm, probs + r * mm, (size_t)mm * sizeof(float));
+    }
+}
+
+void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+                         mrcnn_detections *det) {
+    const mrcnn_config *c = &m->cfg;
+    const mrcnn_backend *be = m->be;
+    mrcnn_model_forward_features(m, ws, b, st);
+    mrcnn_model_proposals(m, ws, false, st);
+    const int N = st->n_images, P = st->prop_cap, D = c->roi_detections_per_image;
+    const int M = 2 * c->mask_head_pooler_resolution;
+    const int64_t NP = (int64_t)N * P, ND = (int64_t)N * D;
+    det_packed out = det_packed_make(ws, ND, M);
+    // every proposal goes through the box head: the valid rows when the backend can tell
+    // their count without a wait, the whole capacity (padding rows skipped) otherwise
+    mrcnn_tensor rois = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){NP, 5});
+    mrcnn_tensor n_rois = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
+    be->det.proposal_rois(be, &st->proposals_dev, &st->proposal_counts_dev, &rois, &n_rois);
+    int64_t R = count_hint(be, &n_rois);
+    st->n_rois = (int)(R >= 0 ? R : NP);
+    st->rois_dev = rows_view(&rois, st->n_rois);
+    model_run_box_head(m, ws, st);
+    const mrcnn_detect_desc dd = {
+        .n_images = N,
+        .num_classes = m->num_classes,
+        .max_detections = D,
         .score_thresh = c->roi_score_thresh_test,
         .nms_thresh = c->roi_nms_thresh_test,
-        .max_detections = D,
-        .min_size = 1e-2f,
-        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1],
-                                      c->box_reg_weights.v[2], c->box_reg_weights.v[3]),
+        .min_size = 1e-2f, // torchvision's, not a config key
+        .coder = mrcnn_box_coder_make(c->box_reg_weights.v[0], c->box_reg_weights.v[1], c->box_reg_weights.v[2],
+                                      c->box_reg_weights.v[3]),
     };
-    int Rf = 0;
-    for (int i = 0; i < N; i++) {
-        int r0 = st->roi_image_start[i], n = st->roi_image_start[i + 1] - r0;
-        float *pb = MRCNN_MALLOC((size_t)(n ? n : 1) * 4 * sizeof(float), "proposal boxes");
-        for (int j = 0; j < n; j++) memcpy(pb + j * 4, st->rois + (r0 + j) * 5 + 1, 4 * sizeof(float));
-        det->counts[i] = mrcnn_detect_postprocess(&dp, n, logits + (size_t)r0 * K,
-                                                  deltas + (size_t)r0 * K * 4, pb, b->image_hw[2 * i],
-                                                  b->image_hw[2 * i + 1], det->boxes + (size_t)i * D * 4,
-                                                  det->scores + (size_t)i * D,
-                                                  det->labels + (size_t)i * D);
-        Rf += det->counts[i];
-        free(pb);
-    }
-    free(logits);
-    free(deltas);
-    // the mask head runs on the detections
-    st->fg_rois = MRCNN_MALLOC((size_t)(Rf ? Rf : 1) * 5 * sizeof(float), "detection rois");
-    st->fg_labels = MRCNN_MALLOC((size_t)(Rf ? Rf : 1) * sizeof(int32_t), "detection labels");
-    Rf = 0;
-    for (int i = 0; i < N; i++)
-        for (int j = 0; j < det->counts[i]; j++, Rf++) {
-            st->fg_rois[Rf * 5] = (float)i;
-            memcpy(st->fg_rois + Rf * 5 + 1, det->boxes + ((size_t)i * D + j) * 4, 4 * sizeof(float));
-            st->fg_labels[Rf] = det->labels[(size_t)i * D + j];
-        }
-    st->n_fg = Rf;
-    st->fg_rois_dev = model_upload(ws, MRCNN_DTYPE_F32, 2, (int64_t[]){Rf, 5}, st->fg_rois);
+    be->det.detect_boxes(be, &dd, &st->box.logits, &st->box.deltas, &st->rois_dev, &st->image_hw_dev, &out.rows,
+                         &out.scores, &out.labels, &out.count);
+    // the mask head runs on the detections, then the chosen class's probabilities
+    int64_t Rf = count_hint(be, &out.count);
+    st->n_fg = (int)(Rf >= 0 ? Rf : ND);
+    st->fg_rois_dev = rows_view(&out.rows, st->n_fg);
+    st->fg_labels_dev = rows_view(&out.labels, st->n_fg);
     model_run_mask_head(m, ws, st);
-    if (Rf > 0) {
-        float *ml = read_host(m->be, &st->mask.logits);
-        float *probs = MRCNN_MALLOC((size_t)Rf * M * M * sizeof(float), "mask probs");
-        mrcnn_mask_probs(Rf, M, K, ml, st->fg_labels, probs);
-        Rf = 0;
-        for (int i = 0; i < N; i++)
-            for (int j = 0; j < det->counts[i]; j++, Rf++)
-                memcpy(det->mask_probs + ((size_t)i * D + j) * M * M, probs + (size_t)Rf * M * M,
-                       (size_t)M * M * sizeof(float));
-        free(ml);
-        free(probs);
+    if (st->n_fg > 0) {
+        mrcnn_tensor probs = rows_view(&out.probs, st->n_fg);
+        be->det.mask_probs(be, &st->mask.logits, &st->fg_labels_dev, &probs);
     }
+    float *h = MRCNN_MALLOC(mrcnn_tensor_nbytes(&out.all), "detections host copy");
+    be->mem.read(be, &out.all, h); // the batch's one read
+    det_unpack(h, N, D, M, det);
+    free(h);
+}
+
+void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+                        mrcnn_detections *det) {
+    mrcnn_model_predict(m, ws, b, st, det);
+    read_proposals(m, st);
 }
 
 void mrcnn_detections_free(mrcnn_detections *det) {

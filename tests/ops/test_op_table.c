@@ -757,6 +757,7 @@ static void case_info_peak_mb(ctx *c) {
 }
 
 #include "op_table_det.inc"
+#include "op_table_infer.inc"
 
 /* ---- the table ---- */
 

@@ -1,5 +1,6 @@
 /* The full CPU backend: the generic ops of backend_cpu.c plus ROIAlign, the class gathers and
- * the detection ops of detect_ops.h (roi_align_cpu.c, gather_cpu.c, backend_cpu_detect.c). */
+ * the detection ops of detect_ops.h (roi_align_cpu.c, gather_cpu.c, backend_cpu_detect.c,
+ * backend_cpu_infer.c). */
 #include "mrcnn/backend.h"
 
 /* roi_align_cpu.c */
@@ -12,6 +13,8 @@ void mrcnn_cpu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
 void mrcnn_cpu_fill_gather_ops(mrcnn_backend *be);
 /* backend_cpu_detect.c */
 void mrcnn_cpu_fill_detect_ops(mrcnn_backend *be);
+/* backend_cpu_infer.c */
+void mrcnn_cpu_fill_infer_ops(mrcnn_backend *be);
 
 mrcnn_backend *mrcnn_backend_cpu_create(void) {
     mrcnn_backend *be = mrcnn_backend_cpu_create_generic();
@@ -19,6 +22,7 @@ mrcnn_backend *mrcnn_backend_cpu_create(void) {
     be->nn.roi_align_backward = mrcnn_cpu_roi_align_backward;
     mrcnn_cpu_fill_gather_ops(be);
     mrcnn_cpu_fill_detect_ops(be);
+    mrcnn_cpu_fill_infer_ops(be);
     mrcnn_backend_validate(be); // last: the checks wrap the entries as installed
     return be;
 }

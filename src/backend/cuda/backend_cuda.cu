@@ -598,6 +598,7 @@ extern "C" mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why) {
     cu_fill_roi_ops(be);
     cu_fill_gather_ops(be);
     cu_fill_detect_ops(be);
+    cu_fill_infer_ops(be);
     be->info.set_tf32 = cu_set_tf32;
     be->info.compute_capability = cu_compute_capability;
     be->info.device_name = cu_device_name;

@@ -137,6 +137,8 @@ void mrcnn_cuda_gather_class_masks_backward(const mrcnn_backend *be, int n, int 
 /* Installs be->det's detection stages (detect_backend.cu); the gathers are
  * cu_fill_gather_ops's (model_gathers.cu). */
 void cu_fill_detect_ops(mrcnn_backend *be);
+/* Installs be->det's inference ops (proposal_rois, detect_boxes, mask_probs: infer_ops.cu). */
+void cu_fill_infer_ops(mrcnn_backend *be);
 
 #ifdef __cplusplus
 }
