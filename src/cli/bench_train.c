@@ -41,7 +41,7 @@ static void usage(FILE *out) {
             "usage: mrcnn bench train [--device cuda|cpu] [--precision bf16|fp16|fp32|tf32|auto] [--size HxW]\n"
             "                         [--batch N] [--objects K] [--steps N] [--warmup N] [--gpu I]\n"
             "                         [--config FILE] [--set KEY=VALUE]... [--timeline FILE] [--no-timeline]\n"
-            "                         [--profile]\n"
+            "                         [--profile] [--fixed-rows]\n"
             "                         [--seed S]\n"
             "\n"
             "Training throughput on bench/torchvision_bench.py's workload (R50-FPN, 91 classes, 7 objects\n"
@@ -59,6 +59,8 @@ static void usage(FILE *out) {
             "  --no-timeline   stop after the timed steps (no forward-only pass, no timeline step)\n"
             "  --profile       then one more step, traced: backend calls by op kind, bytes uploaded,\n"
             "                  host staging ms, FLOPs by stage\n"
+            "  --fixed-rows    (cpu) run the ROI heads on the rows a GPU step runs, not on the sampled\n"
+            "                  rows alone, so that --profile shows a GPU step's FLOPs\n"
             "Exit codes: 0 done (finite loss), 1 failure or a non-finite loss, 2 bad command line.\n");
 }
 
@@ -321,7 +323,8 @@ static void print_result(const bt_state *s, const mrcnn_backend *be, const char 
 
 int bench_train_main(int argc, char **argv) {
     const char *device = "cuda", *precision = "bf16", *config_path = NULL, *timeline = NULL;
-    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0, timeline_pass = 1, profile = 0;
+    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0, timeline_pass = 1, profile = 0,
+        fixed_rows = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -334,6 +337,10 @@ int bench_train_main(int argc, char **argv) {
         }
         if (!strcmp(a, "--profile")) {
             profile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fixed-rows")) {
+            fixed_rows = 1;
             continue;
         }
         if (!v) {
@@ -410,6 +417,8 @@ int bench_train_main(int argc, char **argv) {
         return 1;
     }
     const char *mode = mrcnn_precision_apply(be, precision);
+    // the CPU trims the ROI heads to the sampled rows because it knows their count at once
+    if (fixed_rows) be->det.count_hint = NULL;
 
     bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
     mrcnn_model_init(&s->m, &cfg, be);
