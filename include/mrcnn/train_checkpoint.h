@@ -71,6 +71,13 @@ void mrcnn_checkpoint_list_free(char **paths, int n);
  * momentum. */
 int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
                               mrcnn_arena *momentum, mrcnn_train_state *st, char *why, size_t why_len);
+/* Whether the checkpoint's weights mean what this process would train: its
+ * /fold_scale (the frozen BN scales folded into its convs) equal, bit for bit, the
+ * scales fold_scale ((params->n_entries) or NULL: none) holds now. 0 with the first
+ * difference in why. A checkpoint without /fold_scale (written before the scales were
+ * stored) matches. */
+int mrcnn_checkpoint_fold_scales_match(const char *path, const mrcnn_arena *params, float *const *fold_scale,
+                                       char *why, size_t why_len);
 /* mrcnn_checkpoint_try_load, failing (exit 1) with the reason. */
 void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
                            mrcnn_arena *momentum, mrcnn_train_state *st);

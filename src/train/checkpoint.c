@@ -382,6 +382,59 @@ int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_a
     return ok;
 }
 
+/* Entry i's scales in the open /fold_scale group g into s (K floats): 1 when read, 0
+ * when the group has no such dataset, -1 (with why) when it is unusable. */
+static int read_scale(hid_t g, const char *name, int64_t k, float *s, why_buf *w) {
+    if (g < 0 || H5Lexists(g, name, H5P_DEFAULT) <= 0) return 0;
+    hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+    hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
+    hsize_t dims[1] = {0};
+    int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, dims, NULL) == 1 &&
+             (int64_t)dims[0] == k && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) >= 0;
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Dclose(ds);
+    if (ok) return 1;
+    why_fail(w, "/fold_scale/%s is not (%lld) readable floats", name, (long long)k);
+    return -1;
+}
+
+int mrcnn_checkpoint_fold_scales_match(const char *path, const mrcnn_arena *params, float *const *fold_scale,
+                                       char *why, size_t why_len) {
+    why_buf w = {why, why_len};
+    if (why_len) why[0] = 0;
+    lock();
+    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin();
+    int ok = 1;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) ok = why_fail(&w, "unreadable as HDF5");
+    /* A checkpoint written before the scales were stored says nothing to compare. */
+    hid_t g = ok && H5Lexists(f, "fold_scale", H5P_DEFAULT) > 0 ? H5Gopen2(f, "fold_scale", H5P_DEFAULT) : -1;
+    for (int i = 0; g >= 0 && ok && i < params->n_entries; i++) {
+        const char *name = params->entries[i].name;
+        const float *mine = fold_scale ? fold_scale[i] : NULL;
+        int64_t k = params->entries[i].tensor.ndim ? params->entries[i].tensor.shape[0] : 0;
+        float *s = MRCNN_MALLOC((size_t)(k ? k : 1) * sizeof(float), "fold scales of a checkpoint");
+        int got = read_scale(g, name, k, s, &w);
+        if (got < 0) ok = 0;
+        else if (got && !mine)
+            ok = why_fail(&w, "its %s trained with a frozen BN folded in (/fold_scale/%s), this process has no scale "
+                              "for it", name, name);
+        else if (!got && mine)
+            ok = why_fail(&w, "its %s trained without a folded frozen BN, this process folds one into it", name);
+        for (int64_t c = 0; ok && got && c < k; c++)
+            if (s[c] != mine[c])
+                ok = why_fail(&w, "its /fold_scale/%s[%lld] is %.9g, this process folded %.9g", name, (long long)c,
+                              (double)s[c], (double)mine[c]);
+        free(s);
+    }
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    mrcnn_h5_quiet_end(q);
+    unlock();
+    return ok;
+}
+
 int mrcnn_checkpoint_run_id(const char *path, char *id, size_t len) {
     id[0] = 0;
     lock();

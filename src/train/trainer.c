@@ -65,6 +65,13 @@ static void resume(mrcnn_trainer *t) {
             if (fl < sizeof failures)
                 fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "%s%s: %s", i ? "; " : "", paths[i], why);
         }
+        char why[1024];
+        /* The weights are W' = s W in folded space: trained on with other s, they would be
+         * another model and the preconditioner another optimizer. */
+        if (found && !mrcnn_checkpoint_fold_scales_match(path, t->model->params, t->model->fold_scale, why, sizeof why))
+            mrcnn_failf("checkpoint", "", __FILE__, __LINE__,
+                        "--resume: checkpoint %s does not match this run's frozen batch-norm folding: %s (resume with "
+                        "the MODEL.WEIGHTS the run started from)", path, why);
         if (n > others && !found)
             mrcnn_failf("checkpoint", "", __FILE__, __LINE__,
                         "--resume: none of the %d checkpoints in %s can be loaded: %s%s (move them away to start "

@@ -11,6 +11,7 @@
 # the loader computes it), and data_prep/weights.py export of that second-generation
 # checkpoint gives torchvision's BN weight = s and W = W'/s (without /fold_scale its
 # /config MODEL.WEIGHTS names a folded checkpoint that holds no BN, and s = 1 came out).
+# --resume with a MODEL.WEIGHTS that folds another s stops (exit 1) naming the tensor.
 set -u
 cd "$ROOT"
 . "${ROOT:-$(dirname "$0")/../..}/tests/common/skip.sh"
@@ -104,4 +105,18 @@ for b in bad[:8]:
     print("  " + b)
 sys.exit(1 if bad or not want else 0)
 PY
+# --resume checks that the checkpoint's /fold_scale is what this process folded: with a
+# MODEL.WEIGHTS whose one BN scale differs, the resume stops naming the tensor.
+"$PY_TORCH" - "$tmp" <<'PY' || exit 1
+import shutil, sys
+import h5py
+d = sys.argv[1]
+shutil.copy(f"{d}/init.h5", f"{d}/init2.h5")
+with h5py.File(f"{d}/init2.h5", "r+") as f:
+    f["model/backbone.body.bn1.weight"][0] *= 2
+PY
+"$M" train $COMMON --set OUTPUT_DIR="$tmp/resumed" --set MODEL.WEIGHTS="$tmp/init2.h5" --max-steps 7 --resume > "$tmp/other.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "does not match this run's frozen batch-norm folding: its /fold_scale/backbone.body.conv1.weight\[0\]" "$tmp/other.log" ||
+    { echo "FAIL: --resume with other frozen-BN scales: exit $rc"; grep -i "error\|resumed" "$tmp/other.log"; exit 1; }
 echo PASS
