@@ -64,15 +64,15 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas
 # ---- sources -----------------------------------------------------------------------
 # One wildcard per module folder (tests/common/module_map.py). src/ops/*.c are compiled twice
 # (float, and double as mrcnn_<op>_f64); src/ops/detect once. src/backend/cuda: the .cu files
-# make libmrcnn_cuda.so, its .c files the host side in libmrcnn.a; backend_nocuda.c stands in
-# for all of them in a GPU=0 build.
+# make libmrcnn_cuda.so, its .c files the host side in libmrcnn.a; src/dist/nccl/nccl_comm.c is
+# the NCCL glue. In a GPU=0 build NOCUDA_SRC stands in for all of them.
 HOST_SRC := $(wildcard src/core/*.c src/ops/detect/*.c src/backend/*.c src/backend/cpu/*.c src/backend/open/*.c \
                        src/model/*.c src/model/backbone/*.c src/model/heads/*.c src/train/*.c src/dist/*.c src/data/*.c src/eval/*.c)
 OPS_SRC := $(wildcard src/ops/*.c)
 CU_SRC := $(wildcard src/backend/cuda/*.cu)
-NOCUDA_SRC := src/backend/cuda/backend_nocuda.c
+NOCUDA_SRC := src/backend/cuda/backend_nocuda.c src/dist/nccl/nccl_none.c
 ifeq ($(GPU),1)
-  LIB_SRC := $(HOST_SRC) $(filter-out $(NOCUDA_SRC),$(wildcard src/backend/cuda/*.c))
+  LIB_SRC := $(HOST_SRC) $(filter-out $(NOCUDA_SRC),$(wildcard src/backend/cuda/*.c src/dist/nccl/*.c))
   CUDA_SO := $(BUILD)/libmrcnn_cuda.so
   LINK_CUDA := -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(abspath $(BUILD)) -lmrcnn_cuda $(CUDA_LIBS)
   CFLAGS += -I$(CUDA_HOME)/include -DMRCNN_HAVE_CUDA_HEADERS=1

@@ -29,7 +29,7 @@ extern "C" {
 /* Exit code of a job that a comm timeout took down. */
 #define MRCNN_EXIT_COMM_TIMEOUT 3
 
-typedef struct mrcnn_nccl mrcnn_nccl; // opaque; src/backend/cuda/nccl_comm.c
+typedef struct mrcnn_nccl mrcnn_nccl; // opaque; src/dist/nccl/nccl_comm.c
 
 typedef struct mrcnn_dist {
     MPI_Comm comm;       // a duplicate of MPI_COMM_WORLD
@@ -132,7 +132,7 @@ void mrcnn_buckets_wait(mrcnn_buckets *bk);
  * peer is gone. With host_wait = 0, call it before reading the step's results. */
 void mrcnn_buckets_drain(mrcnn_buckets *bk);
 
-/* ---- NCCL glue (src/backend/cuda/nccl_comm.c; GPU=0 builds get fallbacks that report
+/* ---- NCCL glue (src/dist/nccl/nccl_comm.c; GPU=0 builds get nccl_none.c, whose calls report
  * "built without NCCL") ---- */
 mrcnn_nccl *mrcnn_nccl_create(MPI_Comm comm, int rank, int world_size, int device, const char **why);
 /* Average of count floats at dev_buf over the ranks, on NCCL's own stream; it starts

@@ -1,4 +1,4 @@
-/* The start-up of a non-blocking NCCL communicator (src/backend/cuda/nccl_comm.c) as a small
+/* The start-up of a non-blocking NCCL communicator (src/dist/nccl/nccl_comm.c) as a small
  * host-only state machine, so that its decisions can be driven without a GPU or NCCL
  * (tests/unit/test_nccl_start.c).
  *

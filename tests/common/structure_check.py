@@ -61,21 +61,14 @@ KNOWN = {
     ("test-only", "mrcnn_loss_scaler_update"),  # src/train/loss_scaler.c
     ("test-only", "mrcnn_losses_to_array"),  # src/model/maskrcnn.c
     ("test-only", "mrcnn_model_read_step"),  # src/model/maskrcnn_infer.c
+    ("test-only", "mrcnn_model_detect"),  # src/model/maskrcnn_infer.c: inference runs on the device since 513bd06
+    ("test-only", "mrcnn_read_f32"),  # src/model/layers.c: likewise
     ("test-only", "mrcnn_nms"),  # src/ops/detect/nms.c
     ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c
     ("test-only", "mrcnn_roi_align_level"),  # src/ops/roi_align.c
     ("test-only", "mrcnn_shard_open"),  # src/data/shard.c
     ("test-only", "mrcnn_tensor_alloc"),  # src/core/tensor.c
     ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c
-    # call: dist.h declares the NCCL calls that src/backend/cuda/nccl_comm.c implements (and
-    # backend_nocuda.c stands in for), so dist calls up into backend/cuda.
-    ("call", "src/dist/buckets.c", "mrcnn_nccl_allreduce_avg"),
-    ("call", "src/dist/buckets.c", "mrcnn_nccl_done_event"),
-    ("call", "src/dist/buckets.c", "mrcnn_nccl_wait"),
-    ("call", "src/dist/dist.c", "mrcnn_nccl_destroy"),
-    ("call", "src/dist/dist.c", "mrcnn_nccl_create"),
-    ("call", "src/dist/dist.c", "mrcnn_nccl_allreduce"),
-    ("call", "src/dist/dist.c", "mrcnn_nccl_done_event"),
     # long
     ("long", "topk_block"),  # src/backend/cuda/topk.cu
     ("long", "bench_scaling_probe"),  # src/cli/bench_probe.c
