@@ -86,9 +86,27 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
 
 /* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
 
+/* Positives per image that the mask head can need, from the config and the staged shapes
+ * alone: at most (int)(S x fraction), the balanced sampler's quota with its truncation
+ * (balanced_sampler.c), however many candidates match, and at most the image's candidates
+ * (its P proposals and its G gt boxes). The valid fg rows come first over the batch, so N
+ * times this bound holds every one of them: a backend that cannot tell the count without
+ * waiting runs the mask head on these rows instead of on the capacity N*F, which configs
+ * size for the largest setting (MAX_FG_PER_IMAGE 128 with 8 ROIs per image ran it on 64
+ * times the rows a step can fill). The bound never changes within a shape key (G is the
+ * staged bucket), so a captured step replays; positives below the quota still cost the
+ * quota's rows, as no device count reaches the host. */
+static int64_t fg_rows_per_image(const mrcnn_config *c, int prop_cap, int max_gt) {
+    const int64_t F = c->mask_head_max_fg_per_image, cand = (int64_t)prop_cap + max_gt;
+    const int64_t quota = (int64_t)((double)c->roi_batch_size_per_image * (double)c->roi_positive_fraction);
+    const int64_t f = F < quota ? F : quota;
+    return f < cand ? f : cand;
+}
+
 /* Samples ROIs per image into the capacity N*S (N*F fg rows), compacted over the
  * batch, and chooses the rows the heads run on: the valid ones when the backend
- * knows their count without waiting, the whole capacity otherwise. */
+ * knows their count without waiting, otherwise the capacity N*S and N times
+ * fg_rows_per_image. */
 void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
@@ -118,7 +136,7 @@ void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     // this rank's counts: taken before m->count_sum turns them into the batch's
     int64_t R = count_hint(m->be, &st->n_rois_dev), Rf = count_hint(m->be, &st->n_fg_dev);
     R = R >= 0 ? R : NS;
-    Rf = Rf >= 0 ? Rf : NF;
+    Rf = Rf >= 0 ? Rf : N * fg_rows_per_image(c, st->prop_cap, st->gt.max_gt);
     st->n_rois = (int)R;
     st->n_fg = (int)Rf;
     st->rois_dev = rows_view(&rois, R);
