@@ -164,16 +164,10 @@ static int segm_to_rle(eval_ctx *x, const mrcnn_coco_ann *a, int is_dt, mrcnn_rl
     return 1;
 }
 
-/* computeIoU + evaluateImg for the four area ranges of one (category, image) cell. */
-static void eval_cell(eval_ctx *x, int64_t c) {
-    const mrcnn_coco_gt *gt = x->gt;
+/* The cell's detections by score, stable, cut at the kept count D (their scores go to
+ * kept_score): indices into the results. */
+static int64_t *kept_detections(eval_ctx *x, int64_t c, int64_t Dall, int64_t D) {
     const mrcnn_coco_ann *dts = x->dets->anns;
-    int64_t G = x->gt_start[c + 1] - x->gt_start[c], Dall = x->dt_start[c + 1] - x->dt_start[c];
-    const int64_t *gl = x->gt_list + x->gt_start[c];
-    int64_t D = x->kept_start[c + 1] - x->kept_start[c];
-    for (int a = 0; a < A_; a++) x->npig[c * A_ + a] = 0;
-
-    /* Detections by score, stable, cut at 100. */
     int64_t *order = MRCNN_MALLOC(sizeof(int64_t) * 2 * (size_t)(Dall + 1), "detection order");
     double *score = MRCNN_MALLOC(sizeof(double) * (size_t)(Dall + 1), "detection scores");
     for (int64_t d = 0; d < Dall; d++) {
@@ -188,6 +182,49 @@ static void eval_cell(eval_ctx *x, int64_t c) {
     }
     free(order);
     free(score);
+    return dl;
+}
+
+/* computeIoU: the (D, G) IoUs of the cell's kept detections (their RLEs drle for segm,
+ * boxes dt_box for bbox) with its G gts gl; 0 after set_error when a gt cannot be read. */
+static int gt_ious(eval_ctx *x, const int64_t *gl, int64_t G, const mrcnn_rle *drle, const double *dt_box, int64_t D,
+                   const uint8_t *crowd, double *iou) {
+    const mrcnn_coco_gt *gt = x->gt;
+    int ok = 1;
+    if (x->type == MRCNN_IOU_SEGM) {
+        mrcnn_rle *grle = MRCNN_CALLOC((size_t)G, sizeof(mrcnn_rle), "gt rles");
+        for (int64_t g = 0; g < G && ok; g++) ok = segm_to_rle(x, &gt->anns[gl[g]], 0, &grle[g]);
+        if (ok) mrcnn_rle_iou(drle, (int)D, grle, (int)G, crowd, iou);
+        for (int64_t g = 0; g < G; g++) mrcnn_rle_free(&grle[g]);
+        free(grle);
+        return ok;
+    }
+    double *gbox = MRCNN_MALLOC(sizeof(double) * 4 * (size_t)G, "gt boxes");
+    for (int64_t g = 0; g < G; g++) {
+        const mrcnn_coco_ann *a = &gt->anns[gl[g]];
+        if (!a->has_bbox) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "annotation id %lld has no 'bbox' for bbox evaluation", (long long)a->id);
+            set_error(x, msg);
+            ok = 0;
+        }
+        memcpy(gbox + 4 * g, a->bbox, sizeof a->bbox);
+    }
+    if (ok) mrcnn_bbox_iou(dt_box, (int)D, gbox, (int)G, crowd, iou);
+    free(gbox);
+    return ok;
+}
+
+/* computeIoU + evaluateImg for the four area ranges of one (category, image) cell. */
+static void eval_cell(eval_ctx *x, int64_t c) {
+    const mrcnn_coco_gt *gt = x->gt;
+    const mrcnn_coco_ann *dts = x->dets->anns;
+    int64_t G = x->gt_start[c + 1] - x->gt_start[c], Dall = x->dt_start[c + 1] - x->dt_start[c];
+    const int64_t *gl = x->gt_list + x->gt_start[c];
+    int64_t D = x->kept_start[c + 1] - x->kept_start[c];
+    for (int a = 0; a < A_; a++) x->npig[c * A_ + a] = 0;
+
+    int64_t *dl = kept_detections(x, c, Dall, D);
 
     /* Detection areas and boxes as loadRes sets them; IoUs (D, G). */
     int box_branch = x->dets->n > 0 && dts[0].has_bbox;
@@ -211,29 +248,7 @@ static void eval_cell(eval_ctx *x, int64_t c) {
             if (!a->has_bbox) mrcnn_rle_to_bbox(&drle[d], dt_box + 4 * d);
         }
     }
-    if (ok && D > 0 && G > 0) {
-        if (x->type == MRCNN_IOU_SEGM) {
-            mrcnn_rle *grle = MRCNN_CALLOC((size_t)G, sizeof(mrcnn_rle), "gt rles");
-            for (int64_t g = 0; g < G && ok; g++) ok = segm_to_rle(x, &gt->anns[gl[g]], 0, &grle[g]);
-            if (ok) mrcnn_rle_iou(drle, (int)D, grle, (int)G, crowd, iou);
-            for (int64_t g = 0; g < G; g++) mrcnn_rle_free(&grle[g]);
-            free(grle);
-        } else {
-            double *gbox = MRCNN_MALLOC(sizeof(double) * 4 * (size_t)G, "gt boxes");
-            for (int64_t g = 0; g < G; g++) {
-                const mrcnn_coco_ann *a = &gt->anns[gl[g]];
-                if (!a->has_bbox) {
-                    char msg[256];
-                    snprintf(msg, sizeof msg, "annotation id %lld has no 'bbox' for bbox evaluation", (long long)a->id);
-                    set_error(x, msg);
-                    ok = 0;
-                }
-                memcpy(gbox + 4 * g, a->bbox, sizeof a->bbox);
-            }
-            if (ok) mrcnn_bbox_iou(dt_box, (int)D, gbox, (int)G, crowd, iou);
-            free(gbox);
-        }
-    }
+    if (ok && D > 0 && G > 0) ok = gt_ious(x, gl, G, drle, dt_box, D, crowd, iou);
     if (drle) {
         for (int64_t d = 0; d < D; d++) mrcnn_rle_free(&drle[d]);
         free(drle);

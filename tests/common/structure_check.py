@@ -77,7 +77,6 @@ KNOWN = {
     ("long", "mrcnn_cmd_predict"),  # src/cli/cmd_predict.c
     ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
     ("long", "plan_batch"),  # src/data/loader.c
-    ("long", "eval_cell"),  # src/eval/cocoeval.c
     ("long", "read_group"),  # src/model/checkpoint_io.c
     ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c
     ("long", "make_image"),  # data_prep/cmd_shapes.c
