@@ -1,4 +1,4 @@
-"""Compares mrcnn checkpoints (HDF5) dataset by dataset, bit for bit (issue 17).
+"""Compares mrcnn checkpoints (HDF5) dataset by dataset, bit for bit.
 usage: compare_ckpt.py SAME_A SAME_B [BEFORE]
 Every dataset under /model and /optimizer of SAME_A must equal SAME_B's bit for bit;
 with BEFORE (the weights before the step), SAME_A's /model must differ from it (the

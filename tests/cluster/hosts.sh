@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two test hosts on one machine (issue 17): each host is a set of namespaces held by one
+# Two test hosts on one machine: each host is a set of namespaces held by one
 # process: a network namespace (its own loopback and one end of a veth pair), a UTS
 # namespace (its own hostname) and a mount namespace (its own /etc/hosts naming both
 # hosts, its own /dev/shm, and TH_DIR/local: a node-local directory, the host's own

@@ -1,4 +1,4 @@
-/* Device selection and the NCCL bootstrap path across hosts (issue 17), with the
+/* Device selection and the NCCL bootstrap path across hosts, with the
  * product's own code (src/dist/dist.c):
  *   - mrcnn_dist_init's local rank (MPI_Comm_split_type SHARED, i.e. per host) and,
  *     for each VISIBLE count given, the device it picks (local rank % visible GPUs);

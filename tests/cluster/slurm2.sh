@@ -1,4 +1,4 @@
-# A two-node Slurm cluster on the two test hosts (issue 17); sourced after common.sh.
+# A two-node Slurm cluster on the two test hosts; sourced after common.sh.
 #   slurm2_up   munged on each host (one key, each its own node-local socket), slurmctld on
 #               host 1, slurmd on each host, partition "two" over both nodes; waits (bounded)
 #               until both nodes are idle. Sets SLURM_CONF (shared: TH_DIR/slurm/slurm.conf).

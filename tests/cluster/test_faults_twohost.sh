@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Faults between hosts (issue 17): `mrcnn train`, one rank on each of the two test hosts
+# Faults between hosts: `mrcnn train`, one rank on each of the two test hosts
 # (mpirun on host 1, host 2's rank through the rsh agent, MPI over the veth pair), a
 # checkpoint every 2 steps. Once a few steps are done, one fault:
 #   kill-host   every process of host 2 (its Open MPI daemon and its rank) gets SIGKILL;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two-host fixture itself (tests/cluster/hosts.sh, issue 17):
+# The two-host fixture itself (tests/cluster/hosts.sh):
 #   - each host has its own hostname, loopback and one veth end with its own address, and
 #     reaches the other by name; the machine's own namespace cannot reach them, and its
 #     links, addresses, routes and /etc/hosts are the same before and after;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open MPI across two hosts (issue 17; tests/cluster/hosts.sh makes them): mpirun on
+# Open MPI across two hosts (tests/cluster/hosts.sh makes them): mpirun on
 # host 1 starts host 2's ranks through an rsh agent, the ranks talk TCP over the veth
 # pair (shared memory only within a host), the shard and run directories are on the
 # shared file system.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slurm over the two test hosts (issue 17; tests/cluster/slurm2.sh): munged and slurmd on
+# Slurm over the two test hosts (tests/cluster/slurm2.sh): munged and slurmd on
 # each host, slurmctld on host 1, one partition over both nodes.
 #   1. srun --mpi=pmix -N 2 wires ranks on both nodes together (PMIx across hosts);
 #   2. device selection with Slurm's per-node local ranks (-N 2 -n 3: 2 tasks on node 1,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hardening of the data path (issue #14): bad numbers, names, links and sizes in a COCO
+# Hardening of the data path: bad numbers, names, links and sizes in a COCO
 # JSON are skipped and counted (fatal with --strict) or refused where they enter; an
 # image without annotations is normal data, also under --strict; a failed conversion
 # leaves the previous set in --out untouched; every field of a damaged shard is checked

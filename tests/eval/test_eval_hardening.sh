@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mrcnn eval` hardening (issue #14): numbers that are not finite or far out of range
+# `mrcnn eval` hardening: numbers that are not finite or far out of range
 # (1e400 parses as inf), integers beyond their range (never truncated to 32 bits), and
 # uncompressed RLE whose counts do not add up to h x w (IoU's walk over two masks then
 # never ended) are refused where they enter, in results and in ground truth: exit 1 with

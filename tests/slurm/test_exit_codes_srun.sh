@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exit codes a user sees through srun (issue #14; README "Exit codes"), on a local
+# The exit codes a user sees through srun (README "Exit codes"), on a local
 # one-node Slurm cluster (tests/slurm/cluster.sh), with the srun flags of jobs/env.sh
 # (--mpi=pmix --kill-on-bad-exit=1), 2 ranks of the stand-in trainer (prog_standin):
 #  - SIGTERM to the tasks (scancel -s TERM: what preemption sends): 99;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Helpers shared by the hardening tests (issue #14); sourced, never run on its own
+# Helpers shared by the hardening tests; sourced, never run on its own
 # (the runner only runs test_*.sh).
 #   fixture_shards DIR        shapes -> one-shard train set: DIR/shards/train-index.h5
 #   flip_weight_byte FILE DS  flips one byte in the stored (raw, on-disk) data of dataset DS
@@ -7,7 +7,7 @@
 #   "${SOLO[@]}" PROGRAM ...  runs a program without mpirun (an Open MPI singleton)
 
 # In the sanitizer build, LeakSanitizer's exit-time scan crashes in Open MPI singletons
-# (its tracer faults on a dynamic TLS block; so before issue #14 too), so leak checks
+# (its tracer faults on a dynamic TLS block), so leak checks
 # are off for runs started without mpirun; runs under mpirun keep them, and ASan and
 # UBSan stay on everywhere. `env` execs the program, so $! of a background run is its pid.
 SOLO=(env)

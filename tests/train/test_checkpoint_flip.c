@@ -1,4 +1,4 @@
-/* Every byte of a training checkpoint flipped, one at a time (issue #14): loading the
+/* Every byte of a training checkpoint flipped, one at a time: loading the
  * damaged file either fails (a checksum, a missing or malformed object) or gives back
  * exactly the weights, momentum and state that were saved. Never different numbers
  * silently: the Fletcher-32 filter covers the datasets, the 1.8+ format's checksums

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --resume and damaged checkpoints (issue #14), on the stand-in model (prog_standin.c):
+# --resume and damaged checkpoints, on the stand-in model (prog_standin.c):
 #  - the newest checkpoint is complete-marked but damaged: a weight byte flipped
 #    (checksum), a dataset missing, a dataset of another shape, a flipped byte in the
 #    attributes, weights that hold NaN: --resume names it with the reason and falls

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The exit codes a user sees (README, "Exit codes"), launched directly and by mpirun
-# (issue #14; tests/slurm/test_exit_codes_srun.sh checks the same through srun):
+# (tests/slurm/test_exit_codes_srun.sh checks the same through srun):
 #  - SIGTERM during start-up of `mrcnn train` (MPI init, model, weights): 99 with a
 #    checkpoint after the first step, and --resume continues (was 143, nothing written:
 #    the handlers were installed only when the training loop started);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fatal errors of `mrcnn train` end the run cleanly (issue #14):
+# Fatal errors of `mrcnn train` end the run cleanly:
 #  - a corrupt JPEG inside a shard, found by a loader worker thread while the main
 #    thread computes (inside OpenBLAS): exit 1 with one `mrcnn error` line naming the
 #    image, on 1 rank without mpirun, with mpirun -np 1 and -np 2 (was SIGSEGV, 139:

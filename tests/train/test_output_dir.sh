@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# OUTPUT_DIR is claimed at start (issue #14), on the stand-in model (prog_standin.c)
+# OUTPUT_DIR is claimed at start, on the stand-in model (prog_standin.c)
 # and on `mrcnn train`:
 #  - a second training into the OUTPUT_DIR of a running one exits 1 at once naming the
 #    holder's host and pid; the first one finishes untouched (before: both exited 0,
