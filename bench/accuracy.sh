@@ -263,8 +263,15 @@ imagenet_job() { # the fine-tuning load: MODEL.WEIGHTS = the ImageNet file alone
 # seed after every two tiny seeds, so that a deadline leaves seeds of both models ----
 JOBS_LIST=()
 [ -n "$R50_SEEDS" ] && JOBS_LIST=("imagenet_job") # the ImageNet load belongs to the R50 part
-r50_seed() { JOBS_LIST+=("tv_job r50 $1"); for p in $R50_PRECISIONS; do JOBS_LIST+=("mrcnn_job r50 $p $1"); done; }
-tiny_seed() { JOBS_LIST+=("tv_job tiny $1"); for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $1"); done; }
+# TV_RUNS=0: no torchvision runs (more mrcnn runs against the torchvision runs of another OUT)
+r50_seed() {
+    [ "${TV_RUNS:-1}" = 0 ] || JOBS_LIST+=("tv_job r50 $1")
+    for p in $R50_PRECISIONS; do JOBS_LIST+=("mrcnn_job r50 $p $1"); done
+}
+tiny_seed() {
+    [ "${TV_RUNS:-1}" = 0 ] || JOBS_LIST+=("tv_job tiny $1")
+    for p in $TINY_PRECISIONS; do JOBS_LIST+=("mrcnn_job tiny $p $1"); done
+}
 # shellcheck disable=SC2206
 R50_Q=($R50_SEEDS) TINY_Q=($TINY_SEEDS)
 while [ ${#R50_Q[@]} -gt 0 ] || [ ${#TINY_Q[@]} -gt 0 ]; do
