@@ -1,4 +1,4 @@
-/* `mrcnn train`: Mask R-CNN (model.h) on batches from the loader (train_feed.h),
+/* `mrcnn train`: Mask R-CNN (model.h) on batches from the loader (feed_source.h),
  * trained by the data-parallel loop of trainer.h, one MPI rank per GPU or CPU slot.
  * Exit codes are listed in train.h (99: preempted, checkpoint written, requeue). */
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "mrcnn/check.h"
 #include "mrcnn/data.h"
 #include "mrcnn/dist.h"
+#include "mrcnn/feed_source.h"
 #include "mrcnn/infer.h"
 #include "mrcnn/log.h"
 #include "mrcnn/checkpoint.h"
@@ -21,7 +22,6 @@
 #include "mrcnn/precision.h"
 #include "mrcnn/trainer.h"
 #include "eval_shards.h"
-#include "mrcnn/train_feed.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -73,11 +73,7 @@ typedef struct {
     mrcnn_backend *be;
     mrcnn_model model;
     mrcnn_model_trainable mt; // the trainer's view of the model, over train_batch
-    mrcnn_train_feed *feed;
-    int per_rank;
-    int64_t epoch0, step0; // loader cursor to start from
-    mrcnn_image_gt *gt;
-    int gt_cap;
+    mrcnn_feed_source src;    // the loader's batches
     /* TEST.EVAL_PERIOD: set up at the first evaluation */
     mrcnn_infer *inf;
     mrcnn_dist eval_dist;          // dist with its own communicator (the loader threads use dist's)
@@ -96,28 +92,9 @@ static void count_sum(const mrcnn_backend *be, mrcnn_tensor *counts, void *ctx) 
     mrcnn_dist_allreduce_tensor(b->dist, be, counts, 1, "loss normalizer all-reduce");
 }
 
-/* The trainable's batch source: the loader's next batch of this rank, its images
- * uploaded by the model's stage straight from the feed's buffer. */
+/* The trainable's batch source and loader cursor: the feed's (feed_source.h). */
 static double train_batch(void *ctx, int64_t step, int micro, mrcnn_batch *out) {
-    binding *b = ctx;
-    if (!b->feed) b->feed = mrcnn_train_feed_create(b->cfg, b->dist->comm, b->per_rank, b->epoch0, b->step0);
-    double wait_s = 0;
-    const mrcnn_train_feed_batch *fb = mrcnn_train_feed_next(b->feed, &wait_s);
-    if (fb->n > b->gt_cap) {
-        b->gt_cap = fb->n;
-        b->gt = MRCNN_REALLOC(b->gt, sizeof *b->gt * fb->n, "ground truth per image");
-    }
-    for (int i = 0; i < fb->n; i++)
-        b->gt[i] = (mrcnn_image_gt){.n = fb->img[i].n, .boxes = fb->img[i].boxes, .labels = fb->img[i].labels,
-                                    .masks = fb->img[i].masks};
-    *out = (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, b->be->device, 4,
-                                                     (int64_t[]){fb->n, fb->height, fb->width, 3}),
-                         .host_images = fb->images,
-                         .image_hw = fb->image_hw,
-                         .gt = b->gt,
-                         .image_index = fb->image_index,
-                         .epoch = (uint32_t)fb->epoch};
-    return wait_s;
+    return mrcnn_feed_source_next(&((binding *)ctx)->src, out);
 }
 
 /* DATASETS.TEST's categories and (rank 0) annotations, checked as `mrcnn eval` checks
@@ -186,19 +163,11 @@ static void eval_free(binding *b) {
 }
 
 static void get_cursor(void *ctx, int64_t *epoch, int64_t *step) {
-    binding *b = ((mrcnn_model_trainable *)ctx)->source_ctx;
-    if (b->feed) mrcnn_train_feed_cursor(b->feed, epoch, step);
-    else {
-        *epoch = b->epoch0;
-        *step = b->step0;
-    }
+    mrcnn_feed_source_cursor(&((binding *)((mrcnn_model_trainable *)ctx)->source_ctx)->src, epoch, step);
 }
 
 static void set_cursor(void *ctx, int64_t epoch, int64_t step) {
-    binding *b = ((mrcnn_model_trainable *)ctx)->source_ctx;
-    MRCNN_CHECK(b->feed == NULL, "the loader cursor can only be set before the first batch");
-    b->epoch0 = epoch;
-    b->step0 = step;
+    mrcnn_feed_source_set_cursor(&((binding *)((mrcnn_model_trainable *)ctx)->source_ctx)->src, epoch, step);
 }
 
 int mrcnn_cmd_train(int argc, char **argv) {
@@ -282,9 +251,10 @@ int mrcnn_cmd_train(int argc, char **argv) {
     memcpy(cfg.solver_precision, mode, sizeof mode);
 
     binding b = {.cfg = &cfg, .dist = &dist, .be = be};
-    b.per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
+    const int per_rank = mrcnn_per_rank_batch(&cfg, dist.world_size);
+    mrcnn_feed_source_init(&b.src, &cfg, &dist, be->device, per_rank);
     g_fail_cfg = &cfg;
-    g_fail_per_rank = b.per_rank;
+    g_fail_per_rank = per_rank;
     mrcnn_set_fail_hint(train_fail_hint);
     mrcnn_model_init(&b.model, &cfg, be);
     /* MODEL.WEIGHTS may hold part of the model (an ImageNet backbone imported with
@@ -314,9 +284,8 @@ int mrcnn_cmd_train(int argc, char **argv) {
     if (rc == 0 || rc == MRCNN_EXIT_REQUEUE)
         mrcnn_info("outputs in %s: checkpoints model_*.h5, metrics.json, events.out.tfevents.* (tensorboard --logdir %s)%s",
                    cfg.output_dir, cfg.output_dir, rc == 0 ? ", plots/training.png" : "");
-    mrcnn_train_feed_destroy(b.feed);
+    mrcnn_feed_source_free(&b.src);
     eval_free(&b);
-    free(b.gt);
     mrcnn_model_trainable_free(&b.mt);
     mrcnn_model_free(&b.model);
     mrcnn_backend_destroy(be);
