@@ -56,7 +56,7 @@ HEADERS = {
     "dist.h": "dist", "scaling_model.h": "dist", "nccl_start.h": "dist",
     "data.h": "data", "train_feed.h": "data", "shard_schema.h": "data",
     "cocoeval.h": "eval", "infer.h": "eval", "overlay.h": "eval",
-    "train.h": "train", "trainer.h": "train", "train_checkpoint.h": "train", "feed_source.h": "train", "feed_source.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train", "step_profile.h": "train",
+    "train.h": "train", "trainer.h": "train", "train_checkpoint.h": "train", "feed_source.h": "train", "metrics.h": "train", "model_trainable.h": "train", "run.h": "train", "step_profile.h": "train",
 }
 
 # Known violations, each (file, included header) with the issue that is to remove it.
