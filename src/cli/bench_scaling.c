@@ -283,6 +283,32 @@ static void common_args(char *cmd, size_t cap, const opts *o) {
     }
 }
 
+/* The command line of one training run: `mrcnn train` under the launcher, the fixed
+ * settings of a measurement, the global batch and output folder, output to log. */
+static void train_command(char *cmd, size_t cap, const char *launch, const char *exe, const opts *o,
+                          int global_batch, const char *dir, const char *log) {
+    char buf[2048];
+    snprintf(cmd, cap, "%s", launch);
+    shell_word(cmd, cap, exe);
+    strncat(cmd, " train", cap - strlen(cmd) - 1);
+    common_args(cmd, cap, o);
+    const char *fixed[] = {"SOLVER.REFERENCE_WORLD_SIZE=0", "LOG_PERIOD=1", "SOLVER.CHECKPOINT_PERIOD=0"};
+    for (int s = 0; s < 3; s++) {
+        strncat(cmd, " --set", cap - strlen(cmd) - 1);
+        shell_word(cmd, cap, fixed[s]);
+    }
+    snprintf(buf, sizeof buf, "SOLVER.IMS_PER_BATCH=%d", global_batch);
+    strncat(cmd, " --set", cap - strlen(cmd) - 1);
+    shell_word(cmd, cap, buf);
+    snprintf(buf, sizeof buf, "OUTPUT_DIR=%s", dir);
+    strncat(cmd, " --set", cap - strlen(cmd) - 1);
+    shell_word(cmd, cap, buf);
+    snprintf(buf, sizeof buf, " --max-steps %d >", o->steps);
+    strncat(cmd, buf, cap - strlen(cmd) - 1);
+    shell_word(cmd, cap, log);
+    strncat(cmd, " 2>&1", cap - strlen(cmd) - 1);
+}
+
 int bench_scaling_measure(int argc, char **argv) {
     opts o;
     if (!parse_opts(argc, argv, &o)) return 2;
@@ -316,25 +342,7 @@ int bench_scaling_measure(int argc, char **argv) {
         }
         /* The training run. */
         snprintf(log, sizeof log, "%s/train.log", dir);
-        snprintf(cmd, sizeof cmd, "%s", launch);
-        shell_word(cmd, sizeof cmd, exe);
-        strncat(cmd, " train", sizeof cmd - strlen(cmd) - 1);
-        common_args(cmd, sizeof cmd, &o);
-        const char *fixed[] = {"SOLVER.REFERENCE_WORLD_SIZE=0", "LOG_PERIOD=1", "SOLVER.CHECKPOINT_PERIOD=0"};
-        for (int s = 0; s < 3; s++) {
-            strncat(cmd, " --set", sizeof cmd - strlen(cmd) - 1);
-            shell_word(cmd, sizeof cmd, fixed[s]);
-        }
-        snprintf(buf, sizeof buf, "SOLVER.IMS_PER_BATCH=%d", r->global_batch);
-        strncat(cmd, " --set", sizeof cmd - strlen(cmd) - 1);
-        shell_word(cmd, sizeof cmd, buf);
-        snprintf(buf, sizeof buf, "OUTPUT_DIR=%s", dir);
-        strncat(cmd, " --set", sizeof cmd - strlen(cmd) - 1);
-        shell_word(cmd, sizeof cmd, buf);
-        snprintf(buf, sizeof buf, " --max-steps %d >", o.steps);
-        strncat(cmd, buf, sizeof cmd - strlen(cmd) - 1);
-        shell_word(cmd, sizeof cmd, log);
-        strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+        train_command(cmd, sizeof cmd, launch, exe, &o, r->global_batch, dir, log);
         printf("ranks %d: training %d steps, global batch %d ...\n", r->ranks, o.steps, r->global_batch);
         fflush(stdout);
         if (!run(cmd, log)) return 1;
