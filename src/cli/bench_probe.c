@@ -26,6 +26,38 @@ static void fill_ones(mrcnn_arena *g) {
     for (size_t i = 0; i < g->size / sizeof(float); i++) p[i] = 1.0f;
 }
 
+/* A backward pass of d_ms from t0 that does nothing but mark the gradients ready, last
+ * parameter first, each when its share of the bytes is due. */
+static void synthetic_backward(mrcnn_buckets *bk, const mrcnn_arena *g, double t0, double d_ms, double total) {
+    double done = 0;
+    for (int i = g->n_entries - 1; i >= 0; i--) {
+        done += (double)mrcnn_tensor_nbytes(&g->entries[i].tensor);
+        double until = t0 + 1e-3 * d_ms * done / total;
+        while (mrcnn_time_now() < until) {
+        }
+        mrcnn_buckets_mark_ready(bk, i);
+    }
+}
+
+/* The probe's result file (v: all-reduce, exposed and backward ms); 1 when it cannot be written. */
+static int write_result(const char *result, int world_size, const mrcnn_buckets *bk, const mrcnn_arena *g,
+                        double total, const double *v) {
+    int rc = 1;
+    FILE *f = fopen(result, "w");
+    if (f) {
+        fprintf(f, "ranks %d\nbuckets %d\nbytes %.0f\nallreduce_ms %.6f\nexposed_ms %.6f\nbackward_ms %.6f\n",
+                world_size, bk->n_buckets, total, v[0], v[1], v[2]);
+        /* The layout, for writing a --model timeline: bucket, bytes, its parameters
+         * from the first to become ready (backward order) to the last. */
+        for (int b = 0; b < bk->n_buckets; b++)
+            fprintf(f, "bucket %d %zu %s %s\n", b, bk->b[b].bytes, g->entries[bk->b[b].last_param].name,
+                    g->entries[bk->b[b].first_param].name);
+        rc = fclose(f) == 0 ? 0 : 1;
+    }
+    if (rc) fprintf(stderr, "mrcnn bench scaling --probe: cannot write %s\n", result);
+    return rc;
+}
+
 int bench_scaling_probe(int argc, char **argv) {
     const char *config_path = NULL, *result = NULL;
     double bucket_mb = 0, backward_ms = 0, backward_x = 0;
@@ -99,14 +131,7 @@ int bench_scaling_probe(int argc, char **argv) {
         mrcnn_dist_barrier(&d, "probe barrier");
         mrcnn_buckets_reset(&bk);
         t0 = mrcnn_time_now();
-        double done = 0;
-        for (int i = g->n_entries - 1; i >= 0; i--) {
-            done += (double)mrcnn_tensor_nbytes(&g->entries[i].tensor);
-            double until = t0 + 1e-3 * d_ms * done / total;
-            while (mrcnn_time_now() < until) {
-            }
-            mrcnn_buckets_mark_ready(&bk, i);
-        }
+        synthetic_backward(&bk, g, t0, d_ms, total);
         double tw = mrcnn_time_now();
         mrcnn_buckets_wait(&bk);
         /* On the CPU, MPI progresses inside the MPI_Test calls that marking makes: work
@@ -124,23 +149,7 @@ int bench_scaling_probe(int argc, char **argv) {
         }
     }
     if (d.world_size == 1) v[0] = v[1] = 0; // nothing to reduce: only timer noise
-    int rc = 0;
-    if (d.rank == 0) {
-        FILE *f = fopen(result, "w");
-        if (f) {
-            fprintf(f, "ranks %d\nbuckets %d\nbytes %.0f\nallreduce_ms %.6f\nexposed_ms %.6f\nbackward_ms %.6f\n",
-                    d.world_size, bk.n_buckets, total, v[0], v[1], v[2]);
-            /* The layout, for writing a --model timeline: bucket, bytes, its parameters
-             * from the first to become ready (backward order) to the last. */
-            for (int b = 0; b < bk.n_buckets; b++)
-                fprintf(f, "bucket %d %zu %s %s\n", b, bk.b[b].bytes, g->entries[bk.b[b].last_param].name,
-                        g->entries[bk.b[b].first_param].name);
-            rc = fclose(f) == 0 ? 0 : 1;
-        } else {
-            rc = 1;
-        }
-        if (rc) fprintf(stderr, "mrcnn bench scaling --probe: cannot write %s\n", result);
-    }
+    int rc = d.rank == 0 ? write_result(result, d.world_size, &bk, g, total, v) : 0;
     mrcnn_buckets_free(&bk);
     mrcnn_model_free(&m);
     mrcnn_backend_destroy(be);

@@ -71,7 +71,6 @@ KNOWN = {
     ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c
     # long
     ("long", "topk_block"),  # src/backend/cuda/topk.cu
-    ("long", "bench_scaling_probe"),  # src/cli/bench_probe.c
     ("long", "bench_train_main"),  # src/cli/bench_train.c
     ("long", "mrcnn_cmd_predict"),  # src/cli/cmd_predict.c
     ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
