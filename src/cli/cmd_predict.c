@@ -86,44 +86,89 @@ static int check_input(const char *path, char *err, size_t err_len) {
     return ok;
 }
 
+/* Class names: the dataset the model was trained or is evaluated on, when at hand and of
+ * the model's class count. Returns that dataset's index path, or NULL (then "class N"). */
+static const char *open_category_table(const mrcnn_config *cfg, mrcnn_category_table *table) {
+    const char *index = NULL;
+    if (cfg->datasets_test[0] && access(cfg->datasets_test, R_OK) == 0) index = cfg->datasets_test;
+    else if (cfg->datasets_train[0] && access(cfg->datasets_train, R_OK) == 0) index = cfg->datasets_train;
+    if (index) {
+        mrcnn_category_table_load(table, index);
+        if (table->n != cfg->roi_num_classes) {
+            mrcnn_warn("%s has %d categories but the model %d classes: labelling them \"class N\"", index, table->n,
+                       cfg->roi_num_classes);
+            mrcnn_category_table_free(table);
+            index = NULL;
+        }
+    }
+    return index;
+}
+
+/* Detection k of image image_id (file) as one element of detections.json, after a comma
+ * unless it is the first (n_out 0); table NULL: categories named "class N". */
+static void write_detection(FILE *jf, int64_t n_out, int image_id, const char *file, const mrcnn_instances *inst,
+                            int k, const mrcnn_category_table *table) {
+    int c = inst->classes[k];
+    const float *b = inst->boxes + 4 * k;
+    float bw = b[2] - b[0], bh = b[3] - b[1];
+    fprintf(jf, "%s\n{\"image_id\": %d, \"file_name\": ", n_out ? "," : "", image_id);
+    mrcnn_json_write_string(jf, file);
+    fprintf(jf, ", \"category_id\": %lld, \"category_name\": ", table ? (long long)table->ids[c] : (long long)c + 1);
+    char cname[64];
+    snprintf(cname, sizeof cname, "class %d", c + 1);
+    mrcnn_json_write_string(jf, table ? table->names[c] : cname);
+    fprintf(jf, ", \"score\": %.9g, \"bbox\": [%.9g, %.9g, %.9g, %.9g], ", inst->scores[k], b[0], b[1], bw, bh);
+    char *counts = mrcnn_rle_to_string(&inst->masks[k]);
+    fprintf(jf, "\"segmentation\": {\"size\": [%d, %d], \"counts\": ", inst->h, inst->w);
+    mrcnn_json_write_string(jf, counts);
+    fputs("}}", jf);
+    free(counts);
+}
+
+/* The command line, except --set's values (applied once the config file is loaded): -1 to
+ * go on, else the exit code (0 after --help). images: (argc) entries, n_images used. */
+static int parse_args(int argc, char **argv, const char **config_path, const char **weights, const char **out_dir,
+                      double *score_thresh, const char **images, int *n_images) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            predict_usage(stdout);
+            return 0;
+        } else if (has_val && !strcmp(a, "--config")) {
+            *config_path = argv[++i];
+        } else if (has_val && !strcmp(a, "--weights")) {
+            *weights = argv[++i];
+        } else if (has_val && !strcmp(a, "--out")) {
+            *out_dir = argv[++i];
+        } else if (has_val && !strcmp(a, "--set")) {
+            if (!strchr(argv[++i], '=')) {
+                fprintf(stderr, "mrcnn predict: --set '%s' is not KEY=VALUE\n", argv[i]);
+                return 2;
+            }
+        } else if (has_val && !strcmp(a, "--score-thresh")) {
+            if (!mrcnn_arg_double("mrcnn predict", "--score-thresh", argv[++i], 0, 1, score_thresh)) return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "mrcnn predict: unknown or incomplete option '%s'\n", a);
+            predict_usage(stderr);
+            return 2;
+        } else {
+            images[(*n_images)++] = a;
+        }
+    }
+    return -1;
+}
+
 int mrcnn_cmd_predict(int argc, char **argv) {
     const char *config_path = NULL, *weights = NULL, *out_dir = NULL;
     double score_thresh = 0.5;
     const char **images = calloc((size_t)argc + 1, sizeof *images);
     MRCNN_CHECK(images, "out of memory");
     int n_images = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            predict_usage(stdout);
-            free(images);
-            return 0;
-        } else if (has_val && !strcmp(a, "--config")) {
-            config_path = argv[++i];
-        } else if (has_val && !strcmp(a, "--weights")) {
-            weights = argv[++i];
-        } else if (has_val && !strcmp(a, "--out")) {
-            out_dir = argv[++i];
-        } else if (has_val && !strcmp(a, "--set")) {
-            if (!strchr(argv[++i], '=')) { // applied once the config file is loaded
-                fprintf(stderr, "mrcnn predict: --set '%s' is not KEY=VALUE\n", argv[i]);
-                free(images);
-                return 2;
-            }
-        } else if (has_val && !strcmp(a, "--score-thresh")) {
-            if (!mrcnn_arg_double("mrcnn predict", "--score-thresh", argv[++i], 0, 1, &score_thresh)) {
-                free(images);
-                return 2;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "mrcnn predict: unknown or incomplete option '%s'\n", a);
-            predict_usage(stderr);
-            free(images);
-            return 2;
-        } else {
-            images[n_images++] = a;
-        }
+    int rc = parse_args(argc, argv, &config_path, &weights, &out_dir, &score_thresh, images, &n_images);
+    if (rc >= 0) {
+        free(images);
+        return rc;
     }
     if (!out_dir || !n_images) {
         fprintf(stderr, "mrcnn predict: %s\n", !out_dir ? "--out DIR is required" : "no input images given");
@@ -165,20 +210,8 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         return 1;
     }
 
-    /* class names: the dataset the model was trained or is evaluated on, when at hand */
     mrcnn_category_table table = {0};
-    const char *index = NULL;
-    if (cfg.datasets_test[0] && access(cfg.datasets_test, R_OK) == 0) index = cfg.datasets_test;
-    else if (cfg.datasets_train[0] && access(cfg.datasets_train, R_OK) == 0) index = cfg.datasets_train;
-    if (index) {
-        mrcnn_category_table_load(&table, index);
-        if (table.n != cfg.roi_num_classes) {
-            mrcnn_warn("%s has %d categories but the model %d classes: labelling them \"class N\"", index, table.n,
-                       cfg.roi_num_classes);
-            mrcnn_category_table_free(&table);
-            index = NULL;
-        }
-    }
+    const char *index = open_category_table(&cfg, &table);
 
     double t0 = mrcnn_time_now();
     mrcnn_infer *inf = mrcnn_infer_create(&cfg, weights, strcmp(cfg.model_device, "cuda") ? -1 : 0);
@@ -199,21 +232,7 @@ int mrcnn_cmd_predict(int argc, char **argv) {
         for (int k = 0; k < inst.n; k++) {
             if (inst.scores[k] < (float)score_thresh) continue; // the overlay compares in float too
             kept++;
-            int c = inst.classes[k];
-            const float *b = inst.boxes + 4 * k;
-            float bw = b[2] - b[0], bh = b[3] - b[1];
-            fprintf(jf, "%s\n{\"image_id\": %d, \"file_name\": ", n_out++ ? "," : "", i + 1);
-            mrcnn_json_write_string(jf, images[i]);
-            fprintf(jf, ", \"category_id\": %lld, \"category_name\": ", index ? (long long)table.ids[c] : (long long)c + 1);
-            char cname[64];
-            snprintf(cname, sizeof cname, "class %d", c + 1);
-            mrcnn_json_write_string(jf, index ? table.names[c] : cname);
-            fprintf(jf, ", \"score\": %.9g, \"bbox\": [%.9g, %.9g, %.9g, %.9g], ", inst.scores[k], b[0], b[1], bw, bh);
-            char *counts = mrcnn_rle_to_string(&inst.masks[k]);
-            fprintf(jf, "\"segmentation\": {\"size\": [%d, %d], \"counts\": ", inst.h, inst.w);
-            mrcnn_json_write_string(jf, counts);
-            fputs("}}", jf);
-            free(counts);
+            write_detection(jf, n_out++, i + 1, images[i], &inst, k, index ? &table : NULL);
         }
         mrcnn_overlay_draw(rgb, &inst, index ? (const char *const *)table.names : NULL, index ? table.n : 0,
                            (float)score_thresh);
