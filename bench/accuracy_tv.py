@@ -250,7 +250,7 @@ def cmd_init(a):
 
 def train_bn_bias(model, name):
     """mrcnn's semantics for a frozen BN under a trainable conv: the conv and its BN are
-    one folded conv whose bias trains (src/model/resnet.c). Makes each such
+    one folded conv whose bias trained (before the fold froze it). Makes each such
     FrozenBatchNorm2d's bias a trainable parameter, for an A/B check of that difference."""
     from torchvision.ops.misc import FrozenBatchNorm2d
     frozen = ("conv1", "bn1", "layer1") if name == "r50" else ()

@@ -56,7 +56,7 @@ typedef struct mrcnn_trainable {
      * ACCUM_STEPS in the update, and an fp16 run has no loss scaling (the scaler
      * still skips Inf/NaN steps). */
     int scales_loss;
-    /* One micro-batch of this rank in two halves (issue 12), so that the device half
+    /* One micro-batch of this rank in two halves, so that the device half
      * can be captured once and replayed as a CUDA graph:
      * stage: the host half. Takes the loader's next batch and uploads everything the
      * device half reads (images, ground truth padded to a capacity bucket, per-image rng
