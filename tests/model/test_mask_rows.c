@@ -16,43 +16,11 @@
 #include "test_scene.h"
 #include "test_util.h"
 
-#define NI 2
-#define HH 128
-#define WW 128
-#define NG 3
-
-typedef struct {
-    float images[NI * HH * WW * 3];
-    int hw[NI * 2];
-    float boxes[NI][NG * 4];
-    int32_t labels[NI][NG];
-    uint8_t masks[NI][NG * HH * WW];
-    mrcnn_image_gt gt[NI];
-} scene;
-
-static void make_scene(scene *s, uint64_t seed) {
-    memset(s, 0, sizeof *s);
-    mrcnn_rng r = mrcnn_rng_make(seed, 0, 0, MRCNN_RNG_TEST);
-    uint64_t k = 0;
-    for (int i = 0; i < NI * HH * WW * 3; i++) s->images[i] = 0.2f * (mrcnn_rng_uniform(&r, k++) - 0.5f);
-    for (int i = 0; i < NI; i++) {
-        s->hw[2 * i] = HH;
-        s->hw[2 * i + 1] = WW;
-        for (int g = 0; g < NG; g++) {
-            float bw = 24 + 40 * mrcnn_rng_uniform(&r, k++), bh = 24 + 40 * mrcnn_rng_uniform(&r, k++);
-            float x1 = (WW - bw) * mrcnn_rng_uniform(&r, k++), y1 = (HH - bh) * mrcnn_rng_uniform(&r, k++);
-            float *b = s->boxes[i] + g * 4;
-            b[0] = floorf(x1);
-            b[1] = floorf(y1);
-            b[2] = floorf(x1 + bw);
-            b[3] = floorf(y1 + bh);
-            s->labels[i][g] = 1 + g % 3;
-            test_scene_draw(s->images + (size_t)i * HH * WW * 3, s->masks[i] + (size_t)g * HH * WW, HH, WW, b,
-                            s->labels[i][g], g % 2 == 1);
-        }
-        s->gt[i] = (mrcnn_image_gt){NG, s->boxes[i], s->labels[i], s->masks[i]};
-    }
-}
+#define NI TEST_BATCH_N
+#define HH TEST_BATCH_H
+#define WW TEST_BATCH_W
+#define NG TEST_BATCH_G
+typedef test_batch scene;
 
 typedef struct {
     mrcnn_backend *be;
@@ -166,7 +134,7 @@ static void check_rows(int S, const mrcnn_image_gt *gt, const scene *s, bool quo
  * the proposals over them). */
 static void test_quota_filled(void **state) {
     scene *s = malloc(sizeof *s);
-    make_scene(s, 3);
+    test_batch_make(s, 3);
     check_rows(16, s->gt, s, true);
     free(s);
 }
@@ -175,7 +143,7 @@ static void test_quota_filled(void **state) {
  * rows still hold every positive and give the same results. */
 static void test_few_positives(void **state) {
     scene *s = malloc(sizeof *s);
-    make_scene(s, 3);
+    test_batch_make(s, 3);
     mrcnn_image_gt gt[NI] = {s->gt[0], s->gt[1]};
     for (int i = 0; i < NI; i++) gt[i].n = 1;
     check_rows(64, gt, s, false);

@@ -20,47 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NI 2
-#define HH 128
-#define WW 128
-#define NG 3
-
-typedef struct {
-    float images[NI * HH * WW * 3];
-    int hw[NI * 2];
-    float boxes[NI][NG * 4];
-    int32_t labels[NI][NG];
-    uint8_t masks[NI][NG * HH * WW];
-    mrcnn_image_gt gt[NI];
-} synth_batch;
-
-/* Rectangles and ellipses on a noisy background; each class has its own colour so
- * the task is learnable by a tiny network. */
-static void make_batch(synth_batch *s, uint64_t seed) {
-    memset(s, 0, sizeof *s);
-    mrcnn_rng r = mrcnn_rng_make(seed, 0, 0, MRCNN_RNG_TEST);
-    uint64_t k = 0;
-    for (int i = 0; i < NI * HH * WW * 3; i++) s->images[i] = 0.2f * (mrcnn_rng_uniform(&r, k++) - 0.5f);
-    for (int i = 0; i < NI; i++) {
-        s->hw[2 * i] = HH;
-        s->hw[2 * i + 1] = WW;
-        for (int g = 0; g < NG; g++) {
-            float bw = 24 + 40 * mrcnn_rng_uniform(&r, k++), bh = 24 + 40 * mrcnn_rng_uniform(&r, k++);
-            float x1 = (WW - bw) * mrcnn_rng_uniform(&r, k++), y1 = (HH - bh) * mrcnn_rng_uniform(&r, k++);
-            int cls = 1 + g % 3;
-            bool ellipse = g % 2 == 1;
-            float *b = s->boxes[i] + g * 4;
-            b[0] = floorf(x1);
-            b[1] = floorf(y1);
-            b[2] = floorf(x1 + bw);
-            b[3] = floorf(y1 + bh);
-            s->labels[i][g] = cls;
-            test_scene_draw(s->images + (size_t)i * HH * WW * 3, s->masks[i] + (size_t)g * HH * WW, HH, WW, b, cls,
-                            ellipse);
-        }
-        s->gt[i] = (mrcnn_image_gt){NG, s->boxes[i], s->labels[i], s->masks[i]};
-    }
-}
+#define NI TEST_BATCH_N
+#define HH TEST_BATCH_H
+#define WW TEST_BATCH_W
+#define NG TEST_BATCH_G
+typedef test_batch synth_batch;
 
 typedef struct {
     mrcnn_backend *be;
@@ -75,7 +39,7 @@ static void fixture_init(fixture *f, const mrcnn_config *cfg, uint64_t seed) {
     mrcnn_model_init(&f->m, cfg, f->be);
     mrcnn_model_init_random(&f->m, seed);
     mrcnn_ws_init(&f->ws, f->be);
-    make_batch(&f->s, seed);
+    test_batch_make(&f->s, seed);
     f->b = (mrcnn_batch){.image_hw = f->s.hw, .gt = f->s.gt};
 }
 
