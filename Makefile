@@ -167,10 +167,14 @@ deps:
 	 apt-get update -qq; apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null; \
 	 $(PY_COCO) -m pip install -q $(PIP_PKGS); echo "deps: installed"
 
+# The builds these targets start run on every core unless make was given -j: CI and a
+# new user type a plain `make test`, and a serial build was a fifth of CI's time.
+PAR_JOBS = $(if $(filter -j% --jobserver%,$(MAKEFLAGS)),,-j$(shell nproc))
+
 # `make test` on a fresh machine: deps first, then a fresh make (so detection sees them).
 test:
 	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps
-	@$(MAKE) all
+	@$(MAKE) $(PAR_JOBS) all
 	@$(MAKE) -s test-run
 
 test-run:
@@ -183,12 +187,12 @@ MATRIX_SUITES ?= model,train,eval,cuda
 MATRIX_BLAS_TESTS := model,eval,cuda,train/test_equivalence.sh,train/test_mrcnn_train.sh,train/test_bench_train.sh,train/test_precision.sh,train/test_eval_hook.sh
 test-matrix:
 	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps
-	@$(MAKE) all
+	@$(MAKE) $(PAR_JOBS) all
 	@BUILD=$(BUILD) GPU=$(GPU) MODE=$(MODE) PY_TORCH=$(PY_TORCH) PY_COCO=$(PY_COCO) bash tests/run_matrix.sh $(MATRIX_SUITES)
 
 test-%:
 	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps
-	@$(MAKE) all
+	@$(MAKE) $(PAR_JOBS) all
 	@$(MAKE) -s test-run SUITE=$*
 
 bench: all
@@ -196,7 +200,7 @@ bench: all
 
 demo:
 	@$(MAKE) -s deps-check >/dev/null 2>&1 || $(MAKE) deps
-	@$(MAKE) all
+	@$(MAKE) $(PAR_JOBS) all
 	@BUILD=$(BUILD) bash jobs/demo.sh
 
 PREFIX ?= /usr/local

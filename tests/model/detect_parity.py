@@ -1,7 +1,9 @@
 """Parity of the detection functions (prog_detect) with torchvision's own code on
 random inputs. Usage: detect_parity.py <prog_detect> [case ...]. Exit 1 on a mismatch."""
+import atexit
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,9 +43,15 @@ def rel_err(a, b):
     return float(np.abs(a - b).max() / den) if den > 0 else float(np.abs(a - b).max())
 
 
+# Every case's files under one folder, removed at exit (pass or fail): each run of this
+# test used to leave dozens of folders in /tmp.
+TMP_ROOT = tempfile.mkdtemp(prefix="detect_parity_")
+atexit.register(shutil.rmtree, TMP_ROOT, True)
+
+
 class Run:
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="detect_")
+        self.dir = tempfile.mkdtemp(prefix="case_", dir=TMP_ROOT)
 
     def put(self, name, arr, dtype=None):
         arr = np.asarray(arr)
