@@ -55,26 +55,6 @@ static inline float mrcnn_loss_norm_host(const mrcnn_loss_norm *n, const float *
 typedef struct mrcnn_backend mrcnn_backend;
 struct mrcnn_step_desc; // step_ctl.h
 
-/* Options and statistics of the device behind a backend: the one way to set or ask
- * anything of a device, so that no code outside src/backend/cuda calls CUDA. */
-typedef struct mrcnn_backend_info {
-    /* TF32 tensor cores for fp32 convolutions and GEMMs (off by default; MRCNN_TF32=1
-     * at creation sets it too). The CPU has none: a no-op there, math stays fp32. */
-    void (*set_tf32)(mrcnn_backend *be, int on);
-    /* Compute capability as major * 10 + minor; 0 on the CPU. */
-    int (*compute_capability)(const mrcnn_backend *be);
-    /* The device in words into buf: "GPU-<uuid> (<name>)", or "cpu". Returns buf. */
-    const char *(*device_name)(const mrcnn_backend *be, char *buf, size_t len);
-    /* Memory in use on the device, MiB: the GPU's (total - free, every process's, the
-     * CUDA context included; 0 when the driver does not say), or this process's RSS. */
-    double (*memory_used_mb)(const mrcnn_backend *be);
-    /* High-water mark of the memory the backend holds, MiB. GPU: what alloc handed out
-     * (the stream-ordered pool's peak) since creation or the last reset (reset = 1
-     * restarts it), -1 without a pool (MRCNN_CUDA_POOL=0); CPU: the process's max RSS
-     * (reset is ignored). */
-    double (*peak_mb)(const mrcnn_backend *be, int reset);
-} mrcnn_backend_info;
-
 struct mrcnn_backend {
     const char *name; // "cpu" or "cuda"
     mrcnn_device device;
@@ -83,99 +63,74 @@ struct mrcnn_backend {
     void (*set_precision)(mrcnn_backend *be, mrcnn_dtype storage);
     void (*destroy)(mrcnn_backend *be); // frees state and the struct itself
 
-    /* Entries in sub-tables by concern (be->mem.write, be->nn.conv2d_forward, ...). */
+    /* Entries in sub-tables by concern (be->mem.write, be->nn.conv2d_forward, ...). The
+     * members are the op list's entries (backend_ops.def, where each is described), one
+     * sub-table per table column: BE_IN_<table> keeps that table's lines. */
+#define BE_KEEP(x) x
+#define BE_DROP(x)
+#define BE_MEMBER(ret, name, params) ret(*name) params;
+#define BE_OP(table, name, params, ...) BE_IN_##table(BE_MEMBER(void, name, params))
+#define BE_OPR(table, name, ret, params, ...) BE_IN_##table(BE_MEMBER(ret, name, params))
+#define BE_IN_mem BE_DROP
+#define BE_IN_nn BE_DROP
+#define BE_IN_loss BE_DROP
+#define BE_IN_opt BE_DROP
+#define BE_IN_det BE_DROP
+#define BE_IN_stream BE_DROP
+#define BE_IN_step BE_DROP
+#define BE_IN_info BE_DROP
+
+    /* device memory: alloc, free, zero, write (host -> device), read (device -> host,
+     * waits), sync */
     struct {
-        void *(*alloc)(const mrcnn_backend *be, size_t bytes, const char *what);
-        void (*free)(const mrcnn_backend *be, void *p);
-        void (*zero)(const mrcnn_backend *be, mrcnn_tensor *t);
-        void (*write)(const mrcnn_backend *be, mrcnn_tensor *dst, const void *host_src); // host -> device
-        void (*read)(const mrcnn_backend *be, const mrcnn_tensor *src, void *host_dst);  // device -> host, waits
-        void (*sync)(const mrcnn_backend *be);
+#undef BE_IN_mem
+#define BE_IN_mem BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_mem
+#define BE_IN_mem BE_DROP
     } mem;
 
+    /* the network's layers, forward and backward */
     struct {
-        /* convolutions; act = RELU fuses bias + ReLU into the forward */
-        void (*conv2d_forward)(const mrcnn_backend *be, const mrcnn_conv2d_desc *d,
-                               const mrcnn_tensor *x, const mrcnn_tensor *w, const mrcnn_tensor *b,
-                               mrcnn_activation act, mrcnn_tensor *y);
-        void (*conv2d_backward)(const mrcnn_backend *be, const mrcnn_conv2d_desc *d,
-                                const mrcnn_tensor *x, const mrcnn_tensor *w, const mrcnn_tensor *dy,
-                                mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db); // each may be NULL
-        void (*deconv2x2_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                  const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y);
-        void (*deconv2x2_backward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                   const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
-                                   mrcnn_tensor *db);
-        /* elementwise and pooling */
-        void (*relu_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
-        void (*relu_backward)(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy,
-                              mrcnn_tensor *dx);
-        /* y = act(a + b), overwritten (y may alias a or b). act = RELU is the bottleneck's
-         * residual join in one pass, bit-identical to add then relu_forward; its backward
-         * is relu_backward on this y (y > 0 where the stored sum is), then add_backward. */
-        void (*add_forward)(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b,
-                            mrcnn_activation act, mrcnn_tensor *y);
-        void (*add_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da,
-                             mrcnn_tensor *db);
-        void (*maxpool2d_forward)(const mrcnn_backend *be, const mrcnn_pool2d_desc *d,
-                                  const mrcnn_tensor *x, mrcnn_tensor *y);
-        void (*maxpool2d_backward)(const mrcnn_backend *be, const mrcnn_pool2d_desc *d,
-                                   const mrcnn_tensor *x, const mrcnn_tensor *dy, mrcnn_tensor *dx);
-        void (*upsample_add_forward)(const mrcnn_backend *be, const mrcnn_tensor *top,
-                                     const mrcnn_tensor *lateral, mrcnn_tensor *y);
-        void (*upsample_add_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
-                                      mrcnn_tensor *dtop, mrcnn_tensor *dlateral);
-        /* fully connected: x (N, in), w (out, in), b (out) */
-        void (*linear_forward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                               const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y);
-        void (*linear_backward)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
-                                mrcnn_tensor *db);
-        /* multi-level ROIAlign (roi_align.h): feats is an array of d->n_levels tensors, each
-         * (N, H_l, W_l, C); rois (R, 5) fp32 (image index, x1, y1, x2, y2), image index < 0
-         * marks a padding row; y (R, out_h, out_w, C). Backward accumulates into dfeats
-         * (array of d->n_levels tensors; the boxes get no gradient). */
-        void (*roi_align_forward)(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
-                                  const mrcnn_tensor *feats, const mrcnn_tensor *rois, mrcnn_tensor *y);
-        void (*roi_align_backward)(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
-                                   const mrcnn_tensor *rois, const mrcnn_tensor *dy, mrcnn_tensor *dfeats);
-        /* y = x converted to y's dtype (same element count; fp32/fp16/bf16, round to
-         * nearest even): the model casts fp32 input images to the activation dtype. */
-        void (*cast)(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y);
+#undef BE_IN_nn
+#define BE_IN_nn BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_nn
+#define BE_IN_nn BE_DROP
     } nn;
 
+    /* losses: sum_i weight_i l_i / normalizer into a 1-element fp32 device tensor (so no
+     * host round trip is forced), dx += grad_mult d loss/dx; weight may be NULL. The
+     * normalizer is a device scalar too (mrcnn_loss_norm): the counts it comes from are
+     * made and all-reduced on the device. */
     struct {
-        /* losses: sum_i weight_i l_i / normalizer into a 1-element fp32 device tensor (so no
-         * host round trip is forced), dx += grad_mult d loss/dx; weight may be NULL. The
-         * normalizer is a device scalar too (mrcnn_loss_norm): the counts it comes from are
-         * made and all-reduced on the device. */
-        void (*bce_logits)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                           const mrcnn_tensor *weight, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
-                           mrcnn_tensor *dx /* += d loss/dx, or NULL */);
-        void (*softmax_ce)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
-                           const mrcnn_loss_norm *norm, mrcnn_tensor *loss, mrcnn_tensor *dx);
-        void (*smooth_l1)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *t,
-                          const mrcnn_tensor *weight, float beta, const mrcnn_loss_norm *norm, mrcnn_tensor *loss,
-                          mrcnn_tensor *dx);
+#undef BE_IN_loss
+#define BE_IN_loss BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_loss
+#define BE_IN_loss BE_DROP
     } loss;
 
+    /* the optimizer (fp32 master weights) and the fp16 loss scaler's overflow test */
     struct {
-        /* optimizer: fused SGD with momentum and weight decay over the flat arenas
-         * (fp32 master weights); grad_scale multiplies gradients first (1/loss scale).
-         * PyTorch semantics: v = mu v + (grad_scale q g + weight_decay decay_mask p); p -= lr v.
-         * decay_mask: fp32, one value per parameter (0 exempts it), or NULL for all ones; or
-         * (2, n): those, then q per parameter (the folded-BN preconditioner, train.h), else 1. */
-        void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float lr,
-                           float momentum_coef, float weight_decay, float grad_scale);
-        /* 1 when any element of t is Inf or NaN (for the fp16 loss scaler). */
-        int (*nonfinite)(const mrcnn_backend *be, const mrcnn_tensor *t);
+#undef BE_IN_opt
+#define BE_IN_opt BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_opt
+#define BE_IN_opt BE_DROP
     } opt;
 
     /* The detection stages of training (detect_ops.h): RPN targets, proposals, ROI
      * sampling, mask targets, the per-class gathers and count_hint, so that a training
-     * step reads nothing back to the host. */
-    mrcnn_backend_detect det;
+     * step reads nothing back to the host; and inference's, so that a batch's detections
+     * come back in one read. */
+    struct {
+#undef BE_IN_det
+#define BE_IN_det BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_det
+#define BE_IN_det BE_DROP
+    } det;
 
     /* Ordering against other streams, and graphs. Events are opaque handles
      * (a cudaEvent_t on the CUDA backend, so NCCL's glue can use them directly); the CPU
@@ -206,15 +161,11 @@ struct mrcnn_backend {
      * points at freed memory and must be destroyed and captured again. NULL (CPU, test
      * backends): 0, never changes. */
     struct {
-        void *(*event_create)(const mrcnn_backend *be);
-        void (*event_destroy)(const mrcnn_backend *be, void *ev);
-        void (*event_record)(const mrcnn_backend *be, void *ev);
-        void (*event_wait)(const mrcnn_backend *be, void *ev);
-        int (*graph_begin)(const mrcnn_backend *be);
-        void *(*graph_end)(const mrcnn_backend *be);
-        void (*graph_launch)(const mrcnn_backend *be, void *graph);
-        void (*graph_destroy)(const mrcnn_backend *be, void *graph);
-        uint64_t (*graph_epoch)(const mrcnn_backend *be);
+#undef BE_IN_stream
+#define BE_IN_stream BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_stream
+#define BE_IN_stream BE_DROP
     } stream;
 
     /* The training step's bookkeeping on the device, so that a step has no
@@ -237,23 +188,41 @@ struct mrcnn_backend {
      *                  and momentum untouched, and a captured update replays with each
      *                  step's lr */
     struct {
-        void (*axpy)(const mrcnn_backend *be, float mult, const mrcnn_tensor *x, mrcnn_tensor *acc);
-        void (*nonfinite_or)(const mrcnn_backend *be, const mrcnn_tensor *t, mrcnn_tensor *flag);
-        void (*sum_squares)(const mrcnn_backend *be, const mrcnn_tensor *t, const mrcnn_tensor *w,
-                            mrcnn_tensor *out);
-        void (*decide)(const mrcnn_backend *be, const struct mrcnn_step_desc *d, mrcnn_tensor *ctl);
-        void (*sgd_update)(const mrcnn_backend *be, mrcnn_tensor *params, const mrcnn_tensor *grads,
-                           mrcnn_tensor *momentum, const mrcnn_tensor *decay_mask, float momentum_coef,
-                           float weight_decay, const mrcnn_tensor *ctl);
+#undef BE_IN_step
+#define BE_IN_step BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_step
+#define BE_IN_step BE_DROP
     } step;
 
     void *state;              // backend-private (handles, caches)
     mrcnn_backend_stats stats; // since creation; read with mrcnn_backend_stats_get
-    mrcnn_backend_info info;   // device options and statistics (above)
+    /* Options and statistics of the device behind a backend: the one way to set or ask
+     * anything of a device, so that no code outside src/backend/cuda calls CUDA. */
+    struct {
+#undef BE_IN_info
+#define BE_IN_info BE_KEEP
+#include "mrcnn/backend_ops.def"
+#undef BE_IN_info
+#define BE_IN_info BE_DROP
+    } info;
     /* The entries as the backend installed them; the argument checks that
      * mrcnn_backend_validate puts in their place call these. NULL: not wrapped. */
     const mrcnn_backend *unchecked;
 };
+#undef BE_KEEP
+#undef BE_DROP
+#undef BE_MEMBER
+#undef BE_OP
+#undef BE_OPR
+#undef BE_IN_mem
+#undef BE_IN_nn
+#undef BE_IN_loss
+#undef BE_IN_opt
+#undef BE_IN_det
+#undef BE_IN_stream
+#undef BE_IN_step
+#undef BE_IN_info
 
 /* Counting goes through a const handle (the ops take one); a backend is never an object
  * defined const, so writing its counters is defined. Relaxed atomics: loader and I/O

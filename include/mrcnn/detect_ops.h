@@ -6,7 +6,8 @@
  * -1, weight 0: ROIAlign writes zeros for them, the losses and gathers skip them).
  * Counts are 1-element fp32 device tensors (exact below 2^24) that feed
  * mrcnn_loss_norm.count directly. Semantics are the host helpers' (proposals.h,
- * roi_targets.h), which the CPU backend runs (src/backend/cpu/backend_cpu_detect.c). */
+ * roi_targets.h), which the CPU backend runs (src/backend/cpu/backend_cpu_detect.c).
+ * The entries themselves are the det lines of include/mrcnn/backend_ops.def. */
 #ifndef MRCNN_DETECT_OPS_H
 #define MRCNN_DETECT_OPS_H
 
@@ -91,104 +92,6 @@ typedef struct mrcnn_detect_desc {
 #define MRCNN_RNG_WORDS 5
 /* Candidates per image a GPU's detect_boxes keeps for its NMS (its sort and mask fit). */
 #define MRCNN_DETECT_MAX_CANDIDATES 16384
-typedef struct mrcnn_backend_detect {
-    /* RPN: assign targets (IoU fg / bg, low-quality matches), encode (1, 1, 1, 1),
-     * balanced sampling, then scatter level-major as the RPN head's NHWC outputs. */
-    void (*rpn_targets)(const mrcnn_backend *be, const mrcnn_rpn_targets_desc *d,
-                        const mrcnn_tensor *anchors,   // (A_total, 4) fp32, all levels of one image
-                        const mrcnn_gt_batch *gt,
-                        const mrcnn_tensor *rngs,      // (N, MRCNN_RNG_WORDS) int32: MRCNN_RNG_RPN_SAMPLE streams
-                        mrcnn_tensor *labels,          // [n_levels] each (N, H_l, W_l, A) fp32 0/1
-                        mrcnn_tensor *obj_weights,     // [n_levels] same shape, 1 = sampled
-                        mrcnn_tensor *reg_targets,     // [n_levels] (N, H_l, W_l, 4A) fp32
-                        mrcnn_tensor *reg_weights,     // [n_levels] same, 1 on the 4 deltas of sampled positives
-                        mrcnn_tensor *n_sampled);      // (1) fp32: sampled anchors over this rank's batch
-    /* Proposals: per image, per level top pre_nms_top_n by logit, decode, clip to
-     * image_hw, drop small, score threshold, NMS per level, keep post_nms_top_n. */
-    void (*proposals)(const mrcnn_backend *be, const mrcnn_proposals_desc *d,
-                      const mrcnn_tensor *logits,   // [n_levels] (N, H_l, W_l, A) any float dtype
-                      const mrcnn_tensor *deltas,   // [n_levels] (N, H_l, W_l, 4A) any float dtype
-                      const mrcnn_tensor *anchors,  // (A_total, 4) fp32
-                      const mrcnn_tensor *image_hw, // (N, 2) int32
-                      mrcnn_tensor *boxes,          // (N, P, 4) fp32, rows past the count zero
-                      mrcnn_tensor *scores,         // (N, P) fp32 sigmoid, descending
-                      mrcnn_tensor *counts);        // (N) int32
-    /* ROI sampling (gt appended to the proposals, match at iou_thresh, balanced
-     * sampling, encode with coder), compacted over the batch, valid rows first. */
-    void (*roi_sample)(const mrcnn_backend *be, const mrcnn_roi_sample_desc *d,
-                       const mrcnn_tensor *proposals, // (N, P, 4) fp32
-                       const mrcnn_tensor *counts,    // (N) int32
-                       const mrcnn_gt_batch *gt,
-                       const mrcnn_tensor *rngs,   // (N, MRCNN_RNG_WORDS) int32: MRCNN_RNG_ROI_SAMPLE streams
-                       mrcnn_tensor *rois,         // (N*S, 5) fp32 (image, x1, y1, x2, y2); padding image -1
-                       mrcnn_tensor *labels,       // (N*S) int32: 0 bg, 1..K-1 fg, -1 padding
-                       mrcnn_tensor *box_labels,   // (N*S) int32: the label on fg rows, -1 elsewhere
-                       mrcnn_tensor *reg_targets,  // (N*S, 4) fp32
-                       mrcnn_tensor *reg_weights,  // (N*S, 4) fp32: 1 on fg rows
-                       mrcnn_tensor *fg_rois,      // (N*F, 5) fp32, padding image -1
-                       mrcnn_tensor *fg_labels,    // (N*F) int32, -1 padding
-                       mrcnn_tensor *fg_gt,        // (N*F) int32: matched gt as image*G + j, -1 padding
-                       mrcnn_tensor *n_rois,       // (1) fp32
-                       mrcnn_tensor *n_fg);        // (1) fp32
-    /* Mask targets of the fg rows: roi_align of the matched gt mask (the image's own
-     * size as bounds), m x m; weights 1 on valid rows, 0 on padding rows. rows = the
-     * first dimension of fg_rois, fg_gt, targets and weights (any prefix of the
-     * capacity: the model trims when it can). */
-    void (*mask_targets)(const mrcnn_backend *be, const mrcnn_gt_batch *gt,
-                         const mrcnn_tensor *fg_rois, // (rows, 5) fp32
-                         const mrcnn_tensor *fg_gt,   // (rows) int32
-                         int m,
-                         mrcnn_tensor *targets,       // (rows, m, m) fp32
-                         mrcnn_tensor *weights);      // (rows, m, m) fp32, or NULL (rows trimmed: no padding)
-    /* Per-ROI slices of the predicted class for the box and mask losses: labels (R)
-     * int32 (< 0: zeros, no gradient); masks x (R, M, M, K) -> y (R, M, M), deltas
-     * x (R, 4K) -> y (R, 4); x in any float dtype, y fp32. Backward adds dy into the
-     * label's slice of dx. */
-    void (*gather_class_masks)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
-                               mrcnn_tensor *y);
-    void (*gather_class_masks_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
-                                        const mrcnn_tensor *labels, mrcnn_tensor *dx);
-    void (*gather_class_deltas)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels,
-                                mrcnn_tensor *y);
-    void (*gather_class_deltas_backward)(const mrcnn_backend *be, const mrcnn_tensor *dy,
-                                         const mrcnn_tensor *labels, mrcnn_tensor *dx);
-    /* Inference (mrcnn_model_detect), so that a batch's detections come back to the host
-     * in one read. proposal_rois: the proposals as ROI rows (image, x1, y1, x2, y2),
-     * compacted over the batch (valid rows first, in image order; padding rows image -1,
-     * zeros), n_rois (1) fp32 their count. */
-    void (*proposal_rois)(const mrcnn_backend *be,
-                          const mrcnn_tensor *proposals, // (N, P, 4) fp32
-                          const mrcnn_tensor *counts,    // (N) int32
-                          mrcnn_tensor *rois,            // (N*P, 5) fp32
-                          mrcnn_tensor *n_rois);         // (1) fp32
-    /* The box head's outputs on rois (padding rows skipped) post-processed per image as
-     * mrcnn_detect_postprocess: softmax, per-class decode, clip to image_hw, score and
-     * size thresholds, per-class NMS, the best max_detections. The detections are
-     * compacted over the batch: image order, by descending score within an image (that
-     * function's order); padding rows image -1, zero box and score, label -1. A GPU keeps
-     * at most MRCNN_DETECT_MAX_CANDIDATES (class, box) candidates per image before the NMS,
-     * the highest-scoring ones. */
-    void (*detect_boxes)(const mrcnn_backend *be, const mrcnn_detect_desc *d,
-                         const mrcnn_tensor *logits,   // (R, K) any float dtype
-                         const mrcnn_tensor *deltas,   // (R, 4K) any float dtype
-                         const mrcnn_tensor *rois,     // (R, 5) fp32, as proposal_rois makes them
-                         const mrcnn_tensor *image_hw, // (N, 2) int32
-                         mrcnn_tensor *boxes,          // (N*D, 5) fp32 (image, x1, y1, x2, y2)
-                         mrcnn_tensor *scores,         // (N*D) fp32
-                         mrcnn_tensor *labels,         // (N*D) int32, 1..K-1
-                         mrcnn_tensor *count);         // (1) fp32: the valid rows
-    /* maskrcnn_inference: y (R, M, M) fp32 = sigmoid of channel labels[r] of the mask
-     * logits x (R, M, M, K) (any float dtype), as mrcnn_mask_probs; rows whose label is
-     * outside [0, K) get zeros. */
-    void (*mask_probs)(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *labels, mrcnn_tensor *y);
-    /* The value of a 1-element count tensor when the host can see it WITHOUT waiting
-     * for the device (the CPU backend, whose memory is the host's: not a read), else -1
-     * (CUDA). The model trims the ROI heads to the valid rows when it can and runs the
-     * full capacity otherwise, so no step waits on a count. NULL entry: -1. A backend
-     * that answers (>= 0) makes the step's calls depend on the data, so its shape key
-     * (mrcnn_model_stage) is 0: such a step is never replayed as a graph. */
-    int64_t (*count_hint)(const mrcnn_backend *be, const mrcnn_tensor *count);
-} mrcnn_backend_detect;
 
 #ifdef __cplusplus
 }

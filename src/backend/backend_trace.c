@@ -497,62 +497,6 @@ static int t_opt_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
 #undef BE_OP
 #undef BE_OPR
 
-/* The list names every entry of every sub-table: a member added to backend.h without
- * its line fails the build here (each sub-table holds function pointers only). */
-enum { TAB_mem, TAB_nn, TAB_loss, TAB_opt, TAB_det, TAB_stream, TAB_step, TAB_info };
-#define BE_OP(table, ...) +(TAB_##table == TAB_CUR)
-#define BE_OPR(table, ...) +(TAB_##table == TAB_CUR)
-#define TAB_CUR TAB_mem
-_Static_assert(sizeof(((mrcnn_backend *)0)->mem) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->mem has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_nn
-_Static_assert(sizeof(((mrcnn_backend *)0)->nn) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->nn has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_loss
-_Static_assert(sizeof(((mrcnn_backend *)0)->loss) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->loss has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_opt
-_Static_assert(sizeof(((mrcnn_backend *)0)->opt) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->opt has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_det
-_Static_assert(sizeof(((mrcnn_backend *)0)->det) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->det has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_stream
-_Static_assert(sizeof(((mrcnn_backend *)0)->stream) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->stream has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_step
-_Static_assert(sizeof(((mrcnn_backend *)0)->step) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->step has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#define TAB_CUR TAB_info
-_Static_assert(sizeof(((mrcnn_backend *)0)->info) == sizeof(void (*)(void)) * (0
-#include "mrcnn/backend_ops.def"
-                                                                          ),
-               "be->info has an entry missing from include/mrcnn/backend_ops.def");
-#undef TAB_CUR
-#undef BE_OP
-#undef BE_OPR
-
 /* ---- precision ---- */
 
 static void t_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
@@ -586,22 +530,6 @@ static void t_destroy(mrcnn_backend *be) {
     if (destroy) destroy(be);
 }
 
-/* A sub-table viewed as its function pointers (every member of one is a function
- * pointer), to find an entry that install did not wrap: a new entry in backend.h that
- * this file has not learned yet fails install instead of going unrecorded. */
-static void check_all_wrapped(const void *before, const void *after, size_t bytes, const char *table) {
-    const size_t n = bytes / sizeof(void (*)(void));
-    for (size_t i = 0; i < n; i++) {
-        void (*b)(void), (*a)(void);
-        memcpy(&b, (const char *)before + i * sizeof b, sizeof b);
-        memcpy(&a, (const char *)after + i * sizeof a, sizeof a);
-        MRCNN_CHECK(b == NULL || a != b,
-                    "backend_trace: entry #%zu of be->%s is not wrapped (a new entry in backend.h?): "
-                    "add its line to include/mrcnn/backend_ops.def",
-                    i, table);
-    }
-}
-
 #define WRAP(table, entry, fn)                                                                                         \
     do {                                                                                                               \
         if (be->table.entry) be->table.entry = fn;                                                                     \
@@ -620,6 +548,7 @@ void mrcnn_backend_trace_install(mrcnn_backend *be) {
         else snprintf(s->dump_prefix, sizeof s->dump_prefix, "%s", env);
     }
 
+    /* The sub-tables' members are the list's lines (backend.h), so this wraps them all. */
 #define BE_OP(table, name, ...) WRAP(table, name, t_##table##_##name);
 #define BE_OPR(table, name, ...) WRAP(table, name, t_##table##_##name);
 #include "mrcnn/backend_ops.def"
@@ -629,15 +558,6 @@ void mrcnn_backend_trace_install(mrcnn_backend *be) {
     if (be->set_precision) be->set_precision = t_set_precision;
     be->destroy = t_destroy; // unregisters, then the backend's own destroy (which may be NULL)
 
-    const mrcnn_backend *in = &s->inner;
-    check_all_wrapped(&in->mem, &be->mem, sizeof be->mem, "mem");
-    check_all_wrapped(&in->nn, &be->nn, sizeof be->nn, "nn");
-    check_all_wrapped(&in->loss, &be->loss, sizeof be->loss, "loss");
-    check_all_wrapped(&in->opt, &be->opt, sizeof be->opt, "opt");
-    check_all_wrapped(&in->det, &be->det, sizeof be->det, "det");
-    check_all_wrapped(&in->stream, &be->stream, sizeof be->stream, "stream");
-    check_all_wrapped(&in->step, &be->step, sizeof be->step, "step");
-    check_all_wrapped(&in->info, &be->info, sizeof be->info, "info");
     pthread_mutex_lock(&g_reg_mu);
     int slot = -1;
     for (int i = 0; i < TRACE_MAX_BACKENDS && slot < 0; i++)

@@ -232,6 +232,15 @@ static void v_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, co
     be->unchecked->nn.linear_backward(be, x, w, dy, dx, dw, db);
 }
 
+/* ---- bias gradient: dy (..., K), db (K) ---- */
+
+static void v_bias_grad(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *db) {
+    check_any(be, dy, "bias_grad dy");
+    MRCNN_CHECK(dy->ndim >= 1, "bias_grad dy: needs a (..., K) tensor, got %d dims", dy->ndim);
+    check_float(be, db, "bias_grad db", 1, &dy->shape[dy->ndim - 1]);
+    be->unchecked->nn.bias_grad(be, dy, db);
+}
+
 /* ---- ROIAlign: levels (N, H_l, W_l, C), rois (R, 5) fp32, y (R, out_h, out_w, C) ---- */
 
 static void roi_shapes(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *levels,

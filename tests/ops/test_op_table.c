@@ -249,6 +249,37 @@ static void linear_one(ctx *c, int bwd, int n, int in, int out, int act) {
 static void case_nn_linear_forward(ctx *c) { LINEAR_SHAPES(0); }
 static void case_nn_linear_backward(ctx *c) { LINEAR_SHAPES(1); }
 
+/* ---- bias gradient: k = M + 1 per element of db (M rows of dy, the accumulated value) ---- */
+
+static void bias_grad_one(ctx *c, int nd, const int64_t *shape) {
+    const int64_t K = shape[nd - 1];
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    const int64_t M = n / K;
+    float *dy = rnd(c, n, -1, 1), *db0 = rnd(c, K, -1, 1);
+    mrcnn_tensor tdy = devf(c, dy, nd, shape), tdb = devf(c, db0, 1, &shape[nd - 1]);
+    c->be->nn.bias_grad(c->be, &tdy, &tdb);
+    double *ref = dbl(c, db0, K, 0), *s = dbl(c, db0, K, 1);
+    const double unread = 0; // linear_backward reads x and w only for dx and dw, both NULL here
+    if (M > 0) {
+        mrcnn_linear_backward_f64((int)M, 1, (int)K, &unread, &unread, dbl(c, dy, n, 0), NULL, NULL, ref);
+        mrcnn_linear_backward_f64((int)M, 1, (int)K, &unread, &unread, dbl(c, dy, n, 1), NULL, NULL, s);
+    }
+    check(c, 1, down(c, &tdb), ref, bilinear_bound(c, s, ref, K, M + 1.0), K);
+}
+
+/* An NHWC activation's gradient (M = N H W rows), the class count K = 91 on a 2-D one,
+ * C = 3, no rows at all (db unchanged), one element. */
+static void case_nn_bias_grad(ctx *c) {
+    static const int64_t s4[4] = {2, 3, 5, 12}, s2[2] = {37, 91}, s3[4] = {1, 7, 7, 3}, s0[3] = {0, 4, 3},
+                         s1[2] = {1, 1};
+    bias_grad_one(c, 4, s4);
+    bias_grad_one(c, 2, s2);
+    bias_grad_one(c, 4, s3);
+    bias_grad_one(c, 3, s0);
+    bias_grad_one(c, 2, s1);
+}
+
 /* ---- elementwise: sizes 0 (empty), 1, 3 and an odd 1001; NaN and inf pass ---- */
 
 static const int64_t ELEM_N[] = {0, 1, 3, 1001};

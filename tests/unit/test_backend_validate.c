@@ -65,6 +65,11 @@ static void test_cpu_transposed(void **state) {
     mrcnn_tensor f = tz(4, fs), rois_t = tz(2, rt), ry = tz(4, rys);
     EXPECT_FAIL(be->nn.roi_align_forward(be, &rd, &f, &rois_t, &ry), "roi_align rois: shape (5, 6) but expected (-1, 5)");
 
+    /* bias gradient: db (K) against dy's last extent, C = 3 */
+    int64_t kb[1] = {4};
+    mrcnn_tensor bg = tz(1, kb);
+    EXPECT_FAIL(be->nn.bias_grad(be, &x, &bg), "bias_grad db: shape (4) but expected (3)");
+
     /* a device tensor handed to the CPU */
     mrcnn_tensor xg = x;
     xg.device = MRCNN_DEVICE_GPU;
@@ -73,7 +78,7 @@ static void test_cpu_transposed(void **state) {
     /* cast: element counts */
     EXPECT_FAIL(be->nn.cast(be, &x, &y), "cast y: shape (2, 4, 3, 4) has 96 elements but x (2, 7, 5, 3) has 210");
 
-    mrcnn_tensor *all[] = {&x, &xnchw, &w, &y, &ynchw, &x2, &wk, &y2, &lx, &lw, &ly, &a, &b, &s, &f, &ry, &rois_t};
+    mrcnn_tensor *all[] = {&x, &xnchw, &w, &y, &ynchw, &x2, &wk, &y2, &lx, &lw, &ly, &a, &b, &s, &f, &ry, &rois_t, &bg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }

@@ -1,8 +1,9 @@
-/* The CPU backend: the float reference ops (ops.h) behind the backend interface,
- * with shape and dtype checks on every tensor. Rounded-storage mode (set_precision
- * F16/BF16) rounds every activation and gradient an op writes, so mixed-precision
- * behaviour can be studied without a GPU; parameters, optimizer state and loss
- * scalars stay fp32 as on the GPU path. */
+/* The CPU backend: the float reference ops (ops.h) behind the backend interface. The
+ * shape rules of the checked entries are mrcnn_backend_validate's (backend_validate.c),
+ * which both CPU factories run last; this file adds what the CPU needs (fp32 data).
+ * Rounded-storage mode (set_precision F16/BF16) rounds every activation and gradient an
+ * op writes, so mixed-precision behaviour can be studied without a GPU; parameters,
+ * optimizer state and loss scalars stay fp32 as on the GPU path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +43,7 @@ static void round_out(const mrcnn_backend *be, mrcnn_tensor *t) {
     if (t && be->storage != MRCNN_DTYPE_F32) mrcnn_round_array(t->data, (size_t)mrcnn_tensor_numel(t), be->storage);
 }
 
-static void apply_act(mrcnn_activation act, mrcnn_tensor *y, const char *op) {
-    MRCNN_CHECK(act == MRCNN_ACT_NONE || act == MRCNN_ACT_RELU, "%s: unknown activation %d", op, (int)act);
+static void apply_act(mrcnn_activation act, mrcnn_tensor *y) {
     if (act == MRCNN_ACT_RELU) mrcnn_relu_forward(mrcnn_tensor_numel(y), y->data, y->data);
 }
 
@@ -93,15 +93,11 @@ static void cpu_set_precision(mrcnn_backend *be, mrcnn_dtype storage) {
     be->storage = storage;
 }
 
-/* Host tensors of any float dtype; an fp32 output in rounded-storage mode is rounded
- * like every other op output. */
+/* Host tensors of any float dtype (element counts, devices and layout are checked in
+ * front, backend_validate.c); an fp32 output in rounded-storage mode is rounded like
+ * every other op output. */
 static void cpu_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    MRCNN_CHECK(x && y && x->device == MRCNN_DEVICE_CPU && y->device == MRCNN_DEVICE_CPU &&
-                    mrcnn_tensor_is_contiguous(x) && mrcnn_tensor_is_contiguous(y),
-                "cpu cast: needs contiguous host tensors");
     int64_t n = mrcnn_tensor_numel(x);
-    MRCNN_CHECK(mrcnn_tensor_numel(y) == n, "cpu cast: %lld elements into %lld", (long long)n,
-                (long long)mrcnn_tensor_numel(y));
     for (int64_t i = 0; i < n; i++) {
         float v;
         switch (x->dtype) {
@@ -132,7 +128,7 @@ static void cpu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
                                const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
     mrcnn_conv2d_forward(d, f32(x, "conv2d_forward x"), f32(w, "conv2d_forward w"),
                          b ? f32(b, "conv2d_forward b") : NULL, f32(y, "conv2d_forward y"));
-    apply_act(act, y, "conv2d_forward");
+    apply_act(act, y);
     round_out(be, y);
 }
 
@@ -158,6 +154,12 @@ static void cpu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
+static void cpu_bias_grad(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *db) {
+    const int k = to_int(db->shape[0], "bias_grad K");
+    bias_grad(k ? mrcnn_tensor_numel(dy) / k : 0, k, f32(dy, "bias_grad dy"), f32(db, "bias_grad db"));
+    round_out(be, db);
+}
+
 static void cpu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
                                   const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
     mrcnn_deconv2x2_forward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
@@ -165,7 +167,7 @@ static void cpu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x
                             to_int(w->shape[0], "deconv2x2 K"), f32(x, "deconv2x2_forward x"),
                             f32(w, "deconv2x2_forward w"), b ? f32(b, "deconv2x2_forward b") : NULL,
                             f32(y, "deconv2x2_forward y"));
-    apply_act(act, y, "deconv2x2_forward");
+    apply_act(act, y);
     round_out(be, y);
 }
 
@@ -262,7 +264,7 @@ static void cpu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, c
     mrcnn_linear_forward(to_int(x->shape[0], "linear N"), to_int(w->shape[1], "linear in"), to_int(w->shape[0], "linear out"),
                          f32(x, "linear_forward x"), f32(w, "linear_forward w"), b ? f32(b, "linear_forward b") : NULL,
                          f32(y, "linear_forward y"));
-    apply_act(act, y, "linear_forward");
+    apply_act(act, y);
     round_out(be, y);
 }
 
@@ -457,6 +459,7 @@ mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     be->nn.upsample_add_backward = cpu_upsample_add_backward;
     be->nn.linear_forward = cpu_linear_forward;
     be->nn.linear_backward = cpu_linear_backward;
+    be->nn.bias_grad = cpu_bias_grad;
     be->loss.bce_logits = cpu_bce_logits;
     be->loss.softmax_ce = cpu_softmax_ce;
     be->loss.smooth_l1 = cpu_smooth_l1;

@@ -244,6 +244,12 @@ void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k
     MRCNN_CHECK_LAUNCH("bias_grad_final");
 }
 
+/* nn.bias_grad: dtype, shapes and device are checked in front (backend_validate.c). */
+static void cu_bias_grad_op(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *db) {
+    const int64_t k = db->shape[0];
+    cu_bias_grad(cu_st(be), dy->data, dy->dtype, k ? cu_numel(dy) / k : 0, (int)k, db->data, db->dtype);
+}
+
 /* ---- relu, add -------------------------------------------------------------------------- */
 
 __global__ void k_relu_fwd(const void *x, int xt, void *y, int yt, int64_t n) {
@@ -554,4 +560,5 @@ void cu_fill_elementwise_ops(mrcnn_backend *be) {
     be->nn.maxpool2d_backward = cu_maxpool2d_backward;
     be->nn.upsample_add_forward = cu_upsample_add_forward;
     be->nn.upsample_add_backward = cu_upsample_add_backward;
+    be->nn.bias_grad = cu_bias_grad_op;
 }
