@@ -97,7 +97,7 @@ typedef struct mrcnn_mask_head_out {
     mrcnn_tensor x;         // (R, 14, 14, F) pooled features
     mrcnn_tensor conv[8];   // (R, 14, 14, D) after ReLU
     mrcnn_tensor up;        // (R, 28, 28, D) after deconv + ReLU
-    mrcnn_tensor logits;    // (R, 28, 28, num_classes)
+    mrcnn_tensor logits;    // (R, 28, 28, K): K = num_classes, or padded (mrcnn_model's pad_align)
 } mrcnn_mask_head_out;
 void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
                              mrcnn_mask_head_out *out);

@@ -56,6 +56,11 @@ typedef struct mrcnn_conv_layer {
     int w, b;            // param indices: w (K, R, S, C), b (K)
     int cin, cout, ks, stride, pad;
     bool frozen;
+    /* The output's channels may be padded to a multiple of the model's pad_align with
+     * zero filters (mrcnn_conv_layer_out_channels): set only where every consumer of the
+     * output takes its channel count from the shape and reads the first cout channels
+     * alone (a per-class gather by label), so a padding channel never acts as a class. */
+    bool pad_out;
 } mrcnn_conv_layer;
 
 /* Registers a conv layer "<name>.weight" (K, R, S, C) and "<name>.bias" (K); bn is
@@ -65,8 +70,13 @@ mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin,
 /* Reports a parameter's gradient final (once per step; frozen ones never). */
 void mrcnn_model_grad_ready(mrcnn_model *m, int param_index);
 void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l);
+/* The channels of the layer's output: cout, or with pad_out and a model pad_align above
+ * 1, cout rounded up to a multiple of it (tensor-core shapes on a GPU). */
+int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *l);
 /* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
- * unless the layer is frozen, into its parameter gradients. */
+ * unless the layer is frozen, into its parameter gradients. y and dy have
+ * mrcnn_conv_layer_out_channels channels; the parameters keep their (cout, ...) shapes:
+ * a padded layer computes with a step-scoped copy holding zero rows after them. */
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act);
 void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,

@@ -75,6 +75,14 @@ struct mrcnn_model { // typedef in layers.h
     mrcnn_box_head box;
     mrcnn_mask_head mask;
     int num_classes; // with background
+    /* Layers marked pad_out (the mask logits) compute num_classes rounded up to a multiple
+     * of this many output channels, the extra filters zero, so that a GPU's GEMMs see
+     * tensor-core shapes; checkpoints, weight import and the parameters keep the users'
+     * shapes. 1: no padding, the CPU backend's default; 8 on a GPU. Set it before any
+     * step. On the CPU backend (fp32 only: its rounded-storage mode refuses it) padding
+     * changes only the summation order: bit-identical on OpenBLAS's Sandybridge kernels,
+     * not on its Haswell and Zen ones (tests/model/test_pad_logits). */
+    int pad_align;
     /* Reduces counts (3) fp32 (sampled anchors, ROIs, fg ROIs of this rank's batch) over
      * ranks in place, on the device (NULL: one rank), once per step before any loss. The
      * loss normalizers are the results, so 2 ranks x 1 image equal 1 rank x 2 images and

@@ -129,22 +129,59 @@ void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l) {
     mrcnn_model_grad_ready(m, l->b);
 }
 
-static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tensor *x) {
+int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *l) {
+    const int a = m->pad_align > 1 ? m->pad_align : 1;
+    return l->pad_out ? (l->cout + a - 1) / a * a : l->cout;
+}
+
+static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tensor *x, int k) {
     MRCNN_CHECK(x->ndim == 4 && x->shape[3] == l->cin,
                 "conv layer: input has %lld channels (rank %d) but the layer takes %d",
                 (long long)x->shape[x->ndim - 1], x->ndim, l->cin);
     return mrcnn_conv2d_desc_make((int)x->shape[0], (int)x->shape[1], (int)x->shape[2], l->cin,
-                                  l->cout, l->ks, l->stride, l->pad);
+                                  k, l->ks, l->stride, l->pad);
+}
+
+/* A zeroed (k, ...) fp32 tensor whose first rows are a copy of t (a layer's weight,
+ * bias or their gradients): KRSC keeps the output channel slowest, so the copy is a
+ * prefix and the zero filters follow it. The copy is a cast fp32 -> fp32, exact on a
+ * GPU and on the CPU in fp32; the CPU's rounded-storage mode would round it. */
+static mrcnn_tensor padded_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k) {
+    const mrcnn_backend *be = m->be;
+    MRCNN_CHECK(be->device == MRCNN_DEVICE_GPU || be->storage == MRCNN_DTYPE_F32,
+                "conv layer: padded output channels (pad_align %d) need an exact copy of the weights, "
+                "which the cpu backend's cast is not in rounded-storage mode (%s)",
+                m->pad_align, mrcnn_dtype_name(be->storage));
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[0] = k;
+    mrcnn_tensor p = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, t->ndim, shape);
+    mrcnn_tensor head = mrcnn_tensor_view(p.data, p.dtype, p.device, t->ndim, t->shape);
+    be->nn.cast(be, t, &head);
+    return p;
+}
+
+/* The first rows of a padded copy back into t (the gradients the backward added). */
+static void padded_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor *t) {
+    mrcnn_tensor head = mrcnn_tensor_view(p->data, p->dtype, p->device, t->ndim, t->shape);
+    m->be->nn.cast(m->be, &head, t);
 }
 
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act) {
-    mrcnn_conv2d_desc d = layer_desc(l, x);
+    const int k = mrcnn_conv_layer_out_channels(m, l);
+    mrcnn_conv2d_desc d = layer_desc(l, x, k);
     // conv2d_forward overwrites y whole
-    mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d),
-                                                            l->cout});
-    m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w),
-                          mrcnn_arena_get(&m->params.values, l->b), act, &y);
+    mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d), k});
+    mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w), *b = mrcnn_arena_get(&m->params.values, l->b);
+    if (k == l->cout) {
+        m->be->nn.conv2d_forward(m->be, &d, x, w, b, act, &y);
+        return y;
+    }
+    mrcnn_tensor wp = padded_copy(m, ws, w, k), bp = padded_copy(m, ws, b, k);
+    m->be->nn.conv2d_forward(m->be, &d, x, &wp, &bp, act, &y);
+    mrcnn_ws_release(ws, &bp);
+    mrcnn_ws_release(ws, &wp);
     return y;
 }
 
@@ -152,7 +189,8 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
                                const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
                                const mrcnn_tensor *dy, mrcnn_tensor *dx) {
     if (l->frozen && !dx) return;
-    mrcnn_conv2d_desc d = layer_desc(l, x);
+    const int k = mrcnn_conv_layer_out_channels(m, l);
+    mrcnn_conv2d_desc d = layer_desc(l, x, k);
     const mrcnn_tensor *g = dy;
     mrcnn_tensor dpre;
     if (act == MRCNN_ACT_RELU) {
@@ -160,8 +198,25 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         m->be->nn.relu_backward(m->be, y, dy, &dpre);
         g = &dpre;
     }
+    mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w);
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen || !m->params.trainable[l->b] ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
-    m->be->nn.conv2d_backward(m->be, &d, x, mrcnn_arena_get(&m->params.values, l->w), g, dx, dw, db);
+    if (k == l->cout) {
+        m->be->nn.conv2d_backward(m->be, &d, x, w, g, dx, dw, db);
+    } else {
+        /* The gradients go through padded copies that start from the arena's, so the
+         * backward adds into the same values as the unpadded layer does (accumulation
+         * over calls and micro-batches included); the zero filters' gradients, zero
+         * since dy's padding channels are, are dropped. */
+        mrcnn_tensor wp = padded_copy(m, ws, w, k), dwp = {0}, dbp = {0};
+        if (dw) dwp = padded_copy(m, ws, dw, k);
+        if (db) dbp = padded_copy(m, ws, db, k);
+        m->be->nn.conv2d_backward(m->be, &d, x, &wp, g, dx, dw ? &dwp : NULL, db ? &dbp : NULL);
+        if (dw) padded_store(m, &dwp, dw);
+        if (db) padded_store(m, &dbp, db);
+        mrcnn_ws_release(ws, &dbp);
+        mrcnn_ws_release(ws, &dwp);
+        mrcnn_ws_release(ws, &wp);
+    }
     if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
 }

@@ -17,6 +17,7 @@ void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be
     MRCNN_CHECK(cfg->roi_num_classes >= 1, "MODEL.ROI_HEADS.NUM_CLASSES = %d must be at least 1",
                 cfg->roi_num_classes);
     m->num_classes = cfg->roi_num_classes + 1;
+    m->pad_align = be->device == MRCNN_DEVICE_GPU ? 8 : 1;
     mrcnn_params_init(&m->params);
     mrcnn_resnet_build(m);
     mrcnn_fpn_build(m);

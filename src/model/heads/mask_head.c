@@ -28,6 +28,9 @@ void mrcnn_mask_head_build(mrcnn_model *m) {
                                    (int64_t[]){h->dim}, true, "");
     h->logits = mrcnn_conv_layer_add(m, "roi_heads.mask_predictor.mask_fcn_logits", h->dim,
                                      m->num_classes, 1, 1, 0, false, "");
+    // the logits' readers (gather_class_masks, its backward, mask_probs) take K from the
+    // shape and read the label's channel alone
+    h->logits.pad_out = true;
 }
 
 void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
@@ -49,7 +52,7 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
         out->logits = mrcnn_conv_layer_forward(m, ws, &h->logits, &out->up, MRCNN_ACT_NONE);
     } else {
         out->logits = mrcnn_ws_act(ws, 4,
-                                      (int64_t[]){0, 2 * S, 2 * S, m->num_classes});
+                                   (int64_t[]){0, 2 * S, 2 * S, mrcnn_conv_layer_out_channels(m, &h->logits)});
     }
 }
 
