@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "mrcnn/config.h"
+#include "mrcnn/fs.h" // mrcnn_mkdir_p, which the training files take from here
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,8 +79,6 @@ typedef struct mrcnn_eval_metrics {
  * event file. */
 void mrcnn_metrics_log_eval(mrcnn_metrics *m, const mrcnn_eval_metrics *e);
 void mrcnn_metrics_close(mrcnn_metrics *m);
-/* mkdir -p; returns 0 and leaves errno set when a level cannot be created. */
-int mrcnn_mkdir_p(const char *path);
 /* Resident set size of this process in MiB (/proc/self/statm). */
 double mrcnn_rss_mb(void);
 

@@ -1,16 +1,17 @@
 /* `mrcnn eval`: COCO bbox/segm evaluation of a results JSON against a ground-truth
  * JSON, a drop-in for pycocotools' COCOeval (same 12 numbers, same summary lines);
- * or, with --config/--weights/--shards, inference over shards first (eval_shards.c). */
+ * or, with --config/--weights/--shards, inference over shards first (eval_run.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mrcnn/args.h"
+#include "mrcnn/backend.h"
 #include "cli.h"
-#include "eval_report.h"
-#include "eval_shards.h"
 #include "mrcnn/check.h"
 #include "mrcnn/cocoeval.h"
+#include "mrcnn/config.h"
+#include "mrcnn/eval_run.h"
 #include "mrcnn/log.h"
 
 static void eval_usage(FILE *out) {
@@ -30,8 +31,45 @@ static void eval_usage(FILE *out) {
             "  --threads N       worker threads (default: all cores, or OMP_NUM_THREADS)\n"
             "  --plots DIR       pictures (gnuplot): DIR/eval_<bbox|segm>_pr.png, precision-recall at\n"
             "                    IoU .50/.75/.50:.95 and per area, and eval_<bbox|segm>_categories.png,\n"
-            "                    AP per category; each with the plotted series as .csv beside it\n");
-    eval_shards_usage(out);
+            "                    AP per category; each with the plotted series as .csv beside it\n"
+            "\n   or: mpirun -np K mrcnn eval --config CFG --weights CKPT [--shards INDEX] [--out DIR]\n"
+            "                  [--iou-type bbox|segm|both] [--set KEY=VALUE]... [--json STATS.json]\n"
+            "                  [--per-category] [--threads N] [--plots DIR]\n"
+            "Runs the model on every image of a shard set (DATASETS.TEST unless --shards), spread\n"
+            "over the ranks, writes DIR/coco_instances_results.json (DIR: --out, default\n"
+            "OUTPUT_DIR/inference) and evaluates it against the shards' annotations.\n"
+            "  --weights CKPT    model or training checkpoint (default MODEL.WEIGHTS)\n"
+            "  --set KEY=VALUE   config override, e.g. --set DATASETS.TEST=val-index.h5\n");
+}
+
+/* The model form: the config (--config, then each --set in order), the weights, the shard
+ * index and the results folder from the options or the config's defaults, then the run. */
+static int eval_model(int argc, char **argv, const char *config_path, const char *weights, const char *shards,
+                      const char *out, const char **sets, int n_sets, const mrcnn_eval_report_opts *report) {
+    mrcnn_config cfg;
+    mrcnn_config_defaults(&cfg);
+    char err[1024];
+    if (config_path && !mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
+        fprintf(stderr, "mrcnn eval: %s\n", err);
+        return 1;
+    }
+    for (int i = 0; i < n_sets; i++)
+        if (!mrcnn_config_try_set(&cfg, sets[i], "--set", err, sizeof err)) {
+            fprintf(stderr, "mrcnn eval: %s\n", err);
+            return 1;
+        }
+    if (!weights) weights = cfg.model_weights;
+    const char *index = shards ? shards : cfg.datasets_test;
+    if (!weights[0] || !index[0]) {
+        fprintf(stderr, "mrcnn eval: %s\n", !weights[0] ? "no weights: pass --weights CKPT (or set MODEL.WEIGHTS)"
+                                                        : "no data: pass --shards INDEX (or set DATASETS.TEST)");
+        return 2;
+    }
+    char out_dir[4096];
+    snprintf(out_dir, sizeof out_dir, "%s", out ? out : "");
+    if (!out) snprintf(out_dir, sizeof out_dir, "%s/inference", cfg.output_dir);
+    const int gpus = !strcmp(cfg.model_device, "cuda") ? mrcnn_backend_cuda_device_count() : 0;
+    return mrcnn_eval_shards_run(&argc, &argv, &cfg, gpus, weights, index, out_dir, report);
 }
 
 /* sets: room for argc --set assignments, owned by the caller so no return path leaks it. */
@@ -93,11 +131,10 @@ static int eval_main(int argc, char **argv, const char **sets) {
         return 2;
     }
     if (model_mode) {
-        eval_shards_opts o = {.config_path = config_path, .weights = weights, .shards = shards, .out_dir = out_dir,
-                              .json_path = json_path, .iou_type = type ? type : "both", .sets = sets,
-                              .n_sets = n_sets, .per_category = per_cat, .threads = threads,
-                              .plots_dir = plots_dir};
-        return eval_shards_run(argc, argv, &o);
+        const mrcnn_eval_report_opts report = {.iou_type = type ? type : "both", .threads = threads,
+                                               .per_category = per_cat, .json_path = json_path,
+                                               .plots_dir = plots_dir};
+        return eval_model(argc, argv, config_path, weights, shards, out_dir, sets, n_sets, &report);
     }
     if (!gt_path || !res_path) {
         fprintf(stderr, "mrcnn eval: --gt and --results are required (or --config/--weights/--shards to run a model)\n");
@@ -119,7 +156,9 @@ static int eval_main(int argc, char **argv, const char **sets) {
             mrcnn_time_now() - t0);
     if (!type) type = dets.n > 0 && dets.anns[0].segm.kind != MRCNN_SEGM_NONE ? "both" : "bbox";
 
-    eval_report(&gt, &dets, type, threads, per_cat, json_path, plots_dir);
+    const mrcnn_eval_report_opts report = {.iou_type = type, .threads = threads, .per_category = per_cat,
+                                           .json_path = json_path, .plots_dir = plots_dir};
+    mrcnn_eval_report(&gt, &dets, &report);
     mrcnn_coco_dets_free(&dets);
     mrcnn_coco_gt_free(&gt);
     return 0;

@@ -27,19 +27,6 @@
 static int g_fd = -1;
 static char g_dir[1024];
 
-/* Here, not in metrics.c, so that metrics.c -> tb_writer.c -> this file has no cycle. */
-int mrcnn_mkdir_p(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return 0;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) == 0 || errno == EEXIST;
-}
-
 static void probe_writable(const char *dir) {
     char probe[1200];
     snprintf(probe, sizeof probe, "%s/.write_test.%d", dir, (int)getpid());

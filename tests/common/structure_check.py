@@ -72,7 +72,6 @@ KNOWN = {
     # long
     ("long", "topk_block"),  # src/backend/cuda/topk.cu
     ("long", "bench_train_main"),  # src/cli/bench_train.c
-    ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
     ("long", "plan_batch"),  # src/data/loader.c
     ("long", "read_group"),  # src/model/checkpoint_io.c
     ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c

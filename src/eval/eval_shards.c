@@ -1,9 +1,8 @@
-/* `mrcnn eval --config CFG --weights CKPT --shards INDEX`: inference over a shard set
- * spread across the MPI ranks (each image once, one image per forward), detections
- * gathered to rank 0 in dataset order, written as a COCO results JSON and evaluated
- * against the shards' own ground truth (bbox and segm, pycocotools' numbers). */
-#include "eval_shards.h"
-#include "eval_report.h"
+/* `mrcnn eval --shards` (eval_run.h): inference over a shard set spread across the MPI
+ * ranks (each image once, one image per forward), detections gathered to rank 0 in
+ * dataset order, written as a COCO results JSON and evaluated against the shards' own
+ * ground truth (bbox and segm, pycocotools' numbers). */
+#include "mrcnn/eval_run.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,24 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/cocoeval.h"
 #include "mrcnn/dist.h"
+#include "mrcnn/fs.h"
 #include "mrcnn/infer.h"
 #include "mrcnn/log.h"
-#include "mrcnn/metrics.h"
-
-void eval_shards_usage(FILE *out) {
-    fprintf(out,
-            "\n   or: mpirun -np K mrcnn eval --config CFG --weights CKPT [--shards INDEX] [--out DIR]\n"
-            "                  [--iou-type bbox|segm|both] [--set KEY=VALUE]... [--json STATS.json]\n"
-            "                  [--per-category] [--threads N] [--plots DIR]\n"
-            "Runs the model on every image of a shard set (DATASETS.TEST unless --shards), spread\n"
-            "over the ranks, writes DIR/coco_instances_results.json (DIR: --out, default\n"
-            "OUTPUT_DIR/inference) and evaluates it against the shards' annotations.\n"
-            "  --weights CKPT    model or training checkpoint (default MODEL.WEIGHTS)\n"
-            "  --set KEY=VALUE   config override, e.g. --set DATASETS.TEST=val-index.h5\n");
-}
 
 /* One detection on the wire: fixed fields, then the RLE string (len bytes, no NUL). */
 typedef struct {
@@ -114,8 +102,8 @@ static void gather_dets(const mrcnn_dist *dist, const char *buf, size_t n, mrcnn
     free(displs);
 }
 
-double eval_shards_infer(const mrcnn_dist *dist, mrcnn_infer *inf, mrcnn_infer_shards *sh,
-                         const mrcnn_category_table *table, mrcnn_coco_dets *dets) {
+double mrcnn_eval_shards_infer(const mrcnn_dist *dist, mrcnn_infer *inf, mrcnn_infer_shards *sh,
+                               const mrcnn_category_table *table, mrcnn_coco_dets *dets) {
     int64_t steps = mrcnn_infer_shards_steps(sh);
     char *buf = NULL;
     size_t nbuf = 0, cap = 0;
@@ -157,50 +145,28 @@ double eval_shards_infer(const mrcnn_dist *dist, mrcnn_infer *inf, mrcnn_infer_s
     return infer_s;
 }
 
-int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
-    mrcnn_config cfg;
-    mrcnn_config_defaults(&cfg);
-    char err[1024];
-    if (o->config_path && !mrcnn_config_try_load(&cfg, o->config_path, err, sizeof err)) {
-        fprintf(stderr, "mrcnn eval: %s\n", err);
-        return 1;
-    }
-    for (int i = 0; i < o->n_sets; i++)
-        if (!mrcnn_config_try_set(&cfg, o->sets[i], "--set", err, sizeof err)) {
-            fprintf(stderr, "mrcnn eval: %s\n", err);
-            return 1;
-        }
-    const char *weights = o->weights ? o->weights : cfg.model_weights;
-    const char *index = o->shards ? o->shards : cfg.datasets_test;
-    if (!weights[0] || !index[0]) {
-        fprintf(stderr, "mrcnn eval: %s\n", !weights[0] ? "no weights: pass --weights CKPT (or set MODEL.WEIGHTS)"
-                                                        : "no data: pass --shards INDEX (or set DATASETS.TEST)");
-        return 2;
-    }
-    char out_dir[4096];
-    snprintf(out_dir, sizeof out_dir, "%s", o->out_dir ? o->out_dir : "");
-    if (!o->out_dir) snprintf(out_dir, sizeof out_dir, "%s/inference", cfg.output_dir);
-
-    int want_gpu = !strcmp(cfg.model_device, "cuda");
+int mrcnn_eval_shards_run(int *argc, char ***argv, const mrcnn_config *cfg, int visible_gpus, const char *weights,
+                          const char *index, const char *out_dir, const mrcnn_eval_report_opts *report) {
+    int want_gpu = !strcmp(cfg->model_device, "cuda");
     mrcnn_dist dist;
-    mrcnn_dist_init(&dist, &argc, &argv, mrcnn_infer_thread_level(), want_gpu ? mrcnn_backend_cuda_device_count() : 0, 0);
+    mrcnn_dist_init(&dist, argc, argv, mrcnn_infer_thread_level(), want_gpu ? visible_gpus : 0, 0);
     double t0 = mrcnn_time_now();
     if (dist.rank == 0)
         MRCNN_CHECK(mrcnn_mkdir_p(out_dir), "cannot create the output folder '%s': %s", out_dir, strerror(errno));
-    mrcnn_infer *inf = mrcnn_infer_create(&cfg, weights, dist.device);
+    mrcnn_infer *inf = mrcnn_infer_create(cfg, weights, dist.device);
     mrcnn_category_table table;
     mrcnn_category_table_load(&table, index);
-    MRCNN_CHECK(table.n == cfg.roi_num_classes,
+    MRCNN_CHECK(table.n == cfg->roi_num_classes,
                 "%s has %d categories but the model has MODEL.ROI_HEADS.NUM_CLASSES = %d", index, table.n,
-                cfg.roi_num_classes);
-    mrcnn_infer_shards *sh = mrcnn_infer_shards_create(&cfg, index, dist.comm);
+                cfg->roi_num_classes);
+    mrcnn_infer_shards *sh = mrcnn_infer_shards_create(cfg, index, dist.comm);
     int64_t n_images = mrcnn_infer_shards_num_images(sh);
     mrcnn_info("mrcnn eval: %lld images of %s on %d ranks (%s), weights %s", (long long)n_images, index,
                dist.world_size, mrcnn_infer_backend_name(inf), weights);
 
     mrcnn_coco_dets dets;
     mrcnn_coco_dets_init(&dets);
-    double infer_s = eval_shards_infer(&dist, inf, sh, &table, &dets);
+    double infer_s = mrcnn_eval_shards_infer(&dist, inf, sh, &table, &dets);
     mrcnn_infer_shards_destroy(sh);
     mrcnn_infer_destroy(inf);
     mrcnn_info("inference: %.1f s (%.3f s/image on %d ranks), %lld detections", infer_s,
@@ -215,7 +181,7 @@ int eval_shards_run(int argc, char **argv, const eval_shards_opts *o) {
         mrcnn_coco_gt gt;
         mrcnn_coco_gt_from_shards(&gt, index);
         mrcnn_coco_dets_check(&dets, &gt);
-        eval_report(&gt, &dets, o->iou_type, o->threads, o->per_category, o->json_path, o->plots_dir);
+        mrcnn_eval_report(&gt, &dets, report);
         mrcnn_coco_gt_free(&gt);
         mrcnn_info("mrcnn eval: %.1f s in all", mrcnn_time_now() - t0);
     }
