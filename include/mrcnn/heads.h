@@ -101,12 +101,21 @@ typedef struct mrcnn_mask_head_out {
 } mrcnn_mask_head_out;
 void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
                              mrcnn_mask_head_out *out);
+/* ready: each parameter's gradient is final after its part (else the caller calls
+ * mrcnn_mask_head_grads_ready once every chunk of rows has added its part). */
 void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
-                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx);
+                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx, bool ready);
+void mrcnn_mask_head_grads_ready(mrcnn_model *m);
+
+/* The training step's mask head chunks (model.h's mrcnn_step): their count and ends for
+ * rows rows of N images; gated: the rows are the capacity, not the valid rows. */
+#define MRCNN_MASK_CHUNKS_MAX 24
+int mrcnn_mask_head_chunks(int64_t rows, int n_images, bool gated, int *end);
 
 /* Mask targets of st's fg rows (be->det.mask_targets) and loss_mask into
- * st->loss_dev[4], normalized by st->n_fg_dev x M x M; trimmed: the head ran on the
- * valid rows only (no padding weights). When backward, st->dmask_logits gets its gradient. */
+ * st->loss_dev[4], normalized by st->n_fg_dev x M x M, from st->mask_gd (the chunks'
+ * gathers); trimmed: the head ran on the valid rows only (no padding weights). When
+ * backward, st->mask_dg gets its gradient. */
 void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st);
 
 #ifdef __cplusplus

@@ -209,10 +209,21 @@ struct mrcnn_step { // typedef in heads.h
     int32_t *fg_labels;         // (Rf) host (same)
     int32_t *fg_gt;             // (Rf) host, matched gt index within its image (mrcnn_model_read_step)
     mrcnn_tensor mask_x;        // (Rf, 14, 14, F)
-    mrcnn_mask_head_out mask;
+    mrcnn_mask_head_out mask;   // inference; training: chunk 0's (all rows when the backend trims)
+    /* Training runs the mask head in chunks of rows: chunk k is rows [end[k - 1], end[k])
+     * (end[-1] = 0) with activations mask_chunk[k]. When the backend trims, one chunk of
+     * the valid rows; otherwise the capacity in chunks that double from N rows, each run
+     * only when this rank's fg count (mask_count_dev) reaches into it (be->stream.run_if),
+     * so the rows run stay below twice the positives once these pass N. */
+    int n_mask_chunks;
+    int mask_chunk_end[MRCNN_MASK_CHUNKS_MAX];
+    mrcnn_mask_head_out mask_chunk[MRCNN_MASK_CHUNKS_MAX];
+    mrcnn_tensor mask_count_dev; // (1) fp32 this rank's fg rows (n_fg_dev before m->count_sum)
+    mrcnn_tensor mask_gd;       // (Rf, M, M) fp32 each row's label's logits (rows not run: 0)
+    mrcnn_tensor mask_dg;       // (Rf, M, M) fp32 the mask loss's gradient of mask_gd
     /* gradients of the head outputs (training with backward) */
     mrcnn_tensor dlogits_rpn[MRCNN_FPN_LEVELS], ddeltas_rpn[MRCNN_FPN_LEVELS];
-    mrcnn_tensor dcls, ddeltas, dmask_logits;
+    mrcnn_tensor dcls, ddeltas;
     /* the five terms on the device, in mrcnn_loss_names' order; the loss outputs are
      * views of its elements. Read with mrcnn_model_read_losses (one read). */
     mrcnn_tensor loss_dev;      // (5) fp32

@@ -456,6 +456,24 @@ static int t_opt_nonfinite(const mrcnn_backend *be, const mrcnn_tensor *t) {
     return S->inner.opt.nonfinite(be, t);
 }
 
+/* ---- stream ---- */
+
+/* The body's ops are the caller's own calls (a step's work that runs or not), each
+ * traced at the caller's depth; on the CPU the line is followed by the body's lines
+ * when the count was above, by none when not. */
+static void t_stream_run_if(const mrcnn_backend *be, const mrcnn_tensor *count, int64_t above, void (*body)(void *ctx),
+                            void *ctx) {
+    trace_state *S = lookup(be);
+    if (S->open && t_depth == 0) {
+        line L_, *L = &L_;
+        ln_begin(L, S, "stream.run_if");
+        ln_tensor(L, "count", count);
+        ln_int(L, "above", above);
+        record(L);
+    }
+    S->inner.stream.run_if(be, count, above, body, ctx);
+}
+
 /* ---- nn, loss, opt, det, stream, step, info: generated from the op list ---- */
 
 /* One trace field per argument, in the order of the list's trace_fields. */

@@ -120,6 +120,86 @@ void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);
 }
 
+/* Rows [a, b) of t. */
+static mrcnn_tensor rows_range(const mrcnn_tensor *t, int64_t a, int64_t b) {
+    mrcnn_tensor v = rows_view(t, b - a);
+    int64_t row = t->shape[0] > 0 ? mrcnn_tensor_numel(t) / t->shape[0] : 0;
+    if (t->data) v.data = (char *)t->data + (size_t)(a * row) * mrcnn_dtype_size(t->dtype);
+    return v;
+}
+
+/* One chunk of the training mask head's rows (st->mask_chunk_end), a run_if body. */
+typedef struct {
+    mrcnn_model *m;
+    mrcnn_ws *ws;
+    mrcnn_step *st;
+    mrcnn_tensor *dp; // (MRCNN_FPN_LEVELS) the levels' gradients (backward)
+    int k;            // the chunk
+    bool ready;       // one chunk: the head's gradients are final after it
+} mask_chunk;
+
+static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_step *st) {
+    const mrcnn_config *c = &m->cfg;
+    return pooler_desc(st, m->fpn.out_channels, c->mask_head_pooler_resolution, c->mask_head_sampling_ratio,
+                       c->box_head_aligned);
+}
+
+/* The chunk's pooled rows, the head on them, and their label's logits into mask_gd. */
+static void mask_chunk_forward(void *ctx) {
+    const mask_chunk *c = ctx;
+    mrcnn_model *m = c->m;
+    mrcnn_step *st = c->st;
+    const int64_t a = c->k ? st->mask_chunk_end[c->k - 1] : 0, b = st->mask_chunk_end[c->k];
+    mrcnn_tensor x = rows_range(&st->mask_x, a, b), rois = rows_range(&st->fg_rois_dev, a, b);
+    mrcnn_roi_align_desc d = mask_pooler(m, st);
+    if (b > a) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &rois, &x);
+    mrcnn_mask_head_forward(m, c->ws, &x, &st->mask_chunk[c->k]);
+    if (b == a) return;
+    mrcnn_tensor labels = rows_range(&st->fg_labels_dev, a, b), gd = rows_range(&st->mask_gd, a, b);
+    m->be->det.gather_class_masks(m->be, &st->mask_chunk[c->k].logits, &labels, &gd);
+}
+
+/* mask_dg's rows back through the chunk's head and its ROIAlign into the levels. */
+static void mask_chunk_backward(void *ctx) {
+    const mask_chunk *c = ctx;
+    mrcnn_model *m = c->m;
+    mrcnn_step *st = c->st;
+    const int64_t a = c->k ? st->mask_chunk_end[c->k - 1] : 0, b = st->mask_chunk_end[c->k];
+    if (b == a) return;
+    const mrcnn_mask_head_out *out = &st->mask_chunk[c->k];
+    mrcnn_tensor dlogits = mrcnn_ws_like(c->ws, &out->logits);
+    mrcnn_tensor dg = rows_range(&st->mask_dg, a, b), labels = rows_range(&st->fg_labels_dev, a, b);
+    m->be->det.gather_class_masks_backward(m->be, &dg, &labels, &dlogits);
+    mrcnn_tensor dx = mrcnn_ws_like(c->ws, &out->x);
+    mrcnn_mask_head_backward(m, c->ws, out, &dlogits, &dx, c->ready);
+    mrcnn_roi_align_desc d = mask_pooler(m, st);
+    mrcnn_tensor rois = rows_range(&st->fg_rois_dev, a, b);
+    m->be->nn.roi_align_backward(m->be, &d, &rois, &dx, c->dp);
+}
+
+/* Each chunk, or (gated) each chunk whose first row this rank's fg count passes. */
+static void mask_chunks_run(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_tensor *dp, void (*body)(void *),
+                            mrcnn_step *st) {
+    for (int k = 0; k < st->n_mask_chunks; k++) {
+        mask_chunk ch = {.m = m, .ws = ws, .st = st, .dp = dp, .k = k, .ready = !gated};
+        if (gated) m->be->stream.run_if(m->be, &st->mask_count_dev, k ? st->mask_chunk_end[k - 1] : 0, body, &ch);
+        else body(&ch);
+    }
+}
+
+/* The training mask head on st->fg_rois_dev (Rf = st->n_fg rows) in chunks; gated: Rf
+ * is the capacity, and a chunk past the positives runs nothing. */
+static void run_mask_head_chunks(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_step *st) {
+    const int F = m->fpn.out_channels, P = m->cfg.mask_head_pooler_resolution, Rf = st->n_fg;
+    st->mask_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){Rf, P, P, F});
+    // the gathers write the rows of the chunks that run; the others weigh 0 in the loss and must be finite
+    const int64_t sh[3] = {Rf, 2 * P, 2 * P};
+    st->mask_gd = gated ? mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh) : mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
+    st->n_mask_chunks = mrcnn_mask_head_chunks(Rf, st->n_images, gated, st->mask_chunk_end);
+    mask_chunks_run(m, ws, gated, NULL, mask_chunk_forward, st);
+    st->mask = st->mask_chunk[0];
+}
+
 void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
     MRCNN_CHECK(slot >= 0 && slot < m->n_staged && m->staged[slot].ready,
                 "train step: micro-batch slot %d was not staged (mrcnn_model_stage first)", slot);
@@ -146,12 +226,18 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
     mrcnn_model_proposals(m, ws, true, st);
     mrcnn_box_head_sample_rois(m, ws, st);
     bool trimmed = count_hint(m->be, &st->n_fg_dev) >= 0;
+    // the mask head's chunks follow this rank's positives, the sum below counts every rank's
+    st->mask_count_dev = st->n_fg_dev;
+    if (!trimmed && m->count_sum) {
+        st->mask_count_dev = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 1, (int64_t[]){1});
+        m->be->step.axpy(m->be, 1.0f, &st->n_fg_dev, &st->mask_count_dev);
+    }
     // the normalizers of all three losses over every rank, in one device all-reduce
     if (m->count_sum) m->count_sum(m->be, &st->counts_dev, m->count_ctx);
     mrcnn_rpn_head_losses(m, ws, backward, st, &rt);
     model_run_box_head(m, ws, st);
     mrcnn_box_head_losses(m, ws, backward, st);
-    model_run_mask_head(m, ws, st);
+    run_mask_head_chunks(m, ws, !trimmed, st);
     mrcnn_mask_head_loss(m, ws, backward, trimmed, st);
     if (!backward) return;
 
@@ -161,11 +247,9 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
     mrcnn_tensor dp[MRCNN_FPN_LEVELS];
     for (int l2 = 0; l2 < MRCNN_FPN_LEVELS; l2++) dp[l2] = mrcnn_ws_like(ws, &st->bb.p[l2]);
     if (st->n_fg > 0) {
-        mrcnn_tensor dx = mrcnn_ws_like(ws, &st->mask_x);
-        mrcnn_mask_head_backward(m, ws, &st->mask, &st->dmask_logits, &dx);
-        mrcnn_roi_align_desc d = pooler_desc(st, F, c->mask_head_pooler_resolution,
-                                             c->mask_head_sampling_ratio, c->box_head_aligned);
-        m->be->nn.roi_align_backward(m->be, &d, &st->fg_rois_dev, &dx, dp);
+        mask_chunks_run(m, ws, !trimmed, dp, mask_chunk_backward, st);
+        // every chunk has added its part (outside the chunks: no all-reduce in a conditional body)
+        if (!trimmed) mrcnn_mask_head_grads_ready(m);
     }
     if (st->n_rois > 0) {
         mrcnn_tensor dx = mrcnn_ws_like(ws, &st->box_x);

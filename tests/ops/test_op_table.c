@@ -758,6 +758,41 @@ static void case_stream_graph_launch(ctx *c) { case_stream_graph_begin(c); }
 static void case_stream_graph_destroy(ctx *c) { case_stream_graph_begin(c); }
 static void case_stream_graph_epoch(ctx *c) { case_stream_graph_begin(c); }
 
+/* run_if's body (a relu) with the count 5 above the threshold 4 and not above 5,
+ * captured as a graph where the backend captures (its conditional node), else run
+ * directly: the body's result when above; y untouched when not, on the CPU and in a
+ * capture (a CUDA body outside one runs whatever the count). */
+typedef struct {
+    ctx *c;
+    mrcnn_tensor *x, *y;
+} run_if_relu_args;
+static void run_if_relu(void *p) {
+    run_if_relu_args *a = p;
+    a->c->be->nn.relu_forward(a->c->be, a->x, a->y);
+}
+static void case_stream_run_if(ctx *c) {
+    int64_t n = 1001, one = 1;
+    float *x = rnd_special(c, n), five = 5;
+    mrcnn_tensor tx = devf(c, x, 1, &n), ty = devf(c, rnd(c, n, -1, 1), 1, &n), count = devf(c, &five, 1, &one);
+    c->be->nn.relu_forward(c->be, &tx, &ty); // once uncaptured first (capture-safe afterwards)
+    double *ref = dbl(c, x, n, 0), *zero = hmalloc(c, 8 * n), *b = hmalloc(c, 8 * n);
+    for (int64_t i = 0; i < n; i++) ref[i] = ref[i] < 0 ? 0 : ref[i], zero[i] = 0;
+    run_if_relu_args args = {c, &tx, &ty};
+    for (int above = 4; above <= 5; above++) {
+        void *g = NULL;
+        if (c->be->stream.graph_begin(c->be)) {
+            c->be->stream.run_if(c->be, &count, above, run_if_relu, &args);
+            g = c->be->stream.graph_end(c->be);
+        }
+        c->be->mem.zero(c->be, &ty);
+        if (g) c->be->stream.graph_launch(c->be, g);
+        else c->be->stream.run_if(c->be, &count, above, run_if_relu, &args);
+        if (g) c->be->stream.graph_destroy(c->be, g);
+        if (above < 5) check(c, 0, down(c, &ty), ref, b, n);
+        else if (g || c->be->device == MRCNN_DEVICE_CPU) check(c, 0, down(c, &ty), zero, b, n);
+    }
+}
+
 /* The device's answers are plausible: a name, a capability >= 0, memory >= 0. */
 static void info_check(ctx *c, double v, int ok) {
     float got = ok ? 0 : 1;

@@ -58,6 +58,12 @@ typedef struct {
     uint64_t seed;     // image noise and box jitter
 } plan;
 
+/* stream.run_if as a GPU issues it in a capture: its body's calls whatever the count. */
+static void run_if_issued(const mrcnn_backend *be, const mrcnn_tensor *count, int64_t above, void (*body)(void *ctx),
+                          void *ctx) {
+    body(ctx);
+}
+
 /* Steps 0-3 one bucket (<= 8 instances), step 4 crosses it (9), steps 5-6 back. */
 static const plan plans[] = {
     {{2, 3}, {{128, 128}, {128, 128}}, {0, 1}, 0, 11},
@@ -231,6 +237,7 @@ static void step_trace(const char *precision, int cuda) {
     } else {
         r.be = mrcnn_backend_cpu_create();
         r.be->det.count_hint = NULL; // fixed shapes, as on the GPU (whose count_hint answers -1)
+        r.be->stream.run_if = run_if_issued; // and every mask-head chunk's calls, as a capture holds
     }
     const int first = cuda ? 1 : 0; // the first step checked (CUDA: after the warm-up)
     r.first = first;
@@ -357,7 +364,7 @@ static float *train_plans(const char *precision, const char *graph, int cpu, dou
     r.be = cpu ? mrcnn_backend_cpu_create() : mrcnn_backend_cuda_create(0, &why);
     pinned_choices(0, saved, had);
     if (!r.be) fail_msg("a CUDA device is visible but the CUDA backend failed: %s", why ? why : "?");
-    if (cpu) r.be->det.count_hint = NULL;
+    if (cpu) r.be->det.count_hint = NULL, r.be->stream.run_if = run_if_issued;
     mrcnn_precision_apply(r.be, precision);
     mrcnn_model m;
     mrcnn_model_init(&m, &cfg, r.be);

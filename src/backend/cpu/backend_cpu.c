@@ -404,6 +404,13 @@ static int cpu_graph_begin(const mrcnn_backend *be) { return 0; }
 static void *cpu_graph_end(const mrcnn_backend *be) { return NULL; }
 static void cpu_graph_nop(const mrcnn_backend *be, void *graph) {}
 static uint64_t cpu_graph_epoch(const mrcnn_backend *be) { return 0; } // no graphs: never stale
+/* The count is in host memory and every earlier op has finished: read it, no wait. */
+static void cpu_run_if(const mrcnn_backend *be, const mrcnn_tensor *count, int64_t above, void (*body)(void *ctx),
+                       void *ctx) {
+    MRCNN_CHECK(count && count->dtype == MRCNN_DTYPE_F32 && mrcnn_tensor_numel(count) == 1 && count->data,
+                "run_if: a 1-element fp32 host count expected");
+    if ((double)((const float *)count->data)[0] > (double)above) body(ctx);
+}
 
 /* ---- device options and statistics: the host's memory is the process's ---- */
 
@@ -474,6 +481,7 @@ mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     be->stream.graph_launch = cpu_graph_nop;
     be->stream.graph_destroy = cpu_graph_nop;
     be->stream.graph_epoch = cpu_graph_epoch;
+    be->stream.run_if = cpu_run_if;
     be->info.set_tf32 = cpu_set_tf32;
     be->info.compute_capability = cpu_compute_capability;
     be->info.device_name = cpu_device_name;

@@ -488,6 +488,63 @@ static void cu_graph_destroy(const mrcnn_backend *be, void *graph) {
 
 static uint64_t cu_graph_epoch(const mrcnn_backend *be) { return cu_st(be)->graph_epoch; }
 
+/* Opens run_if's body when the count is above the threshold (one thread; the node that
+ * reads the handle follows this kernel in the graph). */
+__global__ void k_run_if_set(cudaGraphConditionalHandle h, const float *count, long long above) {
+    cudaGraphSetConditional(h, (double)count[0] > (double)above ? 1u : 0u);
+}
+
+static void cu_set_streams(cu_state *s, cudaStream_t st) {
+    s->stream = st;
+    MRCNN_CHECK_CUDNN(cudnnSetStream(s->cudnn, st));
+    MRCNN_CHECK_CUBLAS(cublasSetStream(s->cublas, st));
+}
+
+/* Inside a capture: k_run_if_set on the compute stream, then an IF conditional node
+ * after it in the captured graph, and body's ops captured into the node's body graph on
+ * body_stream, which stands in for the compute stream (cuDNN's and cuBLAS's too) until
+ * the body ends; the capture goes on after the node. Outside a capture body runs: its
+ * rows past the count weigh nothing. A body may not open another run_if, allocate
+ * stream-ordered memory or record events (a conditional body holds kernels, memsets,
+ * copies and conditionals only). */
+static void cu_run_if(const mrcnn_backend *be, const mrcnn_tensor *count, int64_t above, void (*body)(void *ctx),
+                      void *ctx) {
+    cu_state *s = cu_st(be);
+    cu_check_gpu(count, "run_if count");
+    MRCNN_CHECK(count->dtype == MRCNN_DTYPE_F32 && cu_numel(count) == 1, "run_if: a 1-element fp32 count expected");
+    if (!s->capturing) {
+        body(ctx);
+        return;
+    }
+    MRCNN_CHECK(s->stream != s->body_stream, "run_if: opened inside another run_if's body");
+    cudaStreamCaptureStatus cs;
+    cudaGraph_t g = NULL;
+    const cudaGraphNode_t *deps = NULL;
+    size_t n_deps = 0;
+    MRCNN_CHECK_CUDA(cudaStreamGetCaptureInfo(s->stream, &cs, NULL, &g, NULL, NULL, NULL));
+    MRCNN_CHECK(cs == cudaStreamCaptureStatusActive, "run_if: the compute stream's capture is not active");
+    cudaGraphConditionalHandle h;
+    MRCNN_CHECK_CUDA(cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault));
+    k_run_if_set<<<1, 1, 0, s->stream>>>(h, (const float *)count->data, (long long)above);
+    MRCNN_CHECK_CUDA(cudaGetLastError());
+    MRCNN_CHECK_CUDA(cudaStreamGetCaptureInfo(s->stream, &cs, NULL, &g, &deps, NULL, &n_deps));
+    cudaGraphNodeParams p = {cudaGraphNodeTypeConditional}; // the rest zero
+    p.conditional.handle = h;
+    p.conditional.type = cudaGraphCondTypeIf;
+    p.conditional.size = 1;
+    cudaGraphNode_t node;
+    MRCNN_CHECK_CUDA(cudaGraphAddNode(&node, g, deps, NULL, n_deps, &p));
+    MRCNN_CHECK_CUDA(cudaStreamUpdateCaptureDependencies(s->stream, &node, NULL, 1, cudaStreamSetCaptureDependencies));
+    cudaStream_t compute = s->stream;
+    MRCNN_CHECK_CUDA(cudaStreamBeginCaptureToGraph(s->body_stream, p.conditional.phGraph_out[0], NULL, NULL, 0,
+                                                   cudaStreamCaptureModeThreadLocal));
+    cu_set_streams(s, s->body_stream);
+    body(ctx);
+    cu_set_streams(s, compute);
+    cudaGraph_t captured = NULL;
+    MRCNN_CHECK_CUDA(cudaStreamEndCapture(s->body_stream, &captured));
+}
+
 static void cu_destroy(mrcnn_backend *be) {
     if (!be) return;
     cu_state *s = cu_st(be);
@@ -505,6 +562,7 @@ static void cu_destroy(mrcnn_backend *be) {
         if (s->cublas) cublasDestroy(s->cublas);
         if (s->cudnn) cudnnDestroy(s->cudnn);
         if (s->stream) cudaStreamDestroy(s->stream);
+        if (s->body_stream) cudaStreamDestroy(s->body_stream);
         free(s);
     }
     free(be);
@@ -538,6 +596,7 @@ extern "C" mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why) {
     cu_state *s = (cu_state *)MRCNN_CALLOC(1, sizeof *s, "CUDA backend state");
     s->device = device;
     MRCNN_CHECK_CUDA(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    MRCNN_CHECK_CUDA(cudaStreamCreateWithFlags(&s->body_stream, cudaStreamNonBlocking));
     MRCNN_CHECK_CUDNN(cudnnCreate(&s->cudnn));
     MRCNN_CHECK_CUDNN(cudnnSetStream(s->cudnn, s->stream));
     MRCNN_CHECK_CUBLAS(cublasCreate(&s->cublas));
@@ -590,6 +649,7 @@ extern "C" mrcnn_backend *mrcnn_cuda_backend_new(int device, const char **why) {
     be->stream.graph_launch = cu_graph_launch;
     be->stream.graph_destroy = cu_graph_destroy;
     be->stream.graph_epoch = cu_graph_epoch;
+    be->stream.run_if = cu_run_if;
     cu_fill_conv_ops(be);
     cu_fill_gemm_ops(be);
     cu_fill_elementwise_ops(be);

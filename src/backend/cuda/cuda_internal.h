@@ -29,6 +29,7 @@ typedef struct cu_conv_algo cu_conv_algo; // conv_cudnn.cu
 typedef struct cu_state {
     int device;
     cudaStream_t stream;
+    cudaStream_t body_stream; // stands in for stream while stream.run_if captures a conditional body
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     int tf32;          // fp32 convs/GEMMs may use TF32 tensor cores

@@ -57,13 +57,13 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
 }
 
 void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
-                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx) {
+                              const mrcnn_tensor *dlogits, mrcnn_tensor *dx, bool ready) {
     mrcnn_mask_head *h = &m->mask;
     if (out->x.shape[0] == 0) return;
     const mrcnn_backend *be = m->be;
     mrcnn_tensor dup = mrcnn_ws_like(ws, &out->up);
     mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
-    mrcnn_conv_layer_grad_ready(m, &h->logits);
+    if (ready) mrcnn_conv_layer_grad_ready(m, &h->logits);
     mrcnn_tensor dpre = mrcnn_ws_like(ws, &out->up);
     be->nn.relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
@@ -71,40 +71,60 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     be->nn.deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
                            mrcnn_arena_get(&m->params.grads, h->deconv_w),
                            mrcnn_arena_get(&m->params.grads, h->deconv_b));
-    mrcnn_model_grad_ready(m, h->deconv_w);
-    mrcnn_model_grad_ready(m, h->deconv_b);
+    if (ready) {
+        mrcnn_model_grad_ready(m, h->deconv_w);
+        mrcnn_model_grad_ready(m, h->deconv_b);
+    }
     for (int i = h->n_conv - 1; i >= 0; i--) {
         const mrcnn_tensor *xin = i > 0 ? &out->conv[i - 1] : &out->x;
         mrcnn_tensor dprev = {0};
         if (i > 0) dprev = mrcnn_ws_like(ws, xin);
         mrcnn_conv_layer_backward(m, ws, &h->conv[i], xin, &out->conv[i], MRCNN_ACT_RELU, &dcur,
                                   i > 0 ? &dprev : dx);
-        mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
+        if (ready) mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
         dcur = dprev;
     }
+}
+
+/* In the order the backward finishes them. */
+void mrcnn_mask_head_grads_ready(mrcnn_model *m) {
+    mrcnn_mask_head *h = &m->mask;
+    mrcnn_conv_layer_grad_ready(m, &h->logits);
+    mrcnn_model_grad_ready(m, h->deconv_w);
+    mrcnn_model_grad_ready(m, h->deconv_b);
+    for (int i = h->n_conv - 1; i >= 0; i--) mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
+}
+
+/* Ungated: one chunk. Gated: ends N, 2N, 4N, ... up to the capacity. A chunk runs when
+ * the count passes its first row, so P positives run the chunk ending at the first end
+ * >= P: N rows, or fewer than 2P. The first chunk is N rows because every image with a
+ * gt box has a positive (its gt box is a candidate). */
+int mrcnn_mask_head_chunks(int64_t rows, int n_images, bool gated, int *end) {
+    int n = 0;
+    for (int64_t e = n_images > 0 ? n_images : 1; gated && e < rows && n < MRCNN_MASK_CHUNKS_MAX - 1; e *= 2)
+        end[n++] = (int)e;
+    end[n++] = (int)rows;
+    return n;
 }
 
 /* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
 
 /* Mask targets (on the device) and the mask loss into loss_dev[4], normalized by the
- * batch's fg ROIs x M x M. */
+ * batch's fg ROIs x M x M. The label's logits (mask_gd) are the chunks' gathers, and
+ * their gradient (mask_dg) goes back through the chunks' backward. */
 void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st) {
     const mrcnn_backend *be = m->be;
     int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
-    if (backward) st->dmask_logits = mrcnn_ws_like(ws, &st->mask.logits);
     // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients
     if (Rf == 0) return;
     int64_t sh[3] = {Rf, M, M};
-    // targets, weights and the gather overwrite every row; dg, a gradient added into, is zeroed
+    // targets and weights overwrite every row; dg, a gradient added into, is zeroed
     mrcnn_tensor td = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
     // on the valid rows alone every weight is 1: no weights, the unweighted sum as before
     mrcnn_tensor wd = trimmed ? (mrcnn_tensor){0} : mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
     be->det.mask_targets(be, &st->gt, &st->fg_rois_dev, &st->fg_gt_dev, M, &td, trimmed ? NULL : &wd);
-    mrcnn_tensor gd = mrcnn_ws_tensor_uninit(ws, MRCNN_DTYPE_F32, 3, sh);
-    be->det.gather_class_masks(be, &st->mask.logits, &st->fg_labels_dev, &gd);
-    mrcnn_tensor dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
+    st->mask_dg = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 3, sh);
     mrcnn_tensor lm = elem_view(&st->loss_dev, 4);
     mrcnn_loss_norm norm = {.count = &st->n_fg_dev, .scale = (float)(M * M), .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
-    be->loss.bce_logits(be, &gd, &td, trimmed ? NULL : &wd, &norm, &lm, backward ? &dg : NULL);
-    if (backward) be->det.gather_class_masks_backward(be, &dg, &st->fg_labels_dev, &st->dmask_logits);
+    be->loss.bce_logits(be, &st->mask_gd, &td, trimmed ? NULL : &wd, &norm, &lm, backward ? &st->mask_dg : NULL);
 }
