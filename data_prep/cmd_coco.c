@@ -217,47 +217,196 @@ static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len) 
     return ok;
 }
 
-int prep_cmd_coco(int argc, char **argv) {
-    const char *ann_path = NULL, *image_dir = NULL, *out = NULL, *name_arg = NULL;
-    long long num_shards = 1;
-    int strict = 0;
+typedef struct {
+    const char *ann_path, *image_dir, *out;
+    char name[256]; // shard name prefix
+    long long num_shards;
+    int strict;
+} coco_args;
+
+/* The command line into a; returns -1 to go on, else the exit code (help: 0, usage: 2). */
+static int parse_args(int argc, char **argv, coco_args *a) {
+    const char *name_arg = NULL;
+    memset(a, 0, sizeof *a);
+    a->num_shards = 1;
     for (int i = 1; i < argc; i++) {
         if (prep_is_help(argv[i])) {
             coco_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--annotations")) {
-            ann_path = prep_arg_value(argc, argv, &i);
+            a->ann_path = prep_arg_value(argc, argv, &i);
         } else if (!strcmp(argv[i], "--images")) {
-            image_dir = prep_arg_value(argc, argv, &i);
+            a->image_dir = prep_arg_value(argc, argv, &i);
         } else if (!strcmp(argv[i], "--out")) {
-            out = prep_arg_value(argc, argv, &i);
+            a->out = prep_arg_value(argc, argv, &i);
         } else if (!strcmp(argv[i], "--name")) {
             name_arg = prep_arg_value(argc, argv, &i);
         } else if (!strcmp(argv[i], "--shards")) {
-            num_shards = prep_arg_int(argc, argv, &i, 1, 99999);
+            a->num_shards = prep_arg_int(argc, argv, &i, 1, 99999);
         } else if (!strcmp(argv[i], "--strict")) {
-            strict = 1;
+            a->strict = 1;
         } else {
             fprintf(stderr, "mrcnn-prep coco: unknown option '%s'\n", argv[i]);
             coco_usage(stderr);
             return 2;
         }
     }
-    if (!ann_path || !image_dir || !out) {
+    if (!a->ann_path || !a->image_dir || !a->out) {
         fprintf(stderr, "mrcnn-prep coco: --annotations, --images and --out are required\n");
         coco_usage(stderr);
         return 2;
     }
-    char name[256];
     if (name_arg) {
-        snprintf(name, sizeof name, "%s", name_arg);
+        snprintf(a->name, sizeof a->name, "%s", name_arg);
     } else {
-        const char *b = strrchr(ann_path, '/');
-        snprintf(name, sizeof name, "%s", b ? b + 1 : ann_path);
-        char *dot = strrchr(name, '.');
-        if (dot && dot != name) *dot = 0;
+        const char *b = strrchr(a->ann_path, '/');
+        snprintf(a->name, sizeof a->name, "%s", b ? b + 1 : a->ann_path);
+        char *dot = strrchr(a->name, '.');
+        if (dot && dot != a->name) *dot = 0;
     }
-    MRCNN_CHECK(name[0] && !strchr(name, '/'), "--name '%s' must be a plain file name prefix", name);
+    MRCNN_CHECK(a->name[0] && !strchr(a->name, '/'), "--name '%s' must be a plain file name prefix", a->name);
+    return -1;
+}
+
+/* Where everything goes: the usable images in JSON order, each image's annotations, and
+ * each shard's range of that order. */
+typedef struct {
+    int64_t *order;       // (n_ok) image rows of the usable images, JSON order
+    int64_t n_ok;
+    int64_t *ann_start;   // (num_images + 1) image i's annotations are ann_list[ann_start[i] ...]
+    int64_t *ann_list;    // annotation rows, grouped by image
+    int64_t *shard_first; // (num_shards + 1) shard s writes order[shard_first[s] .. shard_first[s + 1])
+} coco_layout;
+
+static void layout_plan(coco_layout *l, const coco_dataset *ds, long long num_shards) {
+    l->order = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ds->num_images + 1), "image order");
+    int64_t n_ok = 0, total_bytes = 0;
+    for (int64_t i = 0; i < ds->num_images; i++)
+        if (ds->images[i].ok) l->order[n_ok++] = i, total_bytes += ds->images[i].file_bytes;
+    l->n_ok = n_ok;
+    l->ann_start = MRCNN_CALLOC((size_t)ds->num_images + 1, sizeof(int64_t), "annotation starts");
+    for (int64_t i = 0; i < ds->num_images; i++) l->ann_start[i + 1] = l->ann_start[i] + ds->images[i].num_ann;
+    l->ann_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(l->ann_start[ds->num_images] + 1), "annotation lists");
+    int64_t *fill = MRCNN_CALLOC((size_t)ds->num_images + 1, sizeof(int64_t), "annotation fill");
+    for (int64_t a = 0; a < ds->num_anns; a++)
+        if (ds->anns[a].ok) {
+            int64_t im = ds->anns[a].image;
+            l->ann_list[l->ann_start[im] + fill[im]++] = a;
+        }
+    free(fill);
+    l->shard_first = MRCNN_CALLOC((size_t)num_shards + 1, sizeof(int64_t), "shard ranges");
+    /* Shard s takes the images whose byte midpoint falls in [s, s+1) * total / N. */
+    int64_t cum = 0, s = 0;
+    for (int64_t k = 0; k < n_ok; k++) {
+        double mid = (double)cum + 0.5 * (double)ds->images[l->order[k]].file_bytes;
+        while (s + 1 < num_shards && mid >= (double)(s + 1) * (double)total_bytes / (double)num_shards)
+            l->shard_first[++s] = k;
+        cum += ds->images[l->order[k]].file_bytes;
+    }
+    while (s + 1 <= num_shards) l->shard_first[++s] = n_ok;
+}
+
+static void layout_free(coco_layout *l) {
+    free(l->order);
+    free(l->ann_start);
+    free(l->ann_list);
+    free(l->shard_first);
+}
+
+/* Image im's file into *buf, checked: still inside --images (links followed), readable, a
+ * decodable image of the JSON's size. A failure is reported into wrep; returns 0 then. */
+static int read_image_checked(const coco_dataset *ds, const coco_image *im, const char *image_dir, coco_report *wrep,
+                              uint8_t **buf, size_t *cap, size_t *len) {
+    char path[8192], err[512];
+    const char *fname = ds->names + im->name_off;
+    const int where = coco_image_path(ds->image_root, image_dir, fname, path, sizeof path);
+    int h = 0, wd = 0, ok = where > 0 && read_file(path, buf, cap, len);
+    if (where < 0) {
+        coco_report_issue(wrep, ISSUE_IMAGE_PATH, "image id %lld: file_name '%s' resolves to %s, outside %s",
+                          (long long)im->id, fname, path, ds->image_root);
+    } else if (!ok) {
+        coco_report_issue(wrep, ISSUE_IMAGE_MISSING, "image id %lld: cannot read %s", (long long)im->id, path);
+    } else {
+        if (!mrcnn_image_check(*buf, *len, &h, &wd, err, sizeof err)) {
+            ok = 0;
+            coco_report_issue(wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): %s", (long long)im->id, path, err);
+        } else if (h != im->height || wd != im->width) {
+            ok = 0;
+            coco_report_issue(wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): the file is %dx%d but the JSON says %dx%d",
+                              (long long)im->id, path, h, wd, im->height, im->width);
+        }
+    }
+    return ok;
+}
+
+/* This rank's shards (s = rank, rank + size, ...) into the staging folder; cnt (3 x
+ * num_shards): images, annotations and bytes each shard holds. */
+static void write_shards(const coco_args *a, const coco_dataset *ds, const coco_layout *l, const char *staging, int rank,
+                         int size, int tty, coco_report *wrep, int64_t *cnt) {
+    const long long num_shards = a->num_shards;
+    int64_t my_total = 0, my_done = 0;
+    for (int64_t s = rank; s < num_shards; s += size) my_total += l->shard_first[s + 1] - l->shard_first[s];
+    progress wp = {tty, mrcnn_time_now(), 0, "write (rank 0)"};
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (int64_t s = rank; s < num_shards; s += size) {
+        prep_shard_writer *w = prep_shard_begin(staging, a->name, (int)s, (int)num_shards, &ds->cats);
+        for (int64_t k = l->shard_first[s]; k < l->shard_first[s + 1]; k++) {
+            const int64_t ii = l->order[k];
+            const coco_image *im = &ds->images[ii];
+            const int ok = read_image_checked(ds, im, a->image_dir, wrep, &buf, &cap, &len);
+            my_done++;
+            if (!ok) {
+                wrep->count[ISSUE_ANN_OF_SKIPPED_IMAGE] += im->num_ann;
+                continue;
+            }
+            prep_shard_add_image(w, im->id, im->height, im->width, ds->names + im->name_off,
+                                 im->num_ann ? 0 : MRCNN_IMAGE_FLAG_NO_ANNOTATIONS, buf, len);
+            for (int64_t q = l->ann_start[ii]; q < l->ann_start[ii + 1]; q++) {
+                const coco_ann *an = &ds->anns[l->ann_list[q]];
+                prep_shard_add_annotation(w, an->id, an->bbox, an->category_id, an->class_index, an->iscrowd, an->area,
+                                          ds->rles + an->seg_off);
+            }
+            char d[64];
+            snprintf(d, sizeof d, "(%lld of %lld images)", (long long)my_done, (long long)my_total);
+            progress_show(&wp, (double)my_done / (double)(my_total ? my_total : 1), d);
+        }
+        prep_shard_finish(w, &cnt[s], &cnt[num_shards + s], &cnt[2 * num_shards + s]);
+    }
+    free(buf);
+    if (my_total) progress_show(&wp, 1, "");
+}
+
+/* Rank 0's summary: what was written of what the JSON holds, speed, and the bad input by
+ * kind (counts: parse and resolve's rep plus the writers' wcounts). */
+static void print_summary(const coco_args *a, const coco_dataset *ds, const int64_t *cnt, const coco_report *rep,
+                          const int64_t *wcounts, int size, double secs, double t_parse) {
+    const long long num_shards = a->num_shards;
+    int64_t ni = 0, na = 0, nb = 0;
+    for (int64_t s = 0; s < num_shards; s++) ni += cnt[s], na += cnt[num_shards + s], nb += cnt[2 * num_shards + s];
+    printf("mrcnn-prep coco: summary (%d rank%s)\n", size, size > 1 ? "s" : "");
+    printf("  images       %lld written of %lld in the JSON (%lld skipped)\n", (long long)ni,
+           (long long)ds->num_images, (long long)(ds->num_images - ni));
+    printf("  annotations  %lld written of %lld in the JSON (%lld skipped)\n", (long long)na,
+           (long long)ds->num_anns, (long long)(ds->num_anns - na));
+    printf("  categories   %d\n", ds->cats.n);
+    printf("  bytes        %.1f MB of images in %lld shard%s\n", nb / 1e6, num_shards, num_shards > 1 ? "s" : "");
+    printf("  seconds      %.2f (parse %.2f): %.1f images/s, %.1f MB/s\n", secs, t_parse, ni / secs, nb / 1e6 / secs);
+    int64_t bad = 0;
+    for (int k = 0; k < ISSUE_COUNT; k++) bad += rep->count[k] + wcounts[k];
+    printf("  bad input    %s\n", bad ? "(count, kind):" : "none");
+    for (int k = 0; k < ISSUE_COUNT; k++)
+        if (rep->count[k] + wcounts[k])
+            printf("    %8lld  %s\n", (long long)(rep->count[k] + wcounts[k]), coco_issue_name((coco_issue)k));
+    printf("  index        %s/%s-index.h5\n", a->out, a->name);
+    fflush(stdout);
+}
+
+int prep_cmd_coco(int argc, char **argv) {
+    coco_args a;
+    const int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    const long long num_shards = a.num_shards;
 
     int provided = 0, rank = 0, size = 1;
     MRCNN_CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
@@ -269,52 +418,28 @@ int prep_cmd_coco(int argc, char **argv) {
     const int tty = rank == 0 && isatty(2);
 
     /* 1. Parse (every rank, identically) and resolve. */
-    coco_report rep = {.strict = strict, .print = rank == 0};
+    coco_report rep = {.strict = a.strict, .print = rank == 0};
     coco_dataset ds;
     memset(&ds, 0, sizeof ds);
-    FILE *jf = fopen(ann_path, "rb");
-    MRCNN_CHECK(jf, "cannot open the annotations file %s", ann_path);
+    FILE *jf = fopen(a.ann_path, "rb");
+    MRCNN_CHECK(jf, "cannot open the annotations file %s", a.ann_path);
     fseek(jf, 0, SEEK_END);
     parse_ctx pc = {&(progress){tty, t0, 0, "parse"}, ftell(jf)};
     fclose(jf);
-    coco_parse(&ds, ann_path, &rep, parse_progress, &pc);
+    coco_parse(&ds, a.ann_path, &rep, parse_progress, &pc);
     progress_show(pc.p, 1, "");
-    coco_resolve(&ds, image_dir, &rep);
+    coco_resolve(&ds, a.image_dir, &rep);
     const double t_parse = mrcnn_time_now() - t0;
 
     /* 2. Images in JSON order, annotations grouped by image, shards by cumulative bytes. */
-    int64_t *order = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ds.num_images + 1), "image order");
-    int64_t n_ok = 0, total_bytes = 0;
-    for (int64_t i = 0; i < ds.num_images; i++)
-        if (ds.images[i].ok) order[n_ok++] = i, total_bytes += ds.images[i].file_bytes;
-    int64_t *ann_start = MRCNN_CALLOC((size_t)ds.num_images + 1, sizeof(int64_t), "annotation starts");
-    for (int64_t i = 0; i < ds.num_images; i++) ann_start[i + 1] = ann_start[i] + ds.images[i].num_ann;
-    int64_t *ann_list = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(ann_start[ds.num_images] + 1), "annotation lists");
-    int64_t *fill = MRCNN_CALLOC((size_t)ds.num_images + 1, sizeof(int64_t), "annotation fill");
-    for (int64_t a = 0; a < ds.num_anns; a++)
-        if (ds.anns[a].ok) {
-            int64_t im = ds.anns[a].image;
-            ann_list[ann_start[im] + fill[im]++] = a;
-        }
-    free(fill);
-    int64_t *shard_first = MRCNN_CALLOC((size_t)num_shards + 1, sizeof(int64_t), "shard ranges");
-    {
-        /* Shard s takes the images whose byte midpoint falls in [s, s+1) * total / N. */
-        int64_t cum = 0, s = 0;
-        for (int64_t k = 0; k < n_ok; k++) {
-            double mid = (double)cum + 0.5 * (double)ds.images[order[k]].file_bytes;
-            while (s + 1 < num_shards && mid >= (double)(s + 1) * (double)total_bytes / (double)num_shards)
-                shard_first[++s] = k;
-            cum += ds.images[order[k]].file_bytes;
-        }
-        while (s + 1 <= num_shards) shard_first[++s] = n_ok;
-    }
+    coco_layout lay;
+    layout_plan(&lay, &ds, num_shards);
 
     /* 3. Write this rank's shards, into the staging folder. */
     char staging[4096];
-    snprintf(staging, sizeof staging, "%s/.%s.staging", out, name);
+    snprintf(staging, sizeof staging, "%s/.%s.staging", a.out, a.name);
     if (rank == 0) {
-        prep_mkdirs(out);
+        prep_mkdirs(a.out);
         remove_tree(staging); // what a killed run left
         MRCNN_CHECK(mkdir(staging, 0777) == 0, "cannot create %s: %s", staging, strerror(errno));
     }
@@ -323,59 +448,9 @@ int prep_cmd_coco(int argc, char **argv) {
     /* A failed write is reported once, as one line with the system's reason (PREP_H5),
      * not also as HDF5's stack of 30 entries. */
     mrcnn_h5_quiet_begin();
-    coco_report wrep = {.strict = strict, .print = 1};
+    coco_report wrep = {.strict = a.strict, .print = 1};
     int64_t *cnt = MRCNN_CALLOC((size_t)num_shards * 3, sizeof(int64_t), "shard counts");
-    int64_t my_total = 0, my_done = 0;
-    for (int64_t s = rank; s < num_shards; s += size) my_total += shard_first[s + 1] - shard_first[s];
-    progress wp = {tty, mrcnn_time_now(), 0, "write (rank 0)"};
-    uint8_t *buf = NULL;
-    size_t cap = 0, len = 0;
-    char path[8192], err[512];
-    for (int64_t s = rank; s < num_shards; s += size) {
-        prep_shard_writer *w = prep_shard_begin(staging, name, (int)s, (int)num_shards, &ds.cats);
-        for (int64_t k = shard_first[s]; k < shard_first[s + 1]; k++) {
-            const int64_t ii = order[k];
-            const coco_image *im = &ds.images[ii];
-            const char *fname = ds.names + im->name_off;
-            /* Resolved again (links followed): it must still be a file inside --images. */
-            const int where = coco_image_path(ds.image_root, image_dir, fname, path, sizeof path);
-            int h = 0, wd = 0, ok = where > 0 && read_file(path, &buf, &cap, &len);
-            const uint8_t *data = buf;
-            if (where < 0) {
-                coco_report_issue(&wrep, ISSUE_IMAGE_PATH, "image id %lld: file_name '%s' resolves to %s, outside %s",
-                                  (long long)im->id, fname, path, ds.image_root);
-            } else if (!ok) {
-                coco_report_issue(&wrep, ISSUE_IMAGE_MISSING, "image id %lld: cannot read %s", (long long)im->id, path);
-            } else {
-                if (!mrcnn_image_check(data, len, &h, &wd, err, sizeof err)) {
-                    ok = 0;
-                    coco_report_issue(&wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): %s", (long long)im->id, path, err);
-                } else if (h != im->height || wd != im->width) {
-                    ok = 0;
-                    coco_report_issue(&wrep, ISSUE_IMAGE_CORRUPT, "image id %lld (%s): the file is %dx%d but the JSON says %dx%d",
-                                      (long long)im->id, path, h, wd, im->height, im->width);
-                }
-            }
-            my_done++;
-            if (!ok) {
-                wrep.count[ISSUE_ANN_OF_SKIPPED_IMAGE] += im->num_ann;
-                continue;
-            }
-            prep_shard_add_image(w, im->id, im->height, im->width, fname,
-                                 im->num_ann ? 0 : MRCNN_IMAGE_FLAG_NO_ANNOTATIONS, data, len);
-            for (int64_t q = ann_start[ii]; q < ann_start[ii + 1]; q++) {
-                const coco_ann *a = &ds.anns[ann_list[q]];
-                prep_shard_add_annotation(w, a->id, a->bbox, a->category_id, a->class_index, a->iscrowd, a->area,
-                                          ds.rles + a->seg_off);
-            }
-            char d[64];
-            snprintf(d, sizeof d, "(%lld of %lld images)", (long long)my_done, (long long)my_total);
-            progress_show(&wp, (double)my_done / (double)(my_total ? my_total : 1), d);
-        }
-        prep_shard_finish(w, &cnt[s], &cnt[num_shards + s], &cnt[2 * num_shards + s]);
-    }
-    free(buf);
-    if (my_total) progress_show(&wp, 1, "");
+    write_shards(&a, &ds, &lay, staging, rank, size, tty, &wrep, cnt);
 
     /* 4. Counts from every rank; rank 0 writes the index and the summary. */
     MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cnt, (int)(3 * num_shards), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
@@ -383,34 +458,13 @@ int prep_cmd_coco(int argc, char **argv) {
     MRCNN_CHECK_MPI(MPI_Reduce(wrep.count, wcounts, ISSUE_COUNT, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
     if (rank != 0) g_staging[0] = 0; // every shard is complete; rank 0 moves the set into place
     if (rank == 0) {
-        const int gen = pick_generation(out, name, (int)num_shards);
-        prep_index_write(staging, name, (int)num_shards, gen, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
-        commit_staged(out, staging, name, (int)num_shards, gen);
-        int64_t ni = 0, na = 0, nb = 0;
-        for (int64_t s = 0; s < num_shards; s++) ni += cnt[s], na += cnt[num_shards + s], nb += cnt[2 * num_shards + s];
-        const double secs = mrcnn_time_now() - t0;
-        printf("mrcnn-prep coco: summary (%d rank%s)\n", size, size > 1 ? "s" : "");
-        printf("  images       %lld written of %lld in the JSON (%lld skipped)\n", (long long)ni,
-               (long long)ds.num_images, (long long)(ds.num_images - ni));
-        printf("  annotations  %lld written of %lld in the JSON (%lld skipped)\n", (long long)na,
-               (long long)ds.num_anns, (long long)(ds.num_anns - na));
-        printf("  categories   %d\n", ds.cats.n);
-        printf("  bytes        %.1f MB of images in %lld shard%s\n", nb / 1e6, num_shards, num_shards > 1 ? "s" : "");
-        printf("  seconds      %.2f (parse %.2f): %.1f images/s, %.1f MB/s\n", secs, t_parse, ni / secs, nb / 1e6 / secs);
-        int64_t bad = 0;
-        for (int k = 0; k < ISSUE_COUNT; k++) bad += rep.count[k] + wcounts[k];
-        printf("  bad input    %s\n", bad ? "(count, kind):" : "none");
-        for (int k = 0; k < ISSUE_COUNT; k++)
-            if (rep.count[k] + wcounts[k])
-                printf("    %8lld  %s\n", (long long)(rep.count[k] + wcounts[k]), coco_issue_name((coco_issue)k));
-        printf("  index        %s/%s-index.h5\n", out, name);
-        fflush(stdout);
+        const int gen = pick_generation(a.out, a.name, (int)num_shards);
+        prep_index_write(staging, a.name, (int)num_shards, gen, cnt, cnt + num_shards, cnt + 2 * num_shards, &ds.cats);
+        commit_staged(a.out, staging, a.name, (int)num_shards, gen);
+        print_summary(&a, &ds, cnt, &rep, wcounts, size, mrcnn_time_now() - t0, t_parse);
     }
     free(cnt);
-    free(order);
-    free(ann_start);
-    free(ann_list);
-    free(shard_first);
+    layout_free(&lay);
     coco_free(&ds);
     MRCNN_CHECK_MPI(MPI_Finalize());
     return 0;

@@ -143,72 +143,135 @@ static int64_t paint_crowd(const shapes_opts *op, stream *s, shape *sh, const ui
     return area;
 }
 
-static void make_image(const shapes_opts *op, uint64_t seed, int split, int64_t index, int h, int w, int quality, int noise,
-                       const char *img_dir, split_out *o, uint8_t *rgb, int8_t *owner, uint8_t *mask) {
-    stream s = {mrcnn_rng_make(seed, (uint32_t)split, index, MRCNN_RNG_SYNTH), 0};
-    const int64_t image_id = (split == 0 ? 1 : 500001) + 3 * index;
-    /* Background: a vertical gradient between two random colours. */
-    uint8_t c0[3], c1[3];
-    for (int c = 0; c < 3; c++) c0[c] = (uint8_t)below(&s, 256), c1[c] = (uint8_t)below(&s, 256);
+/* The objects of one image, in painting order: a later one hides what it covers. */
+typedef struct {
+    shape shapes[MAX_SHAPES];
+    int64_t visible[MAX_SHAPES], full[MAX_SHAPES]; // pixels: not hidden, and as drawn
+    int n;
+} scene;
+
+/* Background: a vertical gradient between two random colours (c0: the top one). */
+static void paint_background(stream *s, int h, int w, uint8_t c0[3], uint8_t *rgb) {
+    uint8_t c1[3];
+    for (int c = 0; c < 3; c++) c0[c] = (uint8_t)below(s, 256), c1[c] = (uint8_t)below(s, 256);
     for (int y = 0; y < h; y++) {
         double t = h > 1 ? (double)y / (h - 1) : 0;
         for (int x = 0; x < w; x++)
             for (int c = 0; c < 3; c++)
                 rgb[((size_t)y * w + x) * 3 + c] = (uint8_t)lrint(c0[c] * (1 - t) + c1[c] * t);
     }
+}
+
+/* Pixels where mask is set become object n's: its colour, its owner index. */
+static void paint_owner(const uint8_t *mask, size_t pixels, int n, const uint8_t color[3], uint8_t *rgb, int8_t *owner) {
+    for (size_t p = 0; p < pixels; p++)
+        if (mask[p]) {
+            owner[p] = (int8_t)n;
+            memcpy(rgb + 3 * p, color, 3);
+        }
+}
+
+/* One placement attempt of a shape over the scene: kept (returns 1) unless it is under 16
+ * pixels or hides more than op->occlusion of an earlier object's visible pixels. */
+static int place_shape(const shapes_opts *op, stream *s, scene *sc, const uint8_t c0[3], int h, int w, uint8_t *rgb,
+                       int8_t *owner, uint8_t *mask) {
+    const int n = sc->n;
+    const double smin = h < w ? h : w;
+    shape *sh = &sc->shapes[n];
+    sh->kind = below(s, op->classes);
+    const double r = smin * (op->scale_lo + op->scale_span * uni(s));
+    const double cx = r + (w - 2 * r) * uni(s), cy = r + (h - 2 * r) * uni(s);
+    const double theta = 6.283185307179586 * uni(s);
+    sh->crowd = 0;
+    polygon(sh, cx, cy, r, theta);
+    do {
+        for (int c = 0; c < 3; c++) sh->color[c] = (uint8_t)below(s, 256);
+    } while (abs(sh->color[0] - c0[0]) + abs(sh->color[1] - c0[1]) + abs(sh->color[2] - c0[2]) < 120);
+    rasterize(sh, cx, cy, r, h, w, mask);
+    int64_t lost[MAX_SHAPES] = {0}, area = 0;
+    for (size_t p = 0; p < (size_t)h * w; p++)
+        if (mask[p]) {
+            area++;
+            if (owner[p] >= 0) lost[owner[p]]++;
+        }
+    int ok = area >= 16;
+    for (int j = 0; j < n && ok; j++)
+        ok = op->occlusion == 0.5 ? 2 * (sc->visible[j] - lost[j]) >= sc->visible[j]
+                                  : (double)(sc->visible[j] - lost[j]) >= (1.0 - op->occlusion) * (double)sc->visible[j];
+    if (!ok) return 0;
+    for (int j = 0; j < n; j++) sc->visible[j] -= lost[j];
+    sc->visible[n] = sc->full[n] = area;
+    paint_owner(mask, (size_t)h * w, n, sh->color, rgb, owner);
+    sc->n++;
+    return 1;
+}
+
+/* The objects of one image: maybe none (empty_pct), maybe a crowd region first
+ * (crowd_pct), then up to `want` shapes in at most 12 attempts each. */
+static void place_objects(const shapes_opts *op, stream *s, scene *sc, const uint8_t c0[3], int h, int w, uint8_t *rgb,
+                          int8_t *owner, uint8_t *mask) {
     memset(owner, -1, (size_t)h * w);
-    shape shapes[MAX_SHAPES];
-    int64_t visible[MAX_SHAPES], full[MAX_SHAPES];
-    const int empty = op->empty_pct > 0 && below(&s, 100) < op->empty_pct;
-    const int crowd = op->crowd_pct > 0 && below(&s, 100) < op->crowd_pct;
-    const int want = empty ? 0 : op->min_obj + below(&s, op->max_obj - op->min_obj + 1);
-    int n = 0;
+    sc->n = 0;
+    const int empty = op->empty_pct > 0 && below(s, 100) < op->empty_pct;
+    const int crowd = op->crowd_pct > 0 && below(s, 100) < op->crowd_pct;
+    const int want = empty ? 0 : op->min_obj + below(s, op->max_obj - op->min_obj + 1);
     if (crowd && !empty) {
-        const int64_t area = paint_crowd(op, &s, &shapes[0], c0, h, w, mask);
+        const int64_t area = paint_crowd(op, s, &sc->shapes[0], c0, h, w, mask);
         if (area >= 16) {
-            visible[0] = full[0] = area;
-            for (size_t p = 0; p < (size_t)h * w; p++)
-                if (mask[p]) {
-                    owner[p] = 0;
-                    memcpy(rgb + 3 * p, shapes[0].color, 3);
-                }
-            n = 1;
+            sc->visible[0] = sc->full[0] = area;
+            paint_owner(mask, (size_t)h * w, 0, sc->shapes[0].color, rgb, owner);
+            sc->n = 1;
         }
     }
-    const int base = n;
-    const double smin = h < w ? h : w;
-    for (int attempt = 0; attempt < 12 * want && n - base < want; attempt++) {
-        shape *sh = &shapes[n];
-        sh->kind = below(&s, op->classes);
-        const double r = smin * (op->scale_lo + op->scale_span * uni(&s));
-        const double cx = r + (w - 2 * r) * uni(&s), cy = r + (h - 2 * r) * uni(&s);
-        const double theta = 6.283185307179586 * uni(&s);
-        sh->crowd = 0;
-        polygon(sh, cx, cy, r, theta);
-        do {
-            for (int c = 0; c < 3; c++) sh->color[c] = (uint8_t)below(&s, 256);
-        } while (abs(sh->color[0] - c0[0]) + abs(sh->color[1] - c0[1]) + abs(sh->color[2] - c0[2]) < 120);
-        rasterize(sh, cx, cy, r, h, w, mask);
-        int64_t lost[MAX_SHAPES] = {0}, area = 0;
-        for (size_t p = 0; p < (size_t)h * w; p++)
-            if (mask[p]) {
-                area++;
-                if (owner[p] >= 0) lost[owner[p]]++;
-            }
-        int ok = area >= 16;
-        for (int j = 0; j < n && ok; j++)
-            ok = op->occlusion == 0.5 ? 2 * (visible[j] - lost[j]) >= visible[j]
-                                      : (double)(visible[j] - lost[j]) >= (1.0 - op->occlusion) * (double)visible[j];
-        if (!ok) continue;
-        for (int j = 0; j < n; j++) visible[j] -= lost[j];
-        visible[n] = full[n] = area;
-        for (size_t p = 0; p < (size_t)h * w; p++)
-            if (mask[p]) {
-                owner[p] = (int8_t)n;
-                memcpy(rgb + 3 * p, sh->color, 3);
-            }
-        n++;
+    const int base = sc->n;
+    for (int attempt = 0; attempt < 12 * want && sc->n - base < want; attempt++)
+        place_shape(op, s, sc, c0, h, w, rgb, owner, mask);
+}
+
+/* Object j's annotation (its visible pixels, from owner), in the segmentation format the
+ * file header describes. */
+static void write_annotation(split_out *o, const scene *sc, int j, int64_t image_id, int64_t index, int h, int w,
+                             const int8_t *owner, uint8_t *mask) {
+    const shape *sh = &sc->shapes[j];
+    for (size_t p = 0; p < (size_t)h * w; p++) mask[p] = owner[p] == j;
+    mrcnn_rle rle;
+    mrcnn_rle_from_mask(&rle, mask, h, w);
+    double bbox[4];
+    mrcnn_rle_to_bbox(&rle, bbox);
+    fprintf(o->anns, "%s{\"id\": %lld, \"image_id\": %lld, \"category_id\": %lld, \"iscrowd\": %d, ",
+            o->n_anns ? ",\n  " : "\n  ", (long long)o->next_ann_id++, (long long)image_id,
+            (long long)k_cat_id[sh->kind], sh->crowd);
+    fprintf(o->anns, "\"area\": %llu, \"bbox\": [%g, %g, %g, %g], \"segmentation\": ",
+            (unsigned long long)mrcnn_rle_area(&rle), bbox[0], bbox[1], bbox[2], bbox[3]);
+    const int occluded = sc->visible[j] != sc->full[j];
+    if (sh->crowd) {
+        write_rle_counts(o->anns, &rle); // COCO writes crowd regions as uncompressed RLE
+    } else if (!occluded && sh->kind != SHAPE_CIRCLE) {
+        fprintf(o->anns, "[[");
+        for (int v = 0; v < 2 * sh->k; v++) fprintf(o->anns, "%s%.2f", v ? ", " : "", sh->xy[v]);
+        fprintf(o->anns, "]]");
+    } else if (!occluded && (index & 1)) {
+        write_rle_counts(o->anns, &rle);
+    } else {
+        char *str = mrcnn_rle_to_string(&rle);
+        fprintf(o->anns, "{\"size\": [%d, %d], \"counts\": ", h, w);
+        mrcnn_json_write_string(o->anns, str);
+        fprintf(o->anns, "}");
+        free(str);
     }
+    fprintf(o->anns, "}");
+    o->n_anns++;
+    mrcnn_rle_free(&rle);
+}
+
+static void make_image(const shapes_opts *op, uint64_t seed, int split, int64_t index, int h, int w, int quality, int noise,
+                       const char *img_dir, split_out *o, uint8_t *rgb, int8_t *owner, uint8_t *mask) {
+    stream s = {mrcnn_rng_make(seed, (uint32_t)split, index, MRCNN_RNG_SYNTH), 0};
+    const int64_t image_id = (split == 0 ? 1 : 500001) + 3 * index;
+    uint8_t c0[3];
+    paint_background(&s, h, w, c0, rgb);
+    scene sc;
+    place_objects(op, &s, &sc, c0, h, w, rgb, owner, mask);
     if (noise > 0) add_noise(rgb, (size_t)h * w * 3, noise, seed, split, index);
     char name[64], path[4096];
     snprintf(name, sizeof name, "%012lld.jpg", (long long)image_id);
@@ -219,37 +282,7 @@ static void make_image(const shapes_opts *op, uint64_t seed, int split, int64_t 
     mrcnn_json_write_string(o->images, name);
     fprintf(o->images, ", \"height\": %d, \"width\": %d}", h, w);
     o->n_images++;
-    for (int j = 0; j < n; j++) {
-        for (size_t p = 0; p < (size_t)h * w; p++) mask[p] = owner[p] == j;
-        mrcnn_rle rle;
-        mrcnn_rle_from_mask(&rle, mask, h, w);
-        double bbox[4];
-        mrcnn_rle_to_bbox(&rle, bbox);
-        fprintf(o->anns, "%s{\"id\": %lld, \"image_id\": %lld, \"category_id\": %lld, \"iscrowd\": %d, ",
-                o->n_anns ? ",\n  " : "\n  ", (long long)o->next_ann_id++, (long long)image_id,
-                (long long)k_cat_id[shapes[j].kind], shapes[j].crowd);
-        fprintf(o->anns, "\"area\": %llu, \"bbox\": [%g, %g, %g, %g], \"segmentation\": ",
-                (unsigned long long)mrcnn_rle_area(&rle), bbox[0], bbox[1], bbox[2], bbox[3]);
-        const int occluded = visible[j] != full[j];
-        if (shapes[j].crowd) {
-            write_rle_counts(o->anns, &rle); // COCO writes crowd regions as uncompressed RLE
-        } else if (!occluded && shapes[j].kind != SHAPE_CIRCLE) {
-            fprintf(o->anns, "[[");
-            for (int v = 0; v < 2 * shapes[j].k; v++) fprintf(o->anns, "%s%.2f", v ? ", " : "", shapes[j].xy[v]);
-            fprintf(o->anns, "]]");
-        } else if (!occluded && (index & 1)) {
-            write_rle_counts(o->anns, &rle);
-        } else {
-            char *str = mrcnn_rle_to_string(&rle);
-            fprintf(o->anns, "{\"size\": [%d, %d], \"counts\": ", h, w);
-            mrcnn_json_write_string(o->anns, str);
-            fprintf(o->anns, "}");
-            free(str);
-        }
-        fprintf(o->anns, "}");
-        o->n_anns++;
-        mrcnn_rle_free(&rle);
-    }
+    for (int j = 0; j < sc.n; j++) write_annotation(o, &sc, j, image_id, index, h, w, owner, mask);
 }
 
 static void write_split(const shapes_opts *op, const char *out, const char *split_name, int split, int64_t count, int h, int w,

@@ -46,8 +46,7 @@ void mrcnn_arena_commit(mrcnn_arena *a, mrcnn_alloc_fn alloc_fn, mrcnn_free_fn f
 void mrcnn_arena_init_like(mrcnn_arena *dst, const char *name, const mrcnn_arena *src,
                            mrcnn_dtype dtype);
 mrcnn_tensor *mrcnn_arena_get(mrcnn_arena *a, int index);
-/* NULL when absent. */
-mrcnn_tensor *mrcnn_arena_find(mrcnn_arena *a, const char *name);
+/* -1 when absent. */
 int mrcnn_arena_index(const mrcnn_arena *a, const char *name);
 void mrcnn_arena_free(mrcnn_arena *a);
 

@@ -203,9 +203,6 @@ const mrcnn_data_batch *mrcnn_loader_next(mrcnn_loader *l);
 /* The position of the batch the next mrcnn_loader_next returns: save it in the
  * checkpoint, and pass it back as start_epoch/start_step to continue exactly. */
 void mrcnn_loader_cursor(const mrcnn_loader *l, int64_t *epoch, int64_t *step);
-/* The global image indices of one step, rank by rank: out (ranks * batch_size)
- * (pure function of seed, epoch, step; for tests and for the evaluation). */
-void mrcnn_loader_step_images(const mrcnn_loader *l, int64_t epoch, int64_t step, int64_t *out);
 /* Seconds per stage, summed over this rank's threads: read (HDF5, wall time on the
  * I/O thread); decode, resize (+ flip, normalize, pad) and masks (CPU time of the
  * workers, so that the costs hold on a busy machine); and the wall time next() waited. */

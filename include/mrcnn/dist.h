@@ -56,7 +56,6 @@ void mrcnn_dist_finalize(mrcnn_dist *d);
 void mrcnn_dist_broadcast_arena(const mrcnn_dist *d, const mrcnn_backend *be, mrcnn_arena *params);
 /* In place over n values, under the watchdog. */
 void mrcnn_dist_allreduce_sum_f64(const mrcnn_dist *d, double *vals, int n, const char *what);
-void mrcnn_dist_allreduce_max_int(const mrcnn_dist *d, int *vals, int n, const char *what);
 void mrcnn_dist_barrier(const mrcnn_dist *d, const char *what);
 void mrcnn_dist_bcast_bytes(const mrcnn_dist *d, void *buf, size_t bytes, const char *what);
 /* Sum (mean = 0) or mean (1: sum / ranks) over the ranks of a small fp32 tensor on be's

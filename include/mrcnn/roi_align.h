@@ -15,8 +15,8 @@
  * Level of a roi (LevelMapper): floor(canonical_level + log2(sqrt(area) / canonical_scale)
  * + 1e-6) clamped to [first_level, first_level + n_levels - 1], in float as torchvision.
  * The level and the sampling arithmetic are box_math.h's, the one implementation of
- * every backend; the descriptor check and mrcnn_roi_align_level are defined with the
- * op (src/ops/roi_align.c), mrcnn_roi_align_desc_make with the model's defaults.
+ * every backend (mrcnn_roi_level); the descriptor check is defined with the op
+ * (src/ops/roi_align.c), mrcnn_roi_align_desc_make with the model's defaults.
  * Level l (0-based among the inputs) has spatial scale 1 / 2^(first_level + l).
  * Output y (R, out_h, out_w, C): NHWC, so the box head's flatten is (7, 7, C) order.
  *
@@ -58,8 +58,6 @@ mrcnn_roi_align_desc mrcnn_roi_align_desc_make(int n_images, int channels, int n
                                                int sampling_ratio, int aligned);
 /* Fails naming the bad field. */
 void mrcnn_roi_align_desc_check(const mrcnn_roi_align_desc *d);
-/* Level (0-based among the inputs) of one box (x1, y1, x2, y2). */
-int mrcnn_roi_align_level(const mrcnn_roi_align_desc *d, const float *box);
 
 #define MRCNN_ROI_ALIGN_DECL(REAL, NAME)                                                              \
     /* feats[l] (N, H_l, W_l, C); rois (R, 5); y (R, out_h, out_w, C) overwritten. */                 \

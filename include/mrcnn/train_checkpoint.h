@@ -56,10 +56,8 @@ void mrcnn_checkpoint_set_lock(void (*lock)(void), void (*unlock)(void));
 void mrcnn_checkpoint_save(const char *dir, const mrcnn_backend *be, const mrcnn_arena *params,
                            float *const *fold_scale, const mrcnn_arena *momentum, const mrcnn_train_state *st,
                            const mrcnn_config *cfg, int keep, char *path);
-/* The newest dir/model_*.h5 marked complete; 0 when there is none. (--resume uses
- * mrcnn_checkpoint_list + mrcnn_checkpoint_try_load: the newest that loads.) */
-int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len);
-/* The paths of dir/model_*.h5, newest first; free with mrcnn_checkpoint_list_free. */
+/* The paths of dir/model_*.h5, newest first; free with mrcnn_checkpoint_list_free.
+ * (--resume takes the newest that mrcnn_checkpoint_try_load loads.) */
 int mrcnn_checkpoint_list(const char *dir, char ***paths);
 void mrcnn_checkpoint_list_free(char **paths, int n);
 /* Loads weights by name (every parameter must be present with its shape), the
@@ -78,9 +76,6 @@ int mrcnn_checkpoint_try_load(const char *path, const mrcnn_backend *be, mrcnn_a
  * stored) matches. */
 int mrcnn_checkpoint_fold_scales_match(const char *path, const mrcnn_arena *params, float *const *fold_scale,
                                        char *why, size_t why_len);
-/* mrcnn_checkpoint_try_load, failing (exit 1) with the reason. */
-void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params,
-                           mrcnn_arena *momentum, mrcnn_train_state *st);
 
 #ifdef __cplusplus
 }

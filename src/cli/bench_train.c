@@ -321,10 +321,16 @@ static void print_result(const bt_state *s, const mrcnn_backend *be, const char 
     print_json(s, be, mode, N, H, W, K, warmup, steps, r);
 }
 
-int bench_train_main(int argc, char **argv) {
-    const char *device = "cuda", *precision = "bf16", *config_path = NULL, *timeline = NULL;
-    int H = 800, W = 1216, N = 8, K = 7, steps = 10, warmup = -1, gpu = 0, seed = 0, timeline_pass = 1, profile = 0,
-        fixed_rows = 0;
+/* The command line. */
+typedef struct {
+    const char *device, *precision, *config_path, *timeline;
+    int H, W, N, K, steps, warmup, gpu, seed, timeline_pass, profile, fixed_rows;
+} bt_opts;
+
+/* argv into o, checked; returns -1 to go on, else the exit code (help: 0, usage: 2). */
+static int parse_opts(int argc, char **argv, bt_opts *o) {
+    *o = (bt_opts){.device = "cuda", .precision = "bf16", .H = 800, .W = 1216, .N = 8, .K = 7, .steps = 10,
+                   .warmup = -1, .timeline_pass = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -332,15 +338,15 @@ int bench_train_main(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--no-timeline")) {
-            timeline_pass = 0;
+            o->timeline_pass = 0;
             continue;
         }
         if (!strcmp(a, "--profile")) {
-            profile = 1;
+            o->profile = 1;
             continue;
         }
         if (!strcmp(a, "--fixed-rows")) {
-            fixed_rows = 1;
+            o->fixed_rows = 1;
             continue;
         }
         if (!v) {
@@ -348,112 +354,109 @@ int bench_train_main(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--device")) device = v;
-        else if (!strcmp(a, "--precision")) precision = v;
-        else if (!strcmp(a, "--config")) config_path = v;
-        else if (!strcmp(a, "--timeline")) timeline = v;
+        if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--precision")) o->precision = v;
+        else if (!strcmp(a, "--config")) o->config_path = v;
+        else if (!strcmp(a, "--timeline")) o->timeline = v;
         else if (!strcmp(a, "--set")) continue; // applied after the defaults
         else if (!strcmp(a, "--size")) {
-            if (!parse_size(v, &H, &W)) {
+            if (!parse_size(v, &o->H, &o->W)) {
                 fprintf(stderr, "mrcnn bench train: --size wants HxW, multiples of 32, got '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--batch")) {
-            if (!parse_pos(a, v, 1, &N)) return 2;
+            if (!parse_pos(a, v, 1, &o->N)) return 2;
         } else if (!strcmp(a, "--objects")) {
-            if (!parse_pos(a, v, 1, &K)) return 2;
+            if (!parse_pos(a, v, 1, &o->K)) return 2;
         } else if (!strcmp(a, "--steps")) {
-            if (!parse_pos(a, v, 1, &steps)) return 2;
+            if (!parse_pos(a, v, 1, &o->steps)) return 2;
         } else if (!strcmp(a, "--warmup")) {
-            if (!parse_pos(a, v, 0, &warmup)) return 2;
+            if (!parse_pos(a, v, 0, &o->warmup)) return 2;
         } else if (!strcmp(a, "--gpu")) {
-            if (!parse_pos(a, v, 0, &gpu)) return 2;
+            if (!parse_pos(a, v, 0, &o->gpu)) return 2;
         } else if (!strcmp(a, "--seed")) {
-            if (!parse_pos(a, v, 0, &seed)) return 2;
+            if (!parse_pos(a, v, 0, &o->seed)) return 2;
         } else {
             fprintf(stderr, "mrcnn bench train: unexpected argument '%s'\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (timeline && !timeline_pass) {
+    if (o->timeline && !o->timeline_pass) {
         fprintf(stderr, "mrcnn bench train: --timeline FILE and --no-timeline exclude each other\n");
         return 2;
     }
-    if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
-        fprintf(stderr, "mrcnn bench train: --device is cuda or cpu, got '%s'\n", device);
+    if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) {
+        fprintf(stderr, "mrcnn bench train: --device is cuda or cpu, got '%s'\n", o->device);
         return 2;
     }
-    if (!mrcnn_precision_valid(precision)) {
-        fprintf(stderr, "mrcnn bench train: --precision is bf16, fp16, fp32, tf32 or auto, got '%s'\n", precision);
+    if (!mrcnn_precision_valid(o->precision)) {
+        fprintf(stderr, "mrcnn bench train: --precision is bf16, fp16, fp32, tf32 or auto, got '%s'\n", o->precision);
         return 2;
     }
-    const int cuda = !strcmp(device, "cuda");
-    if (warmup < 0) warmup = cuda ? 4 : 1;
+    if (o->warmup < 0) o->warmup = !strcmp(o->device, "cuda") ? 4 : 1;
+    return -1;
+}
 
-    // torchvision_bench.py's model: MaskRCNN(resnet50 FPN, trainable layers 3, num_classes 91)
-    mrcnn_config cfg;
-    mrcnn_config_defaults(&cfg);
-    cfg.roi_num_classes = 90;
-    cfg.backbone_freeze_at = 2;
+/* torchvision_bench.py's model (MaskRCNN(resnet50 FPN, trainable layers 3, num_classes
+ * 91)), then --config and every --set; returns 0 (reported) when one fails. */
+static int bench_config(mrcnn_config *cfg, const bt_opts *o, int argc, char **argv) {
+    mrcnn_config_defaults(cfg);
+    cfg->roi_num_classes = 90;
+    cfg->backbone_freeze_at = 2;
     char err[1024];
-    if (config_path && !mrcnn_config_try_load(&cfg, config_path, err, sizeof err)) {
+    if (o->config_path && !mrcnn_config_try_load(cfg, o->config_path, err, sizeof err)) {
         fprintf(stderr, "mrcnn bench train: %s\n", err);
-        return 1;
+        return 0;
     }
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--set") && !mrcnn_config_try_set(&cfg, argv[++i], "--set", err, sizeof err)) {
+        if (!strcmp(argv[i], "--set") && !mrcnn_config_try_set(cfg, argv[++i], "--set", err, sizeof err)) {
             fprintf(stderr, "mrcnn bench train: %s\n", err);
-            return 1;
+            return 0;
         }
-    snprintf(cfg.model_device, sizeof cfg.model_device, "%s", device);
+    snprintf(cfg->model_device, sizeof cfg->model_device, "%s", o->device);
+    return 1;
+}
 
-    const char *why = NULL;
-    /* no fallback: a missing GPU is an error, not a CPU measurement */
-    const mrcnn_backend_open_opts bo = {.device = mrcnn_backend_device_parse(device), .gpu = gpu};
-    mrcnn_backend *be = mrcnn_backend_open(&bo, &why);
-    if (!be) {
-        fprintf(stderr, "mrcnn bench train: --device cuda but %s\n", why);
-        return 1;
-    }
-    const char *mode = mrcnn_precision_apply(be, precision);
-    // the CPU trims the ROI heads to the sampled rows because it knows their count at once
-    if (fixed_rows) be->det.count_hint = NULL;
-
-    bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
-    mrcnn_model_init(&s->m, &cfg, be);
-    mrcnn_model_init_random(&s->m, (uint64_t)seed);
+/* The model (random weights) as the trainer's trainable, and the trainer with the bench's
+ * step settings. */
+static void bt_state_init(bt_state *s, const mrcnn_config *cfg, mrcnn_backend *be, const bt_opts *o, const char *mode) {
+    mrcnn_model_init(&s->m, cfg, be);
+    mrcnn_model_init_random(&s->m, (uint64_t)o->seed);
     /* One rank, one micro-batch of N images per step (as torchvision_bench.py; the
      * timeline's forward and backward are of that one micro-batch). */
-    s->step_cfg = cfg;
+    s->step_cfg = *cfg;
     s->step_cfg.solver_accum_steps = 1;
     s->step_cfg.solver_base_lr = 0;
     s->step_cfg.solver_momentum = 0.9f;
     s->step_cfg.solver_weight_decay = 1e-4f;
-    s->step_cfg.solver_ims_per_batch = N;
+    s->step_cfg.solver_ims_per_batch = o->N;
     snprintf(s->step_cfg.solver_precision, sizeof s->step_cfg.solver_precision, "%s", mode);
     s->one = (mrcnn_dist){.rank = 0, .world_size = 1, .local_size = 1,
-                          .device = be->device == MRCNN_DEVICE_GPU ? gpu : -1};
+                          .device = be->device == MRCNN_DEVICE_GPU ? o->gpu : -1};
     mrcnn_model_trainable_init(&s->mt, &s->m, bt_next, s);
     s->ready = (bt_ready){.be = be};
     s->mt.on_ready = on_ready;
     s->mt.on_ready_ctx = &s->ready;
     mrcnn_trainer_init(&s->tr, &s->step_cfg, &s->one, be, &s->mt.tm, MRCNN_BUCKET_BYTES_DEFAULT);
+}
 
-    double t_data = mrcnn_time_now();
-    bt_batch batches[BT_BATCHES];
-    s->batches = batches;
+/* The BT_BATCHES synthetic batches, their images uploaded to the device. */
+static void make_batches(bt_batch *batches, const mrcnn_config *cfg, const bt_opts *o, int num_classes,
+                         const mrcnn_backend *be) {
+    const int N = o->N, H = o->H, W = o->W;
     for (int k = 0; k < BT_BATCHES; k++) {
-        batch_make(&batches[k], &cfg, N, H, W, K, s->m.num_classes, (uint64_t)seed, k);
+        batch_make(&batches[k], cfg, N, H, W, o->K, num_classes, (uint64_t)o->seed, k);
         batches[k].dev_images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, be->device, 4, (int64_t[]){N, H, W, 3});
         batches[k].dev_images.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&batches[k].dev_images), "bench images");
         be->mem.write(be, &batches[k].dev_images, batches[k].images);
     }
     be->mem.sync(be);
-    fprintf(stderr, "bench train: %s %s, %d x %dx%d, %d objects, %lld parameters (%lld trainable), data %.1f s\n",
-            be->name, mode, N, H, W, K, (long long)mrcnn_params_numel(&s->m.params, false),
-            (long long)mrcnn_params_numel(&s->m.params, true), mrcnn_time_now() - t_data);
+}
 
+/* The warmup steps, then the timed ones: their time, round trips, memory and losses. */
+static void timed_steps(bt_state *s, const mrcnn_backend *be, const bt_opts *o, bt_result *res) {
+    const int warmup = o->warmup, steps = o->steps;
     double loss_first = NAN, loss_last = NAN, t_warm = mrcnn_time_now();
     int finite = 1;
     /* The very first step is its shape key's warm-up (run directly): the one of the
@@ -475,70 +478,109 @@ int bench_train_main(int argc, char **argv) {
         if (!isfinite(l)) finite = 0;
         if (warmup == 0 && i == 0) loss_first = l;
     }
-    bt_result res = {.step_ms = 1e3 * (mrcnn_time_now() - t0) / steps};
+    *res = (bt_result){.step_ms = 1e3 * (mrcnn_time_now() - t0) / steps};
     /* The host's waits for the device per timed step (each step's loss read included:
      * the bench reports the first and last loss). */
     const mrcnn_backend_stats c1 = mrcnn_backend_stats_get(be);
-    res.syncs = (double)(c1.syncs - c0.syncs) / steps;
-    res.reads = (double)(c1.reads - c0.reads) / steps;
-    res.uploads = (double)(c1.uploads - c0.uploads) / steps;
-    res.img_s = N / (res.step_ms / 1e3);
-    res.ws_peak_mb = (double)s->mt.ws.peak_bytes / (1 << 20);
-    res.arenas_mb =
+    res->syncs = (double)(c1.syncs - c0.syncs) / steps;
+    res->reads = (double)(c1.reads - c0.reads) / steps;
+    res->uploads = (double)(c1.uploads - c0.uploads) / steps;
+    res->img_s = o->N / (res->step_ms / 1e3);
+    res->ws_peak_mb = (double)s->mt.ws.peak_bytes / (1 << 20);
+    res->arenas_mb =
         (double)(s->m.params.values.size + s->m.params.grads.size + s->tr.sgd.momentum.size) / (1 << 20);
-    res.warm_s = warm_s;
-    res.loss_first = loss_first;
-    res.loss_last = loss_last;
+    res->warm_s = warm_s;
+    res->loss_first = loss_first;
+    res->loss_last = loss_last;
     if (!isfinite(loss_last) || !isfinite(loss_first)) finite = 0;
-    res.finite = finite;
-    res.timeline = 0;
-    peak_of(be, s->ready.mem_mb, &res);
-    /* The number the run exists for, before anything else can stop it. */
-    print_result(s, be, mode, N, H, W, K, warmup, steps, &res);
-    if (profile) mrcnn_step_profile_run(be, &s->m, N, profile_step, s, stdout, NULL);
+    res->finite = finite;
+    res->timeline = 0;
+    peak_of(be, s->ready.mem_mb, res);
+}
 
-    if (timeline_pass) {
-        // timeline: a forward-only pass, then a step with each gradient's ready time
-        double t_f = mrcnn_time_now();
-        forward_only(s, &batches[0]);
-        res.fwd_ms = 1e3 * (mrcnn_time_now() - t_f);
-        int np = mrcnn_params_count(&s->m.params);
-        double *ready_t = MRCNN_CALLOC((size_t)np, sizeof(double), "ready times");
-        s->ready.ready_t = ready_t;
-        s->ready.query_mem = 1;
-        s->ready.total = 0;
-        double t_s = mrcnn_time_now();
-        train_step(s, 0, 1);
-        double full_ms = 1e3 * (mrcnn_time_now() - t_s);
-        s->ready.ready_t = NULL;
-        s->ready.query_mem = 0;
-        MRCNN_CHECK(s->ready.total > 0,
-                    "bench train: the timeline step made no gradient-ready report (was it replayed?); its buckets "
-                    "would all read 0 ms");
-        double last_ready = 0;
-        for (int p = 0; p < np; p++)
-            if (ready_t[p] - t_s > last_ready) last_ready = ready_t[p] - t_s;
-        res.bwd_ms = 1e3 * last_ready - res.fwd_ms;
-        if (res.bwd_ms < 0) res.bwd_ms = 0;
-        res.other_ms = full_ms - res.fwd_ms - res.bwd_ms;
-        if (res.other_ms < 0) res.other_ms = 0;
-        if (timeline) {
-            char source[200];
-            snprintf(source, sizeof source, "mrcnn bench train: %s %s, R50-FPN, %d img/GPU, %dx%d", be->name, mode, N,
-                     H, W);
-            write_timeline(timeline, &s->tr.bk, ready_t, t_s, res.fwd_ms, res.bwd_ms, res.other_ms, N, source);
-            fprintf(stderr, "bench train: timeline (%d buckets, %d gradient-ready reports) written to %s\n",
-                    s->tr.bk.n_buckets, s->ready.total, timeline);
-        }
-        free(ready_t);
-        res.timeline = 1;
-        peak_of(be, s->ready.mem_mb, &res);
+/* The timeline: a forward-only pass, then a step run directly with each gradient's ready
+ * time; backward and other times into res, the bucket timeline to o->timeline if given. */
+static void timeline_run(bt_state *s, const mrcnn_backend *be, const bt_opts *o, const char *mode, bt_result *res) {
+    double t_f = mrcnn_time_now();
+    forward_only(s, &s->batches[0]);
+    res->fwd_ms = 1e3 * (mrcnn_time_now() - t_f);
+    int np = mrcnn_params_count(&s->m.params);
+    double *ready_t = MRCNN_CALLOC((size_t)np, sizeof(double), "ready times");
+    s->ready.ready_t = ready_t;
+    s->ready.query_mem = 1;
+    s->ready.total = 0;
+    double t_s = mrcnn_time_now();
+    train_step(s, 0, 1);
+    double full_ms = 1e3 * (mrcnn_time_now() - t_s);
+    s->ready.ready_t = NULL;
+    s->ready.query_mem = 0;
+    MRCNN_CHECK(s->ready.total > 0,
+                "bench train: the timeline step made no gradient-ready report (was it replayed?); its buckets "
+                "would all read 0 ms");
+    double last_ready = 0;
+    for (int p = 0; p < np; p++)
+        if (ready_t[p] - t_s > last_ready) last_ready = ready_t[p] - t_s;
+    res->bwd_ms = 1e3 * last_ready - res->fwd_ms;
+    if (res->bwd_ms < 0) res->bwd_ms = 0;
+    res->other_ms = full_ms - res->fwd_ms - res->bwd_ms;
+    if (res->other_ms < 0) res->other_ms = 0;
+    if (o->timeline) {
+        char source[200];
+        snprintf(source, sizeof source, "mrcnn bench train: %s %s, R50-FPN, %d img/GPU, %dx%d", be->name, mode, o->N,
+                 o->H, o->W);
+        write_timeline(o->timeline, &s->tr.bk, ready_t, t_s, res->fwd_ms, res->bwd_ms, res->other_ms, o->N, source);
+        fprintf(stderr, "bench train: timeline (%d buckets, %d gradient-ready reports) written to %s\n",
+                s->tr.bk.n_buckets, s->ready.total, o->timeline);
+    }
+    free(ready_t);
+    res->timeline = 1;
+    peak_of(be, s->ready.mem_mb, res);
+}
+
+int bench_train_main(int argc, char **argv) {
+    bt_opts o;
+    const int rc = parse_opts(argc, argv, &o);
+    if (rc >= 0) return rc;
+    const int N = o.N, H = o.H, W = o.W, K = o.K;
+    mrcnn_config cfg;
+    if (!bench_config(&cfg, &o, argc, argv)) return 1;
+
+    const char *why = NULL;
+    /* no fallback: a missing GPU is an error, not a CPU measurement */
+    const mrcnn_backend_open_opts bo = {.device = mrcnn_backend_device_parse(o.device), .gpu = o.gpu};
+    mrcnn_backend *be = mrcnn_backend_open(&bo, &why);
+    if (!be) {
+        fprintf(stderr, "mrcnn bench train: --device cuda but %s\n", why);
+        return 1;
+    }
+    const char *mode = mrcnn_precision_apply(be, o.precision);
+    // the CPU trims the ROI heads to the sampled rows because it knows their count at once
+    if (o.fixed_rows) be->det.count_hint = NULL;
+
+    bt_state *s = MRCNN_CALLOC(1, sizeof *s, "bench state");
+    bt_state_init(s, &cfg, be, &o, mode);
+    double t_data = mrcnn_time_now();
+    bt_batch batches[BT_BATCHES];
+    s->batches = batches;
+    make_batches(batches, &cfg, &o, s->m.num_classes, be);
+    fprintf(stderr, "bench train: %s %s, %d x %dx%d, %d objects, %lld parameters (%lld trainable), data %.1f s\n",
+            be->name, mode, N, H, W, K, (long long)mrcnn_params_numel(&s->m.params, false),
+            (long long)mrcnn_params_numel(&s->m.params, true), mrcnn_time_now() - t_data);
+
+    bt_result res;
+    timed_steps(s, be, &o, &res);
+    /* The number the run exists for, before anything else can stop it. */
+    print_result(s, be, mode, N, H, W, K, o.warmup, o.steps, &res);
+    if (o.profile) mrcnn_step_profile_run(be, &s->m, N, profile_step, s, stdout, NULL);
+    if (o.timeline_pass) {
+        timeline_run(s, be, &o, mode, &res);
         printf("timeline: forward %.1f ms, backward %.1f ms, other %.1f ms (one synchronized step each, run "
                "directly), warmup %.1f s\n",
-               res.fwd_ms, res.bwd_ms, res.other_ms, warm_s);
-        print_json(s, be, mode, N, H, W, K, warmup, steps, &res);
+               res.fwd_ms, res.bwd_ms, res.other_ms, res.warm_s);
+        print_json(s, be, mode, N, H, W, K, o.warmup, o.steps, &res);
     }
 
+    const int finite = res.finite;
     for (int k = 0; k < BT_BATCHES; k++) batch_free(&batches[k], be);
     mrcnn_trainer_free(&s->tr);
     mrcnn_model_trainable_free(&s->mt);
@@ -546,7 +588,7 @@ int bench_train_main(int argc, char **argv) {
     free(s);
     mrcnn_backend_destroy(be);
     if (!finite) {
-        fprintf(stderr, "mrcnn bench train: the loss is not finite (first %g, last %g)\n", loss_first, loss_last);
+        fprintf(stderr, "mrcnn bench train: the loss is not finite (first %g, last %g)\n", res.loss_first, res.loss_last);
         return 1;
     }
     return 0;

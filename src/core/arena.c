@@ -65,11 +65,6 @@ int mrcnn_arena_index(const mrcnn_arena *a, const char *name) {
     return -1;
 }
 
-mrcnn_tensor *mrcnn_arena_find(mrcnn_arena *a, const char *name) {
-    int i = mrcnn_arena_index(a, name);
-    return i < 0 ? NULL : &a->entries[i].tensor;
-}
-
 void mrcnn_arena_free(mrcnn_arena *a) {
     if (a->base && a->free_fn) a->free_fn(a->base);
     free(a->entries);

@@ -142,60 +142,61 @@ static const int64_t *plan_for(mrcnn_loader *l, int64_t epoch) {
 
 static int round_up(int x, int d) { return d > 1 ? (x + d - 1) / d * d : x; }
 
-/* Sizes, boxes and classes of one batch from the tables; buffers grown. */
-static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
-    const int n = l->o.batch_size;
+/* The per-image arrays of a slot, for n images. */
+static void slot_grow_images(slot *sl, int n) {
     mrcnn_data_batch *b = &sl->b;
-    const int64_t *plan = plan_for(l, epoch);
-    const int64_t base = step * l->global_batch + (int64_t)l->rank * n;
-    if (n > sl->cap_n) {
-        sl->cap_n = n;
+    if (n <= sl->cap_n) return;
+    sl->cap_n = n;
 #define GROWN(f) b->f = MRCNN_REALLOC(b->f, sizeof *b->f * (size_t)(n + 1), #f)
-        GROWN(image_h); GROWN(image_w); GROWN(orig_h); GROWN(orig_w); GROWN(scale); GROWN(image_id);
-        GROWN(image_index); GROWN(flipped); GROWN(valid); GROWN(inst_start);
+    GROWN(image_h); GROWN(image_w); GROWN(orig_h); GROWN(orig_w); GROWN(scale); GROWN(image_id);
+    GROWN(image_index); GROWN(flipped); GROWN(valid); GROWN(inst_start);
 #undef GROWN
-        sl->bytes = MRCNN_REALLOC(sl->bytes, sizeof(void *) * n, "bytes");
-        sl->bytes_len = MRCNN_REALLOC(sl->bytes_len, sizeof(size_t) * n, "bytes");
-        sl->bytes_cap = MRCNN_REALLOC(sl->bytes_cap, sizeof(size_t) * n, "bytes");
-        sl->rles = MRCNN_REALLOC(sl->rles, sizeof(void *) * n, "rles");
-        sl->rles_cap = MRCNN_REALLOC(sl->rles_cap, sizeof(size_t) * n, "rles");
-        sl->ann0 = MRCNN_REALLOC(sl->ann0, sizeof(int64_t) * n, "ann0");
-        for (int j = 0; j < n; j++) sl->bytes[j] = NULL, sl->bytes_cap[j] = 0, sl->rles[j] = NULL, sl->rles_cap[j] = 0;
+    sl->bytes = MRCNN_REALLOC(sl->bytes, sizeof(void *) * n, "bytes");
+    sl->bytes_len = MRCNN_REALLOC(sl->bytes_len, sizeof(size_t) * n, "bytes");
+    sl->bytes_cap = MRCNN_REALLOC(sl->bytes_cap, sizeof(size_t) * n, "bytes");
+    sl->rles = MRCNN_REALLOC(sl->rles, sizeof(void *) * n, "rles");
+    sl->rles_cap = MRCNN_REALLOC(sl->rles_cap, sizeof(size_t) * n, "rles");
+    sl->ann0 = MRCNN_REALLOC(sl->ann0, sizeof(int64_t) * n, "ann0");
+    for (int j = 0; j < n; j++) sl->bytes[j] = NULL, sl->bytes_cap[j] = 0, sl->rles[j] = NULL, sl->rles_cap[j] = 0;
+}
+
+/* Image j of the batch: global index g, original and resized size, flip, first annotation
+ * and instance count (inst_start[j + 1]). The draws are keyed by (seed, epoch, image), so
+ * they do not depend on the rank or the batch an image lands in. */
+static void plan_image(mrcnn_loader *l, slot *sl, int j, int64_t g, uint8_t valid, int64_t epoch) {
+    mrcnn_data_batch *b = &sl->b;
+    const mrcnn_shard *sh = &l->shards[l->img_shard[g]];
+    const int64_t i = l->img_local[g];
+    const int h = sh->height[i], w = sh->width[i];
+    int min_size = l->o.min_sizes[0];
+    if (l->o.train && l->o.num_min_sizes > 1) {
+        mrcnn_rng r = mrcnn_rng_make(l->o.seed, (uint32_t)epoch, g, MRCNN_RNG_RESIZE);
+        min_size = l->o.min_sizes[mrcnn_rng_below(&r, 0, (uint32_t)l->o.num_min_sizes)];
     }
-    b->n = n;
-    b->epoch = epoch;
-    b->step = step;
+    int nh, nw;
+    data_resize_shape(h, w, min_size, l->o.max_size, &nh, &nw);
+    int flip = 0;
+    if (l->o.train && l->o.flip) {
+        mrcnn_rng r = mrcnn_rng_make(l->o.seed, (uint32_t)epoch, g, MRCNN_RNG_FLIP);
+        flip = (int)(mrcnn_rng_u32(&r, 0) & 1u);
+    }
+    b->orig_h[j] = h, b->orig_w[j] = w, b->image_h[j] = nh, b->image_w[j] = nw;
+    b->scale[j] = (float)nh / (float)h;
+    b->image_id[j] = sh->image_id[i];
+    b->image_index[j] = g;
+    b->flipped[j] = (uint8_t)flip;
+    b->valid[j] = valid;
+    sl->ann0[j] = sh->ann_start[i];
+    b->inst_start[j + 1] = b->inst_start[j] + sh->ann_count[i];
+}
+
+/* The canvas every image of the batch is padded to: INPUT.FIXED_SIZE, or the largest image
+ * rounded up to SIZE_DIVISIBILITY. */
+static void plan_canvas(const mrcnn_loader *l, mrcnn_data_batch *b) {
     int maxh = 0, maxw = 0;
-    int64_t inst = 0;
-    b->inst_start[0] = 0;
-    for (int j = 0; j < n; j++) {
-        const int64_t g = plan[base + j];
-        const mrcnn_shard *sh = &l->shards[l->img_shard[g]];
-        const int64_t i = l->img_local[g];
-        const int h = sh->height[i], w = sh->width[i];
-        int min_size = l->o.min_sizes[0];
-        if (l->o.train && l->o.num_min_sizes > 1) {
-            mrcnn_rng r = mrcnn_rng_make(l->o.seed, (uint32_t)epoch, g, MRCNN_RNG_RESIZE);
-            min_size = l->o.min_sizes[mrcnn_rng_below(&r, 0, (uint32_t)l->o.num_min_sizes)];
-        }
-        int nh, nw;
-        data_resize_shape(h, w, min_size, l->o.max_size, &nh, &nw);
-        int flip = 0;
-        if (l->o.train && l->o.flip) {
-            mrcnn_rng r = mrcnn_rng_make(l->o.seed, (uint32_t)epoch, g, MRCNN_RNG_FLIP);
-            flip = (int)(mrcnn_rng_u32(&r, 0) & 1u);
-        }
-        b->orig_h[j] = h, b->orig_w[j] = w, b->image_h[j] = nh, b->image_w[j] = nw;
-        b->scale[j] = (float)nh / (float)h;
-        b->image_id[j] = sh->image_id[i];
-        b->image_index[j] = g;
-        b->flipped[j] = (uint8_t)flip;
-        b->valid[j] = l->plan_valid[base + j];
-        sl->ann0[j] = sh->ann_start[i];
-        inst += sh->ann_count[i];
-        b->inst_start[j + 1] = inst;
-        if (nh > maxh) maxh = nh;
-        if (nw > maxw) maxw = nw;
+    for (int j = 0; j < b->n; j++) {
+        if (b->image_h[j] > maxh) maxh = b->image_h[j];
+        if (b->image_w[j] > maxw) maxw = b->image_w[j];
     }
     if (l->o.fixed_h > 0) {
         MRCNN_CHECK(maxh <= l->o.fixed_h && maxw <= l->o.fixed_w, "a resized image (%dx%d) exceeds INPUT.FIXED_SIZE %dx%d",
@@ -205,8 +206,13 @@ static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
         b->height = round_up(maxh, l->o.size_divisibility);
         b->width = round_up(maxw, l->o.size_divisibility);
     }
-    b->num_instances = inst;
-    const size_t pixels = (size_t)n * b->height * b->width * 3;
+}
+
+/* The batch's pixel, mask and instance buffers, for its canvas and instance count. */
+static void slot_grow_batch(mrcnn_loader *l, slot *sl) {
+    mrcnn_data_batch *b = &sl->b;
+    const int64_t inst = b->num_instances;
+    const size_t pixels = (size_t)b->n * b->height * b->width * 3;
     if (pixels * sizeof(float) > sl->cap_pixels) { /* contents are rewritten: no copy on growth */
         const size_t bytes = pixels * sizeof(float);
         if (l->o.image_alloc) {
@@ -227,26 +233,48 @@ static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
         b->category_id = MRCNN_REALLOC(b->category_id, sizeof(int64_t) * (size_t)inst, "batch category ids");
         b->iscrowd = MRCNN_REALLOC(b->iscrowd, (size_t)inst, "batch iscrowd");
     }
-    for (int j = 0; j < n; j++) {
-        const int64_t g = b->image_index[j];
-        const mrcnn_shard *sh = &l->shards[l->img_shard[g]];
-        const float sx = (float)b->image_w[j] / (float)b->orig_w[j], sy = (float)b->image_h[j] / (float)b->orig_h[j];
-        const float nw = (float)b->image_w[j];
-        for (int64_t k = b->inst_start[j]; k < b->inst_start[j + 1]; k++) {
-            const int64_t a = sl->ann0[j] + (k - b->inst_start[j]);
-            const float *bb = sh->ann_bbox + 4 * a;
-            float x1 = bb[0] * sx, y1 = bb[1] * sy, x2 = (bb[0] + bb[2]) * sx, y2 = (bb[1] + bb[3]) * sy;
-            if (b->flipped[j]) {
-                float t = nw - x2;
-                x2 = nw - x1;
-                x1 = t;
-            }
-            b->boxes[4 * k] = x1, b->boxes[4 * k + 1] = y1, b->boxes[4 * k + 2] = x2, b->boxes[4 * k + 3] = y2;
-            b->classes[k] = sh->ann_class[a];
-            b->category_id[k] = sh->ann_category_id[a];
-            b->iscrowd[k] = sh->ann_iscrowd[a];
+}
+
+/* Image j's instances from its shard's tables: boxes scaled to the resized image and flipped
+ * with it, classes, category ids, crowd flags. */
+static void plan_instances(const mrcnn_loader *l, slot *sl, int j) {
+    mrcnn_data_batch *b = &sl->b;
+    const int64_t g = b->image_index[j];
+    const mrcnn_shard *sh = &l->shards[l->img_shard[g]];
+    const float sx = (float)b->image_w[j] / (float)b->orig_w[j], sy = (float)b->image_h[j] / (float)b->orig_h[j];
+    const float nw = (float)b->image_w[j];
+    for (int64_t k = b->inst_start[j]; k < b->inst_start[j + 1]; k++) {
+        const int64_t a = sl->ann0[j] + (k - b->inst_start[j]);
+        const float *bb = sh->ann_bbox + 4 * a;
+        float x1 = bb[0] * sx, y1 = bb[1] * sy, x2 = (bb[0] + bb[2]) * sx, y2 = (bb[1] + bb[3]) * sy;
+        if (b->flipped[j]) {
+            float t = nw - x2;
+            x2 = nw - x1;
+            x1 = t;
         }
+        b->boxes[4 * k] = x1, b->boxes[4 * k + 1] = y1, b->boxes[4 * k + 2] = x2, b->boxes[4 * k + 3] = y2;
+        b->classes[k] = sh->ann_class[a];
+        b->category_id[k] = sh->ann_category_id[a];
+        b->iscrowd[k] = sh->ann_iscrowd[a];
     }
+}
+
+/* Sizes, boxes and classes of one batch from the tables; buffers grown. */
+static void plan_batch(mrcnn_loader *l, slot *sl, int64_t epoch, int64_t step) {
+    const int n = l->o.batch_size;
+    mrcnn_data_batch *b = &sl->b;
+    const int64_t *plan = plan_for(l, epoch);
+    const int64_t base = step * l->global_batch + (int64_t)l->rank * n;
+    slot_grow_images(sl, n);
+    b->n = n;
+    b->epoch = epoch;
+    b->step = step;
+    b->inst_start[0] = 0;
+    for (int j = 0; j < n; j++) plan_image(l, sl, j, plan[base + j], l->plan_valid[base + j], epoch);
+    b->num_instances = b->inst_start[n];
+    plan_canvas(l, b);
+    slot_grow_batch(l, sl);
+    for (int j = 0; j < n; j++) plan_instances(l, sl, j);
 }
 
 /* Global image index -> (shard, row), orientation, and the step count. */
@@ -533,16 +561,6 @@ void mrcnn_loader_cursor(const mrcnn_loader *l, int64_t *epoch, int64_t *step) {
 
 int64_t mrcnn_loader_steps_per_epoch(const mrcnn_loader *l) { return l->steps; }
 int64_t mrcnn_loader_num_images(const mrcnn_loader *l) { return l->n; }
-
-void mrcnn_loader_step_images(const mrcnn_loader *l, int64_t epoch, int64_t step, int64_t *out) {
-    MRCNN_CHECK(step >= 0 && step < l->steps, "step %lld outside an epoch of %lld steps", (long long)step, (long long)l->steps);
-    int64_t *plan = MRCNN_MALLOC(sizeof(int64_t) * (size_t)(l->steps * l->global_batch), "plan");
-    uint8_t *valid = MRCNN_MALLOC((size_t)(l->steps * l->global_batch), "plan");
-    data_plan_epoch(l->n, l->global_batch, l->o.seed, epoch, l->o.train, l->o.aspect_grouping, l->landscape, plan, valid);
-    memcpy(out, plan + step * l->global_batch, sizeof(int64_t) * (size_t)l->global_batch);
-    free(plan);
-    free(valid);
-}
 
 void mrcnn_loader_stats_get(const mrcnn_loader *l, mrcnn_loader_stats *st) {
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);

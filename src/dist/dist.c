@@ -107,13 +107,6 @@ void mrcnn_dist_allreduce_sum_f64(const mrcnn_dist *d, double *vals, int n, cons
     mrcnn_watchdog_disarm();
 }
 
-void mrcnn_dist_allreduce_max_int(const mrcnn_dist *d, int *vals, int n, const char *what) {
-    if (d->world_size == 1) return;
-    mrcnn_watchdog_arm(what);
-    MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_INT, MPI_MAX, d->comm));
-    mrcnn_watchdog_disarm();
-}
-
 void mrcnn_dist_barrier(const mrcnn_dist *d, const char *what) {
     if (d->world_size == 1) return;
     mrcnn_watchdog_arm(what);

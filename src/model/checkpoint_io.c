@@ -2,6 +2,11 @@
  *   /                 attribute schema_version (int) = 1
  *   /model/<name>     one float32 dataset per parameter, project layout
  * The training checkpoint adds its own groups (optimizer state, step) beside /model.
+ * Two readers of /model: the strict one (mrcnn_checkpoint_load_model: every parameter,
+ * each with the model's shape) and the lenient MODEL.WEIGHTS one (_partial: the
+ * parameters the file has, the others left to their initialization; it logs which were
+ * loaded, which initialized and which datasets went unused). Both read one parameter
+ * the same way (read_param).
  * Loading also takes backbone convs stored unfolded with their frozen BN
  * (/model/<bn>.weight, .bias, .running_mean, .running_var), as data_prep/weights.py
  * writes them from a torchvision state_dict, and folds the BN in.
@@ -315,135 +320,194 @@ static void report_names(const char *path, const char *what, int count, char **n
     free(s);
 }
 
-/* Loads every parameter of the model from /model (all must be there unless
- * allow_missing); returns how many were loaded. A partial load logs which parameters
- * were loaded (folded BN included), which were left to their initialization, and
- * which datasets of the file were not used (in /model and /extra). */
-static int read_group(mrcnn_model *m, hid_t f, const char *path, bool allow_missing) {
-    MRCNN_CHECK(H5Lexists(f, "model", H5P_DEFAULT) > 0, "checkpoint %s: no /model group", path);
-    hid_t g = MRCNN_CHECK_HDF5(H5Gopen2(f, "model", H5P_DEFAULT), path);
+/* Conv entry i stored unfolded with its frozen BN (/model/<bn>.weight, .bias,
+ * .running_mean, .running_var): the BN folded into the conv and into its bias (entry
+ * i + 1, zero when the file has none), the fold's scales kept for the preconditioner. */
+static void read_folded_conv(mrcnn_model *m, hid_t g, const char *path, int i) {
     mrcnn_arena *a = &m->params.values;
-    int loaded = 0;
-    name_list file = {0};
-    char **got = NULL, **init = NULL;
-    int n_got = 0, n_init = 0;
-    bool *used = NULL;
-    if (allow_missing) {
-        list_datasets(f, "model", &file);
-        used = MRCNN_CALLOC((size_t)(file.n ? file.n : 1), sizeof *used, "checkpoint names used");
-        got = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *got, "checkpoint report");
-        init = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *init, "checkpoint report");
-        for (int i = 0; i < a->n_entries; i++) {
-            const char *name = a->entries[i].name;
-            char key[2 * MRCNN_ARENA_NAME_LEN];
-            const char *bn = m->params.bn[i];
-            bool folded = bn[0] && (snprintf(key, sizeof key, "%s.weight", bn), has_dataset(g, key));
-            bool here = has_dataset(g, name);
-            /* a folded conv's bias comes from its BN even when the file has no bias */
-            bool bias_of_folded = i > 0 && m->params.bn[i - 1][0] && has_dataset(g, a->entries[i - 1].name) &&
-                                  (snprintf(key, sizeof key, "%s.weight", m->params.bn[i - 1]), has_dataset(g, key)) &&
-                                  !bn[0];
-            if (here || bias_of_folded) got[n_got++] = (char *)name;
-            else init[n_init++] = (char *)name;
-            for (int k = 0; k < file.n; k++) {
-                if (!strcmp(file.names[k], name)) used[k] = true;
-                if (folded) {
-                    size_t bl = strlen(bn);
-                    if (!strncmp(file.names[k], bn, bl) && file.names[k][bl] == '.' &&
-                        (!strcmp(file.names[k] + bl + 1, "weight") || !strcmp(file.names[k] + bl + 1, "bias") ||
-                         !strcmp(file.names[k] + bl + 1, "running_mean") ||
-                         !strcmp(file.names[k] + bl + 1, "running_var")))
-                        used[k] = true;
-                }
-            }
-        }
+    const char *name = a->entries[i].name;
+    const char *bn = m->params.bn[i];
+    mrcnn_tensor *t = &a->entries[i].tensor;
+    const int64_t n = mrcnn_tensor_numel(t);
+    char key[2 * MRCNN_ARENA_NAME_LEN];
+    int k = (int)t->shape[0];
+    MRCNN_CHECK(i + 1 < a->n_entries, "checkpoint: conv %s is not followed by its bias", name);
+    mrcnn_tensor *tb = &a->entries[i + 1].tensor;
+    MRCNN_CHECK(tb->ndim == 1 && tb->shape[0] == k, "checkpoint: conv %s is not followed by its bias",
+                name);
+    const char *suffix[4] = {"weight", "bias", "running_mean", "running_var"};
+    mrcnn_tensor vec = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1,
+                                         (int64_t[]){k});
+    for (int j = 0; j < 4; j++) {
+        snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
+        check_dataset(g, path, key, &vec);
     }
-    for (int i = 0; i < a->n_entries; i++) {
-        const char *name = a->entries[i].name;
-        if (allow_missing && !has_dataset(g, name)) continue;
-        loaded++;
-        mrcnn_tensor *t = &a->entries[i].tensor;
-        int64_t n = mrcnn_tensor_numel(t);
-        const char *bn = m->params.bn[i];
-        char key[2 * MRCNN_ARENA_NAME_LEN];
-        snprintf(key, sizeof key, "%s.weight", bn);
-        check_dataset(g, path, name, t);
-        if (bn[0] && has_dataset(g, key)) {
-            // an unfolded conv: fold its BN now, and its bias (the next entry) with it
-            int k = (int)t->shape[0];
-            MRCNN_CHECK(i + 1 < a->n_entries, "checkpoint: conv %s is not followed by its bias", name);
-            mrcnn_tensor *tb = &a->entries[i + 1].tensor;
-            MRCNN_CHECK(tb->ndim == 1 && tb->shape[0] == k, "checkpoint: conv %s is not followed by its bias",
-                        name);
-            const char *suffix[4] = {"weight", "bias", "running_mean", "running_var"};
-            mrcnn_tensor vec = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 1,
-                                                 (int64_t[]){k});
-            for (int j = 0; j < 4; j++) {
-                snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
-                check_dataset(g, path, key, &vec);
-            }
-            int had_bias = has_dataset(g, a->entries[i + 1].name);
-            if (had_bias) check_dataset(g, path, a->entries[i + 1].name, tb);
-            float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
-            float *bias = MRCNN_CALLOC((size_t)k, sizeof(float), "folded bias");
-            float *bnp[4];
-            for (int j = 0; j < 4; j++) {
-                bnp[j] = MRCNN_MALLOC((size_t)k * sizeof(float), "bn buffer");
-                snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
-                read_dataset_unit(g, path, key, bnp[j], k, "channel");
-            }
-            read_dataset(g, path, name, h, n);
-            if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);
-            check_frozen_bn(path, bn, bnp[0], bnp[3], k);
-            float *scale = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
-            for (int c = 0; c < k; c++) scale[c] = bnp[0][c] / sqrtf(bnp[3][c] + MRCNN_FROZEN_BN_EPS); // as the fold
-            mrcnn_params_set_fold_scale(&m->params, i, scale, k);
-            free(scale);
-            mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
-                                 MRCNN_FROZEN_BN_EPS);
-            m->be->mem.write(m->be, t, h);
-            m->be->mem.write(m->be, tb, bias);
-            for (int j = 0; j < 4; j++) free(bnp[j]);
-            free(bias);
-            free(h);
-            i++;
-            loaded++;
-            continue;
-        }
-        float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
-        read_dataset(g, path, name, h, n);
-        m->be->mem.write(m->be, t, h);
-        free(h);
-        if (bn[0]) read_fold_scale(m, f, path, i); // a folded checkpoint: the scales it stored
+    int had_bias = has_dataset(g, a->entries[i + 1].name);
+    if (had_bias) check_dataset(g, path, a->entries[i + 1].name, tb);
+    float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
+    float *bias = MRCNN_CALLOC((size_t)k, sizeof(float), "folded bias");
+    float *bnp[4];
+    for (int j = 0; j < 4; j++) {
+        bnp[j] = MRCNN_MALLOC((size_t)k * sizeof(float), "bn buffer");
+        snprintf(key, sizeof key, "%s.%s", bn, suffix[j]);
+        read_dataset_unit(g, path, key, bnp[j], k, "channel");
+    }
+    read_dataset(g, path, name, h, n);
+    if (had_bias) read_dataset(g, path, a->entries[i + 1].name, bias, k);
+    check_frozen_bn(path, bn, bnp[0], bnp[3], k);
+    float *scale = MRCNN_MALLOC((size_t)k * sizeof(float), "fold scale");
+    for (int c = 0; c < k; c++) scale[c] = bnp[0][c] / sqrtf(bnp[3][c] + MRCNN_FROZEN_BN_EPS); // as the fold
+    mrcnn_params_set_fold_scale(&m->params, i, scale, k);
+    free(scale);
+    mrcnn_frozen_bn_fold(h, bias, had_bias, k, n / k, bnp[0], bnp[1], bnp[2], bnp[3],
+                         MRCNN_FROZEN_BN_EPS);
+    m->be->mem.write(m->be, t, h);
+    m->be->mem.write(m->be, tb, bias);
+    for (int j = 0; j < 4; j++) free(bnp[j]);
+    free(bias);
+    free(h);
+}
+
+/* Entry i of the model from /model (g), checked against the model's shape; returns the
+ * entries it filled: 2 when it folded a BN into the conv and its bias, else 1. */
+static int read_param(mrcnn_model *m, hid_t f, hid_t g, const char *path, int i) {
+    mrcnn_arena *a = &m->params.values;
+    const char *name = a->entries[i].name;
+    mrcnn_tensor *t = &a->entries[i].tensor;
+    const char *bn = m->params.bn[i];
+    char key[2 * MRCNN_ARENA_NAME_LEN];
+    snprintf(key, sizeof key, "%s.weight", bn);
+    check_dataset(g, path, name, t);
+    if (bn[0] && has_dataset(g, key)) {
+        read_folded_conv(m, g, path, i);
+        return 2;
+    }
+    const int64_t n = mrcnn_tensor_numel(t);
+    float *h = MRCNN_MALLOC((size_t)n * sizeof(float), "checkpoint buffer");
+    read_dataset(g, path, name, h, n);
+    m->be->mem.write(m->be, t, h);
+    free(h);
+    if (bn[0]) read_fold_scale(m, f, path, i); // a folded checkpoint: the scales it stored
+    return 1;
+}
+
+static hid_t open_model_group(hid_t f, const char *path) {
+    MRCNN_CHECK(H5Lexists(f, "model", H5P_DEFAULT) > 0, "checkpoint %s: no /model group", path);
+    return MRCNN_CHECK_HDF5(H5Gopen2(f, "model", H5P_DEFAULT), path);
+}
+
+/* The strict reader: every parameter of the model from /model, each there with the
+ * model's shape. Returns how many were loaded. */
+static int read_model_strict(mrcnn_model *m, hid_t f, const char *path) {
+    hid_t g = open_model_group(f, path);
+    int loaded = 0;
+    for (int i = 0; i < m->params.values.n_entries;) {
+        int c = read_param(m, f, g, path, i);
+        i += c;
+        loaded += c;
     }
     H5Gclose(g);
-    if (allow_missing) {
-        char **unused = MRCNN_MALLOC((size_t)(file.n ? file.n : 1) * sizeof *unused, "checkpoint report");
-        int n_unused = 0;
-        for (int k = 0; k < file.n; k++)
-            if (!used[k]) unused[n_unused++] = file.names[k];
-        name_list extra = {0};
-        list_datasets(f, "extra", &extra);
-        for (int k = 0; k < extra.n; k++) {
-            char *e = MRCNN_MALLOC(strlen(extra.names[k]) + 8, "checkpoint report");
-            sprintf(e, "extra/%s", extra.names[k]);
-            free(extra.names[k]);
-            extra.names[k] = e;
+    return loaded;
+}
+
+/* What a partial load reports: the model's parameters it loads (folded BN included)
+ * and those left to their initialization, and which datasets of the file it does not use. */
+typedef struct {
+    name_list file; // datasets of /model
+    bool *used;     // (file.n)
+    char **got, **init; // (n_entries) names of the model's parameters
+    int n_got, n_init;
+} partial_report;
+
+/* Marks the file's datasets that entry name uses: its own, and a folded conv's four BN
+ * tensors (bn: the BN's name). */
+static void mark_used(partial_report *r, const char *name, const char *bn, bool folded) {
+    for (int k = 0; k < r->file.n; k++) {
+        const char *fn = r->file.names[k];
+        if (!strcmp(fn, name)) r->used[k] = true;
+        if (folded) {
+            size_t bl = strlen(bn);
+            if (!strncmp(fn, bn, bl) && fn[bl] == '.' &&
+                (!strcmp(fn + bl + 1, "weight") || !strcmp(fn + bl + 1, "bias") ||
+                 !strcmp(fn + bl + 1, "running_mean") || !strcmp(fn + bl + 1, "running_var")))
+                r->used[k] = true;
         }
-        report_names(path, "tensors loaded", n_got, got, n_got);
-        report_names(path, "tensors initialized (not in the file)", n_init, init, n_init);
-        unused = MRCNN_REALLOC(unused, (size_t)(n_unused + extra.n + 1) * sizeof *unused, "checkpoint report");
-        for (int k = 0; k < extra.n; k++) unused[n_unused + k] = extra.names[k];
-        report_names(path, "datasets unused", n_unused + extra.n, unused, n_unused + extra.n);
-        for (int k = 0; k < file.n; k++) free(file.names[k]);
-        for (int k = 0; k < extra.n; k++) free(extra.names[k]);
-        free(file.names);
-        free(extra.names);
-        free(unused);
-        free(used);
-        free(got);
-        free(init);
     }
+}
+
+/* Before the load: the file's /model datasets, and for each parameter whether the file
+ * gives it (a folded conv's bias comes from its BN even when the file has no bias). */
+static void partial_report_plan(partial_report *r, const mrcnn_model *m, hid_t f, hid_t g) {
+    const mrcnn_arena *a = &m->params.values;
+    list_datasets(f, "model", &r->file);
+    r->used = MRCNN_CALLOC((size_t)(r->file.n ? r->file.n : 1), sizeof *r->used, "checkpoint names used");
+    r->got = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *r->got, "checkpoint report");
+    r->init = MRCNN_MALLOC((size_t)(a->n_entries ? a->n_entries : 1) * sizeof *r->init, "checkpoint report");
+    for (int i = 0; i < a->n_entries; i++) {
+        const char *name = a->entries[i].name;
+        char key[2 * MRCNN_ARENA_NAME_LEN];
+        const char *bn = m->params.bn[i];
+        bool folded = bn[0] && (snprintf(key, sizeof key, "%s.weight", bn), has_dataset(g, key));
+        bool here = has_dataset(g, name);
+        bool bias_of_folded = i > 0 && m->params.bn[i - 1][0] && has_dataset(g, a->entries[i - 1].name) &&
+                              (snprintf(key, sizeof key, "%s.weight", m->params.bn[i - 1]), has_dataset(g, key)) &&
+                              !bn[0];
+        if (here || bias_of_folded) r->got[r->n_got++] = (char *)name;
+        else r->init[r->n_init++] = (char *)name;
+        mark_used(r, name, bn, folded);
+    }
+}
+
+/* After the load: the three report lines (unused: /model's datasets no parameter took, and
+ * everything in /extra); frees the report. */
+static void partial_report_log(partial_report *r, hid_t f, const char *path) {
+    char **unused = MRCNN_MALLOC((size_t)(r->file.n ? r->file.n : 1) * sizeof *unused, "checkpoint report");
+    int n_unused = 0;
+    for (int k = 0; k < r->file.n; k++)
+        if (!r->used[k]) unused[n_unused++] = r->file.names[k];
+    name_list extra = {0};
+    list_datasets(f, "extra", &extra);
+    for (int k = 0; k < extra.n; k++) {
+        char *e = MRCNN_MALLOC(strlen(extra.names[k]) + 8, "checkpoint report");
+        sprintf(e, "extra/%s", extra.names[k]);
+        free(extra.names[k]);
+        extra.names[k] = e;
+    }
+    report_names(path, "tensors loaded", r->n_got, r->got, r->n_got);
+    report_names(path, "tensors initialized (not in the file)", r->n_init, r->init, r->n_init);
+    unused = MRCNN_REALLOC(unused, (size_t)(n_unused + extra.n + 1) * sizeof *unused, "checkpoint report");
+    for (int k = 0; k < extra.n; k++) unused[n_unused + k] = extra.names[k];
+    report_names(path, "datasets unused", n_unused + extra.n, unused, n_unused + extra.n);
+    for (int k = 0; k < r->file.n; k++) free(r->file.names[k]);
+    for (int k = 0; k < extra.n; k++) free(extra.names[k]);
+    free(r->file.names);
+    free(extra.names);
+    free(unused);
+    free(r->used);
+    free(r->got);
+    free(r->init);
+}
+
+/* The lenient MODEL.WEIGHTS reader: the parameters /model has (each with the model's
+ * shape), the others left to their initialization, logged (loaded, initialized, unused).
+ * Returns how many were loaded. */
+static int read_model_partial(mrcnn_model *m, hid_t f, const char *path) {
+    hid_t g = open_model_group(f, path);
+    const mrcnn_arena *a = &m->params.values;
+    partial_report r = {0};
+    partial_report_plan(&r, m, f, g);
+    int loaded = 0;
+    for (int i = 0; i < a->n_entries;) {
+        if (!has_dataset(g, a->entries[i].name)) {
+            i++;
+            continue;
+        }
+        int c = read_param(m, f, g, path, i);
+        i += c;
+        loaded += c;
+    }
+    H5Gclose(g);
+    partial_report_log(&r, f, path);
     return loaded;
 }
 
@@ -533,13 +597,13 @@ static hid_t open_checkpoint(const char *path) {
 
 void mrcnn_checkpoint_load_model(mrcnn_model *m, const char *path) {
     hid_t f = open_checkpoint(path);
-    read_group(m, f, path, false);
+    read_model_strict(m, f, path);
     H5Fclose(f);
 }
 
 int mrcnn_checkpoint_load_model_partial(mrcnn_model *m, const char *path) {
     hid_t f = open_checkpoint(path);
-    int n = read_group(m, f, path, true);
+    int n = read_model_partial(m, f, path);
     H5Fclose(f);
     MRCNN_CHECK(n > 0, "checkpoint %s: none of the model's %d parameters is in /model", path,
                 mrcnn_params_count(&m->params));

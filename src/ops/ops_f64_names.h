@@ -22,8 +22,6 @@
 #define mrcnn_conv2d_backward_filter mrcnn_conv2d_backward_filter_f64
 #define mrcnn_deconv2x2_forward mrcnn_deconv2x2_forward_f64
 #define mrcnn_deconv2x2_backward mrcnn_deconv2x2_backward_f64
-#define mrcnn_frozen_bn_forward mrcnn_frozen_bn_forward_f64
-#define mrcnn_frozen_bn_backward mrcnn_frozen_bn_backward_f64
 #define mrcnn_relu_forward mrcnn_relu_forward_f64
 #define mrcnn_relu_backward mrcnn_relu_backward_f64
 #define mrcnn_maxpool2d_forward mrcnn_maxpool2d_forward_f64

@@ -83,11 +83,6 @@ void mrcnn_roi_align_desc_check(const mrcnn_roi_align_desc *d) {
     MRCNN_CHECK(d->out_h > 0 && d->out_w > 0, "roi_align: output %dx%d must be positive", d->out_h, d->out_w);
     MRCNN_CHECK(d->canonical_scale > 0, "roi_align: canonical scale %g must be positive", (double)d->canonical_scale);
 }
-
-int mrcnn_roi_align_level(const mrcnn_roi_align_desc *d, const float *box) {
-    return mrcnn_roi_level(box[0], box[1], box[2], box[3], d->canonical_level, d->canonical_scale, d->first_level,
-                           d->n_levels);
-}
 #endif
 
 static void roi_align_check(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const void *y) {

@@ -460,34 +460,3 @@ int mrcnn_checkpoint_run_id(const char *path, char *id, size_t len) {
     unlock();
     return f >= 0;
 }
-
-int mrcnn_checkpoint_find_latest(const char *dir, char *path, size_t len) {
-    long long *steps;
-    int n = list_steps(dir, &steps), found = 0;
-    lock();
-    mrcnn_h5_quiet q = mrcnn_h5_quiet_begin(); // a damaged file is skipped, not an error
-    for (int i = 0; i < n && !found; i++) {
-        snprintf(path, len, "%s/model_%07lld.h5", dir, steps[i]);
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (f < 0) {
-            mrcnn_warn("checkpoint %s is unreadable; trying an older one", path);
-            continue;
-        }
-        int64_t complete = 0;
-        if (attr_read(f, "complete", H5T_NATIVE_INT64, &complete) && complete == 1) found = 1;
-        else mrcnn_warn("checkpoint %s is incomplete; trying an older one", path);
-        H5Fclose(f);
-    }
-    H5Eclear2(H5E_DEFAULT);
-    mrcnn_h5_quiet_end(q);
-    unlock();
-    free(steps);
-    return found;
-}
-
-void mrcnn_checkpoint_load(const char *path, const mrcnn_backend *be, mrcnn_arena *params, mrcnn_arena *momentum,
-                           mrcnn_train_state *st) {
-    char why[1024];
-    if (!mrcnn_checkpoint_try_load(path, be, params, momentum, st, why, sizeof why))
-        mrcnn_failf("checkpoint", "", __FILE__, __LINE__, "checkpoint %s cannot be loaded: %s", path, why);
-}

@@ -35,13 +35,10 @@ MAX_LINES = 100
 KNOWN = {
     # test-only: an extern function that only tests/ name (the CUDA kernels' host references
     # are checked through the mrcnn_cuda_* entries; the rest are helpers kept for tests).
-    ("test-only", "mrcnn_arena_commit"),  # src/core/arena.c
-    ("test-only", "mrcnn_arena_find"),  # src/core/arena.c
-    ("test-only", "mrcnn_backend_trace_diff"),  # src/backend/backend_trace.c
-    ("test-only", "mrcnn_backend_trace_dump"),  # src/backend/backend_trace.c
-    ("test-only", "mrcnn_checkpoint_find_latest"),  # src/train/checkpoint.c
-    ("test-only", "mrcnn_checkpoint_load"),  # src/train/checkpoint.c
-    ("test-only", "mrcnn_checkpoint_save_model"),  # src/model/checkpoint_io.c
+    ("test-only", "mrcnn_arena_commit"),  # src/core/arena.c: the host commit; params and SGD commit on the backend
+    ("test-only", "mrcnn_backend_trace_diff"),  # src/backend/backend_trace.c: a debugging tool (two steps' call lists compared)
+    ("test-only", "mrcnn_backend_trace_dump"),  # src/backend/backend_trace.c: a debugging tool (MRCNN_TRACE_DUMP's, from code)
+    ("test-only", "mrcnn_checkpoint_save_model"),  # src/model/checkpoint_io.c: the model file writer, the pair of load_model
     ("test-only", "mrcnn_cuda_anchors_grid"),  # src/backend/cuda/model_gathers.cu
     ("test-only", "mrcnn_cuda_box_clip"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_box_decode"),  # src/backend/cuda/detect_ops.cu
@@ -53,30 +50,19 @@ KNOWN = {
     ("test-only", "mrcnn_cuda_rle_decode"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_sample_balanced"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_topk"),  # src/backend/cuda/topk.cu
-    ("test-only", "mrcnn_dist_allreduce_max_int"),  # src/dist/dist.c
-    ("test-only", "mrcnn_frozen_bn_backward"),  # src/ops/frozen_bn.c
-    ("test-only", "mrcnn_frozen_bn_forward"),  # src/ops/frozen_bn.c
-    ("test-only", "mrcnn_json_set_buffer_size"),  # src/core/json.c
-    ("test-only", "mrcnn_loader_step_images"),  # src/data/loader.c
-    ("test-only", "mrcnn_loss_scaler_update"),  # src/train/loss_scaler.c
+    ("test-only", "mrcnn_json_set_buffer_size"),  # src/core/json.c: a test hook, a tiny read window to put refills inside tokens
+    ("test-only", "mrcnn_loss_scaler_update"),  # src/train/loss_scaler.c: the fp16 policy on the host, step.decide's reference
     ("test-only", "mrcnn_losses_to_array"),  # src/model/maskrcnn.c
     ("test-only", "mrcnn_model_read_step"),  # src/model/maskrcnn_infer.c
     ("test-only", "mrcnn_model_detect"),  # src/model/maskrcnn_infer.c: inference runs on the device since 513bd06
     ("test-only", "mrcnn_read_f32"),  # src/model/layers.c: likewise
-    ("test-only", "mrcnn_nms"),  # src/ops/detect/nms.c
-    ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c
-    ("test-only", "mrcnn_roi_align_level"),  # src/ops/roi_align.c
-    ("test-only", "mrcnn_shard_open"),  # src/data/shard.c
-    ("test-only", "mrcnn_tensor_alloc"),  # src/core/tensor.c
-    ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c
+    ("test-only", "mrcnn_nms"),  # src/ops/detect/nms.c: batched_nms(idxs NULL); a caller is in a file in flux
+    ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c: the probabilities pasted, torchvision's parity
+    ("test-only", "mrcnn_shard_open"),  # src/data/shard.c: one shard without its index (the fuzz targets')
+    ("test-only", "mrcnn_tensor_alloc"),  # src/core/tensor.c: host tensors without a backend; callers in files in flux
+    ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c: likewise
     # long
-    ("long", "topk_block"),  # src/backend/cuda/topk.cu
-    ("long", "bench_train_main"),  # src/cli/bench_train.c
-    ("long", "plan_batch"),  # src/data/loader.c
-    ("long", "read_group"),  # src/model/checkpoint_io.c
-    ("long", "prep_cmd_coco"),  # data_prep/cmd_coco.c
-    ("long", "make_image"),  # data_prep/cmd_shapes.c
-    ("long", "coco_resolve"),  # data_prep/coco_resolve.c
+    ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
 }
 
 SOURCE_EXTS = (".c", ".cu", ".h", ".cuh", ".inc", ".def")

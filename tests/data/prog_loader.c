@@ -132,6 +132,13 @@ static int run_reproduce(const char *index, const char *outdir) {
     return 0;
 }
 
+/* The images of global step t, rank by rank, from every rank's reads gathered rank after rank
+ * (per_rank images each). */
+static void step_images(const int64_t *all, int64_t per_rank, int batch, int64_t t, int64_t *out) {
+    for (int r = 0; r < g_size; r++)
+        for (int j = 0; j < batch; j++) out[r * batch + j] = all[(size_t)r * per_rank + t * batch + j];
+}
+
 static int run_cover(const char *index, int batch, int epochs, int grouping) {
     mrcnn_loader_opts o;
     base_opts(&o, index);
@@ -159,28 +166,22 @@ static int run_cover(const char *index, int batch, int epochs, int grouping) {
     int64_t *all = g_rank == 0 ? malloc(sizeof(int64_t) * (size_t)(epochs * per_epoch * g_size)) : NULL;
     MPI_Gather(mine, (int)(epochs * per_epoch), MPI_INT64_T, all, (int)(epochs * per_epoch), MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (g_rank == 0) {
-        int64_t *plan = malloc(sizeof(int64_t) * (size_t)gb);
+        int64_t *plan = malloc(sizeof(int64_t) * (size_t)gb), *prev = malloc(sizeof(int64_t) * (size_t)gb);
         uint8_t *seen = malloc((size_t)n);
         int64_t same_as_prev = 0;
         for (int e = 0; e < epochs; e++) {
             memset(seen, 0, (size_t)n);
             for (int64_t s = 0; s < steps; s++) {
-                mrcnn_loader_step_images(l, e, s, plan);
-                for (int r = 0; r < g_size; r++)
-                    for (int j = 0; j < batch; j++) {
-                        const int64_t g = all[(size_t)r * epochs * per_epoch + (e * steps + s) * batch + j];
-                        if (g < 0 || g >= n) FAILF("image index %lld out of range", (long long)g);
-                        if (seen[g]) FAILF("epoch %d: image %lld taken twice", e, (long long)g);
-                        seen[g] = 1;
-                        if (plan[r * batch + j] != g) FAILF("epoch %d step %lld rank %d: got image %lld, the plan says %lld", e,
-                                                            (long long)s, r, (long long)g, (long long)plan[r * batch + j]);
-                    }
+                step_images(all, epochs * per_epoch, batch, e * steps + s, plan);
+                for (int64_t k = 0; k < gb; k++) {
+                    const int64_t g = plan[k];
+                    if (g < 0 || g >= n) FAILF("image index %lld out of range", (long long)g);
+                    if (seen[g]) FAILF("epoch %d: image %lld taken twice", e, (long long)g);
+                    seen[g] = 1;
+                }
                 if (e > 0) {
-                    int64_t prev[4096];
-                    if (gb <= 4096) {
-                        mrcnn_loader_step_images(l, e - 1, s, prev);
-                        same_as_prev += !memcmp(prev, plan, sizeof(int64_t) * (size_t)gb);
-                    }
+                    step_images(all, epochs * per_epoch, batch, (e - 1) * steps + s, prev);
+                    same_as_prev += !memcmp(prev, plan, sizeof(int64_t) * (size_t)gb);
                 }
             }
             int64_t covered = 0;
@@ -192,6 +193,7 @@ static int run_cover(const char *index, int batch, int epochs, int grouping) {
         printf("cover: %d ranks x %d images x %lld steps per epoch, %lld images, %lld dropped per epoch, %d epochs: ok\n",
                g_size, batch, (long long)steps, (long long)n, (long long)(n - steps * gb), epochs);
         free(plan);
+        free(prev);
         free(seen);
         free(all);
     }

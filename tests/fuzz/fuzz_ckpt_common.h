@@ -1,8 +1,8 @@
 /* What the trainer (--resume), `mrcnn eval/predict --weights` and MODEL.WEIGHTS do with a
  * checkpoint file, for the checkpoint targets: the model loaders
  * (src/model/checkpoint_io.c: mrcnn_checkpoint_load_model, _partial) and the training
- * checkpoint loaders (src/train/checkpoint.c: mrcnn_checkpoint_try_load, _load with
- * momentum and state, _find_latest, _list over its folder). */
+ * checkpoint loaders (src/train/checkpoint.c: mrcnn_checkpoint_try_load with and without
+ * momentum and state, _list over its folder). */
 #ifndef MRCNN_FUZZ_CKPT_COMMON_H
 #define MRCNN_FUZZ_CKPT_COMMON_H
 
@@ -40,9 +40,6 @@ static void fuzz_ckpt_load_all(void) {
     static char why[1024];
     FUZZ_RUN(mrcnn_checkpoint_try_load(p, g_be, &g_model.params.values, &g_mom, &st, why, sizeof why));
     FUZZ_RUN(mrcnn_checkpoint_try_load(p, g_be, &g_model.params.values, NULL, NULL, why, sizeof why));
-    FUZZ_RUN(mrcnn_checkpoint_load(p, g_be, &g_model.params.values, &g_mom, &st));
-    static char found[1100];
-    FUZZ_RUN(mrcnn_checkpoint_find_latest(g_ckpt_dir, found, sizeof found));
     static char **paths;
     static int n;
     if (FUZZ_RUN(n = mrcnn_checkpoint_list(g_ckpt_dir, &paths))) mrcnn_checkpoint_list_free(paths, n);

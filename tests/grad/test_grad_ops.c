@@ -198,7 +198,7 @@ static void test_grad_deconv2x2(void **state) {
     gb_free(&dx), gb_free(&dw), gb_free(&db), gb_free(&dx1), gb_free(&dw1), gb_free(&db1);
 }
 
-/* ---------------- frozen BN, ReLU, add ---------------- */
+/* ---------------- ReLU, add ---------------- */
 
 typedef struct {
     int64_t m;
@@ -206,11 +206,6 @@ typedef struct {
     double *x, *a, *b, *gy, *y;
 } ew_ctx;
 
-static double bn_obj(void *p) {
-    ew_ctx *e = p;
-    mrcnn_frozen_bn_forward_f64(e->m, e->c, e->x, e->a, e->b, e->y);
-    return dot(e->gy, e->y, e->m * e->c);
-}
 static double relu_obj(void *p) {
     ew_ctx *e = p;
     mrcnn_relu_forward_f64(e->m, e->x, e->y);
@@ -220,17 +215,6 @@ static double add_obj(void *p) {
     ew_ctx *e = p;
     mrcnn_add_forward_f64(e->m, e->a, e->b, e->y);
     return dot(e->gy, e->y, e->m);
-}
-
-static void test_grad_frozen_bn(void **state) {
-    const int64_t m = 5 * 7;
-    const int c = 6;
-    ew_ctx e = {m, c, drand(m * c, -2, 2, 1), drand(c, -2, 2, 2), drand(c, -1, 1, 3), drand(m * c, -1, 1, 4), dalloc(m * c)};
-    grad_buf dx = gb_make(m * c, 5);
-    mrcnn_frozen_bn_backward_f64(m, c, e.gy, e.a, dx.g);
-    check_grad("frozen_bn 35x6 dx", bn_obj, &e, e.x, m * c, gb_inc(&dx), 1e-4);
-    free(e.x), free(e.a), free(e.b), free(e.gy), free(e.y);
-    gb_free(&dx);
 }
 
 static void test_grad_relu(void **state) {
@@ -440,7 +424,6 @@ int main(void) {
         cmocka_unit_test(test_grad_conv2d),
         cmocka_unit_test(test_adjoint_conv2d_multiblock),
         cmocka_unit_test(test_grad_deconv2x2),
-        cmocka_unit_test(test_grad_frozen_bn),
         cmocka_unit_test(test_grad_relu),
         cmocka_unit_test(test_grad_add),
         cmocka_unit_test(test_grad_maxpool),

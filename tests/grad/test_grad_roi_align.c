@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mrcnn/box_math.h"
 #include "mrcnn/roi_align.h"
 #include "test_util.h"
 
@@ -65,7 +66,8 @@ static void run_case(int out, int sampling, int aligned) {
     for (int i = 0; i < N_ROI; i++) {
         if (rois_in[i][0] < 0) continue;
         float b[4] = {(float)rois_in[i][1], (float)rois_in[i][2], (float)rois_in[i][3], (float)rois_in[i][4]};
-        levels_hit[mrcnn_roi_align_level(&c.d, b)] = 1;
+        levels_hit[mrcnn_roi_level(b[0], b[1], b[2], b[3], c.d.canonical_level, c.d.canonical_scale, c.d.first_level,
+                                   c.d.n_levels)] = 1;
     }
     for (int l = 0; l < N_LVL; l++) {
         assert_true(levels_hit[l]); // every level is exercised

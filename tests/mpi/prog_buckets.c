@@ -155,7 +155,7 @@ static int run_check(mrcnn_dist *d) {
     free_arena(&params);
     free_arena(&grads);
     int bad = g_bad;
-    mrcnn_dist_allreduce_max_int(d, &bad, 1, "test result");
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, d->comm); // any rank's failure fails the run
     if (d->rank == 0) printf("%s: %d ranks, buckets and broadcast\n", bad ? "FAILED" : "ok", d->world_size);
     return bad ? 1 : 0;
 }

@@ -54,9 +54,10 @@ static void test_arena_layout(void **state) {
     assert_true(a.entries[i2].offset >= a.entries[i1].offset + 64 * 27 * 4);
     assert_true(a.entries[i3].offset >= a.entries[i2].offset + 64 * 4);
     assert_true(a.size >= a.entries[i3].offset + 170 * 4);
-    float *w = mrcnn_arena_find(&a, "fc.weight")->data;
+    assert_int_equal(mrcnn_arena_index(&a, "fc.weight"), i3);
+    float *w = mrcnn_arena_get(&a, i3)->data;
     for (int i = 0; i < 170; i++) assert_true(w[i] == 0.0f);
-    assert_null(mrcnn_arena_find(&a, "missing"));
+    assert_int_equal(mrcnn_arena_index(&a, "missing"), -1);
     mrcnn_arena g;
     mrcnn_arena_init_like(&g, "grads", &a, MRCNN_DTYPE_F32);
     mrcnn_arena_commit(&g, NULL, NULL);

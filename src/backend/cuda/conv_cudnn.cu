@@ -225,64 +225,67 @@ static int pick(const cu_state *s, const cu_conv_algo *e, const Perf *perf, int 
     return i;
 }
 
-static void choose_fwd(cu_state *s, cu_conv_algo *e) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CU_MAX_ALGOS];
+/* One direction's algorithm: cuDNN's candidates under the precision's math type (search
+ * fills perf and n: cudnnFind*, timed on the device, or the _v7 heuristics, as
+ * s->algo_find says), the pick, and the choice into *algo, *math, *ws, *have. dir names
+ * the direction in the pick's warning, op in the failure, tag in the verbose line. */
+template <typename Perf, typename Algo, typename Search>
+static void choose(cu_state *s, cu_conv_algo *e, Search search, int (*transform)(Algo), const char *dir,
+                   const char *op, const char *tag, Algo *algo, cudnnMathType_t *math, size_t *ws, int *have) {
+    Perf perf[CU_MAX_ALGOS];
     int n = 0;
     set_math(e, e->base_math); // the search runs under the precision's math type
-    if (s->algo_find)
-        MRCNN_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
-                                                               CU_MAX_ALGOS, &n, perf));
-    else
-        MRCNN_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->cudnn, e->x_desc, e->w_desc, e->conv_desc, e->y_desc,
-                                                                 CU_MAX_ALGOS, &n, perf));
+    search(perf, &n);
     if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    int i = pick(s, e, perf, n, fwd_transform, "forward");
-    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_forward");
-    e->fwd = perf[i].algo;
-    e->fwd_math = perf[i].mathType;
-    e->fwd_ws = perf[i].memory;
-    e->have_fwd = 1;
-    verbose_choice(e, "fwd", (int)e->fwd, e->fwd_math, e->fwd_ws, s);
+    int i = pick(s, e, perf, n, transform, dir);
+    if (i < 0) no_algorithm(s, e, perf, n, op);
+    *algo = perf[i].algo;
+    *math = perf[i].mathType;
+    *ws = perf[i].memory;
+    *have = 1;
+    verbose_choice(e, tag, (int)*algo, *math, *ws, s);
+}
+
+static void choose_fwd(cu_state *s, cu_conv_algo *e) {
+    auto search = [&](cudnnConvolutionFwdAlgoPerf_t *perf, int *n) {
+        if (s->algo_find)
+            MRCNN_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(s->cudnn, e->x_desc, e->w_desc, e->conv_desc,
+                                                                   e->y_desc, CU_MAX_ALGOS, n, perf));
+        else
+            MRCNN_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->cudnn, e->x_desc, e->w_desc, e->conv_desc,
+                                                                     e->y_desc, CU_MAX_ALGOS, n, perf));
+    };
+    choose<cudnnConvolutionFwdAlgoPerf_t>(s, e, search, fwd_transform, "forward", "conv2d_forward", "fwd", &e->fwd,
+                                          &e->fwd_math, &e->fwd_ws, &e->have_fwd);
 }
 
 static void choose_bwd_data(cu_state *s, cu_conv_algo *e) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CU_MAX_ALGOS];
-    int n = 0;
-    set_math(e, e->base_math);
-    if (s->algo_find)
-        MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
-                                                                    e->x_desc, CU_MAX_ALGOS, &n, perf));
-    else
-        MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
-                                                                      e->x_desc, CU_MAX_ALGOS, &n, perf));
-    if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    int i = pick(s, e, perf, n, bwd_data_transform, "data gradient");
-    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_backward (data gradient)");
-    e->bwd_data = perf[i].algo;
-    e->bwd_data_math = perf[i].mathType;
-    e->bwd_data_ws = perf[i].memory;
-    e->have_bwd_data = 1;
-    verbose_choice(e, "bwd-data", (int)e->bwd_data, e->bwd_data_math, e->bwd_data_ws, s);
+    auto search = [&](cudnnConvolutionBwdDataAlgoPerf_t *perf, int *n) {
+        if (s->algo_find)
+            MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
+                                                                        e->x_desc, CU_MAX_ALGOS, n, perf));
+        else
+            MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->cudnn, e->w_desc, e->y_desc, e->conv_desc,
+                                                                          e->x_desc, CU_MAX_ALGOS, n, perf));
+    };
+    choose<cudnnConvolutionBwdDataAlgoPerf_t>(s, e, search, bwd_data_transform, "data gradient",
+                                              "conv2d_backward (data gradient)", "bwd-data", &e->bwd_data,
+                                              &e->bwd_data_math, &e->bwd_data_ws, &e->have_bwd_data);
 }
 
 static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CU_MAX_ALGOS];
-    int n = 0;
-    set_math(e, e->base_math);
-    if (s->algo_find)
-        MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
-                                                                      e->w_desc, CU_MAX_ALGOS, &n, perf));
-    else
-        MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
-                                                                        e->w_desc, CU_MAX_ALGOS, &n, perf));
-    if (s->algo_find) mrcnn_backend_count(s->owner, 0, 0, 1, 0, 0); // cudnnFind* times on the device and waits
-    int i = pick(s, e, perf, n, bwd_filter_transform, "filter gradient");
-    if (i < 0) no_algorithm(s, e, perf, n, "conv2d_backward (filter gradient)");
-    e->bwd_filter = perf[i].algo;
-    e->bwd_filter_math = perf[i].mathType;
-    e->bwd_filter_ws = perf[i].memory;
-    e->have_bwd_filter = 1;
-    verbose_choice(e, "bwd-filter", (int)e->bwd_filter, e->bwd_filter_math, e->bwd_filter_ws, s);
+    auto search = [&](cudnnConvolutionBwdFilterAlgoPerf_t *perf, int *n) {
+        if (s->algo_find)
+            MRCNN_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->cudnn, e->x_desc, e->y_desc, e->conv_desc,
+                                                                          e->w_desc, CU_MAX_ALGOS, n, perf));
+        else
+            MRCNN_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->cudnn, e->x_desc, e->y_desc,
+                                                                            e->conv_desc, e->w_desc, CU_MAX_ALGOS, n,
+                                                                            perf));
+    };
+    choose<cudnnConvolutionBwdFilterAlgoPerf_t>(s, e, search, bwd_filter_transform, "filter gradient",
+                                                "conv2d_backward (filter gradient)", "bwd-filter", &e->bwd_filter,
+                                                &e->bwd_filter_math, &e->bwd_filter_ws, &e->have_bwd_filter);
 }
 
 static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype, const char *op) {

@@ -16,22 +16,20 @@ static __device__ __forceinline__ uint32_t order_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* The block's top kk (<= n) of row[0..n) (dtype dt) into key[0..kk) / idx[0..kk) of
- * shared memory (padded >= kk a power of two), sorted. Every thread of the block calls it. */
-static __device__ void topk_block(const void *row, int dt, int64_t n, int kk, int padded, uint32_t *key,
-                                  int32_t *idx) {
+/* Radix select, most significant digit first: the kk-th largest key of row[0..n) into
+ * *kth, and into *take_eq how many keys equal to it belong to the top kk. Every thread of
+ * the block calls it and gets both. */
+static __device__ __forceinline__ void topk_radix_select(const void *row, int dt, int64_t n, int kk, uint32_t *kth,
+                                                         int64_t *take_eq) {
     __shared__ int hist[256];
     __shared__ uint32_t prefix, mask;
     __shared__ int64_t remaining;
-    __shared__ int warp_gt[TOPK_THREADS / 32], warp_eq[TOPK_THREADS / 32];
-    __shared__ int64_t base_gt, base_eq;
     if (threadIdx.x == 0) {
         prefix = 0;
         mask = 0;
         remaining = kk;
     }
     __syncthreads();
-    /* Radix select, most significant digit first. */
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < 256; b += TOPK_THREADS) hist[b] = 0;
         __syncthreads();
@@ -54,12 +52,19 @@ static __device__ void topk_block(const void *row, int dt, int64_t n, int kk, in
         }
         __syncthreads();
     }
-    const uint32_t kth = prefix;
-    const int64_t take_eq = remaining; // how many keys equal to kth, lowest indices first
+    *kth = prefix;
+    *take_eq = remaining; // how many keys equal to kth, lowest indices first
+}
+
+/* Ordered compaction: keys above kth go to key/idx[0, n_gt), the first take_eq equal
+ * ones (in index order) after them. The number above is kk - take_eq, so equal keys
+ * start there. Every thread of the block calls it. */
+static __device__ __forceinline__ void topk_compact(const void *row, int dt, int64_t n, int kk, uint32_t kth,
+                                                    int64_t take_eq, uint32_t *key, int32_t *idx) {
+    __shared__ int warp_gt[TOPK_THREADS / 32], warp_eq[TOPK_THREADS / 32];
+    __shared__ int64_t base_gt, base_eq;
     if (threadIdx.x == 0) base_gt = base_eq = 0;
     __syncthreads();
-    /* Ordered compaction: keys above kth go to [0, n_gt), equal ones after them. The
-     * number above is kk - take_eq, so equal keys start there. */
     const int64_t n_gt = kk - take_eq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t b0 = 0; b0 < n; b0 += TOPK_THREADS) {
@@ -98,12 +103,17 @@ static __device__ void topk_block(const void *row, int dt, int64_t n, int kk, in
             }
         __syncthreads();
     }
+}
+
+/* key/idx[0, kk) padded to `padded` (a power of two) with entries that sort last, then
+ * a bitonic sort: "before" = larger key, or equal key and lower index. Every thread of
+ * the block calls it. */
+static __device__ __forceinline__ void topk_sort(int kk, int padded, uint32_t *key, int32_t *idx) {
     for (int i = kk + threadIdx.x; i < padded; i += TOPK_THREADS) {
         key[i] = 0;
         idx[i] = 0x7fffffff;
     }
     __syncthreads();
-    /* Bitonic sort: "before" = larger key, or equal key and lower index. */
     for (int size = 2; size <= padded; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int i = threadIdx.x; i < padded; i += TOPK_THREADS) {
@@ -124,6 +134,17 @@ static __device__ void topk_block(const void *row, int dt, int64_t n, int kk, in
             __syncthreads();
         }
     }
+}
+
+/* The block's top kk (<= n) of row[0..n) (dtype dt) into key[0..kk) / idx[0..kk) of
+ * shared memory (padded >= kk a power of two), sorted. Every thread of the block calls it. */
+static __device__ void topk_block(const void *row, int dt, int64_t n, int kk, int padded, uint32_t *key,
+                                  int32_t *idx) {
+    uint32_t kth;
+    int64_t take_eq;
+    topk_radix_select(row, dt, n, kk, &kth, &take_eq);
+    topk_compact(row, dt, n, kk, kth, take_eq, key, idx);
+    topk_sort(kk, padded, key, idx);
     __syncthreads(); // callers read key/idx next
 }
 
