@@ -138,6 +138,12 @@ struct mrcnn_batch { // typedef in heads.h
                                 // uploads it straight into its staging buffer
     const int *image_hw;        // (N, 2) host: each image's size before padding
     const mrcnn_image_gt *gt;   // (N) training targets (NULL for inference)
+    /* Or, when set (gt[i].masks unused), the gt masks where they lie in a larger host
+     * buffer (the loader's padded canvas), so that staging's crop is the one host copy:
+     * image by image, mask j's img_h rows of img_w bytes start at its mask_rows entry,
+     * mask_stride bytes apart. */
+    const uint8_t *const *mask_rows; // (sum of gt[i].n)
+    int mask_stride;
     const int64_t *image_index; // (N) global image indices keying the RNG (NULL: 0..N-1)
     uint32_t epoch;
 };

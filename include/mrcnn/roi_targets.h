@@ -54,15 +54,17 @@ void mrcnn_mask_targets_cropped(const uint8_t *pool, int64_t pool_bytes, const i
                                 int img_w, const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
 
 /* Compact ground truth for a batch (the staging of a training step): crops (N, G,
- * MRCNN_MASK_CROP_WORDS) int32, mask j < counts[i] of image i (masks[i], (counts[i],
- * hw[2i], hw[2i+1]) uint8) kept as the rectangle around its nonzero pixels, packed one
- * after the other; rows past a count are zeros (empty). Returns the pool bytes the
- * crops need (fails above INT32_MAX). */
-size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
-                             int32_t *crops);
+ * MRCNN_MASK_CROP_WORDS) int32, mask j < counts[i] of image i kept as the rectangle
+ * around its nonzero pixels, packed one after the other; rows past a count are zeros
+ * (empty). masks (N * G): mask j of image i is hw[2i] rows of hw[2i+1] uint8, the first
+ * at masks[i * G + j], each next one strides[i] bytes further (strides NULL: hw[2i+1]),
+ * so a mask may be read in place inside a larger buffer (the loader's padded canvas).
+ * Returns the pool bytes the crops need (fails above INT32_MAX). */
+size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *strides, const int *counts, const int *hw,
+                             int N, int G, int32_t *crops);
 /* Copies the crops' pixels into pool (at least what mrcnn_mask_crops_make returned). */
-void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
-                           const int32_t *crops, uint8_t *pool);
+void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *strides, const int *counts, const int *hw, int N,
+                           int G, const int32_t *crops, uint8_t *pool);
 
 /* Per-class gathers, for the losses on the gt class only.
  * Box deltas (n, k, 4) (the box predictor's (n, k * 4)): out (n, 4) = deltas[i][labels[i]];

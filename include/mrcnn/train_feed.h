@@ -1,5 +1,6 @@
 /* The loader side of `mrcnn train`: loader batches (mrcnn_data_batch) turned into
- * what the model trains on (masks cropped to each image, crowd dropped, 1-based labels). */
+ * what the model trains on (crowd dropped, 1-based labels, each mask viewed in place in
+ * the loader's padded canvas: no copy here, the model's staging crops it). */
 #ifndef MRCNN_TRAIN_FEED_H
 #define MRCNN_TRAIN_FEED_H
 
@@ -15,7 +16,6 @@ typedef struct mrcnn_train_feed_image {
     int n;                 // instances (crowd annotations dropped)
     const float *boxes;    // (n, 4) x1, y1, x2, y2 canvas pixels
     const int32_t *labels; // (n) 1..num_classes (0 is background)
-    const uint8_t *masks;  // (n, h, w) cropped to the image, or NULL
 } mrcnn_train_feed_image;
 
 typedef struct mrcnn_train_feed_batch {
@@ -25,12 +25,16 @@ typedef struct mrcnn_train_feed_batch {
     const int64_t *image_index; // (n) global indices
     int64_t epoch;
     const mrcnn_train_feed_image *img; // (n)
+    const uint8_t *const *mask_rows;   // (sum of img[i].n) image by image, each kept mask's first row in
+                                       // the loader's canvas; NULL without masks
+    int mask_stride;                   // bytes from one mask row to the next (the canvas width)
 } mrcnn_train_feed_batch;
 
 /* Collective over comm: opens DATASETS.TRAIN with per_rank images per step from the
  * cursor (epoch, step). */
 mrcnn_train_feed *mrcnn_train_feed_create(const mrcnn_config *cfg, MPI_Comm comm, int per_rank, int64_t epoch, int64_t step);
-/* Blocks for the next batch; *wait_s gets the seconds it waited. */
+/* Blocks for the next batch; *wait_s gets the seconds it waited. The batch (and the
+ * loader's buffers its masks point into) is valid until the next call. */
 const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double *wait_s);
 void mrcnn_train_feed_cursor(const mrcnn_train_feed *f, int64_t *epoch, int64_t *step);
 void mrcnn_train_feed_destroy(mrcnn_train_feed *f);

@@ -1,6 +1,6 @@
-/* Loader -> trainer: crops each instance mask to its image (the model wants masks
- * of the image's own size), drops crowd annotations (detectron2 trains without
- * them) and shifts the 0-based contiguous classes to the model's 1-based labels. */
+/* Loader -> trainer: drops crowd annotations (detectron2 trains without them), shifts
+ * the 0-based contiguous classes to the model's 1-based labels and points at each kept
+ * instance's mask in the loader's canvas (the model's staging copies its crop). */
 #include "mrcnn/train_feed.h"
 
 #include <stdlib.h>
@@ -17,8 +17,8 @@ struct mrcnn_train_feed {
     int *hw;
     float *boxes;
     int32_t *labels;
-    uint8_t *masks;
-    size_t cap_inst, cap_mask;
+    const uint8_t **masks; // (cap_inst) first rows in the loader's batch
+    size_t cap_inst;
     int cap_img;
 };
 
@@ -52,15 +52,9 @@ const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double 
         f->cap_inst = ni;
         f->boxes = MRCNN_REALLOC(f->boxes, sizeof(float) * 4 * ni, "feed boxes");
         f->labels = MRCNN_REALLOC(f->labels, sizeof(int32_t) * ni, "feed labels");
+        f->masks = MRCNN_REALLOC(f->masks, sizeof *f->masks * ni, "feed mask rows");
     }
-    size_t mask_bytes = 0;
-    for (int i = 0; i < b->n; i++)
-        mask_bytes += (size_t)(b->inst_start[i + 1] - b->inst_start[i]) * b->image_h[i] * b->image_w[i];
-    if (mask_bytes > f->cap_mask) {
-        f->cap_mask = mask_bytes;
-        f->masks = MRCNN_REALLOC(f->masks, mask_bytes, "feed masks (cropped)");
-    }
-    size_t k = 0, moff = 0;
+    size_t k = 0;
     for (int i = 0; i < b->n; i++) {
         int h = b->image_h[i], w = b->image_w[i];
         f->hw[2 * i] = h;
@@ -70,22 +64,19 @@ const mrcnn_train_feed_batch *mrcnn_train_feed_next(mrcnn_train_feed *f, double 
         im->w = w;
         im->boxes = f->boxes + 4 * k;
         im->labels = f->labels + k;
-        im->masks = b->masks ? f->masks + moff : NULL;
         im->n = 0;
         for (int64_t a = b->inst_start[i]; a < b->inst_start[i + 1]; a++) {
             if (b->iscrowd[a]) continue;
             memcpy(f->boxes + 4 * k, b->boxes + 4 * a, 4 * sizeof(float));
             f->labels[k] = b->classes[a] + 1;
-            if (b->masks)
-                for (int y = 0; y < h; y++)
-                    memcpy(f->masks + moff + (size_t)y * w, b->masks + ((size_t)a * b->height + y) * b->width, (size_t)w);
-            moff += b->masks ? (size_t)h * w : 0;
+            if (b->masks) f->masks[k] = b->masks + (size_t)a * b->height * b->width;
             k++;
             im->n++;
         }
     }
     f->out = (mrcnn_train_feed_batch){.n = b->n, .height = b->height, .width = b->width, .images = b->images,
-                                .image_hw = f->hw, .image_index = b->image_index, .epoch = b->epoch, .img = f->img};
+                                .image_hw = f->hw, .image_index = b->image_index, .epoch = b->epoch, .img = f->img,
+                                .mask_rows = b->masks ? f->masks : NULL, .mask_stride = b->width};
     return &f->out;
 }
 

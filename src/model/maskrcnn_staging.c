@@ -150,27 +150,33 @@ static mrcnn_staged *stage_slot(mrcnn_model *m, int slot) {
 
 /* The masks as crops (compact ground truth): their rectangles into sg->crops, which say
  * the pool's need; the pool's capacity only grows (a power of two), and with it the key.
- * gt_masks, gt_counts (N): each image's masks and count. Returns the pool bytes used. */
+ * gt_masks (N * G): each mask's first row, read in place (the gt's own buffer: the one
+ * host copy is the crop's); gt_strides, gt_counts (N): each image's row stride and
+ * count. Returns the pool bytes used. */
 static size_t stage_crops(mrcnn_staged *sg, const mrcnn_batch *b, int N, int G, int H, int W,
-                          const uint8_t **gt_masks, int *gt_counts) {
+                          const uint8_t **gt_masks, int *gt_strides, int *gt_counts) {
     if (N > sg->crop_cap_images || G > sg->crop_cap_gt) {
         free(sg->crops);
         sg->crops = MRCNN_MALLOC(sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS, "mask crops");
         sg->crop_cap_images = N;
         sg->crop_cap_gt = G;
     }
-    for (int i = 0; i < N; i++) {
+    for (int i = 0, at = 0; i < N; i++) { // at: image i's first entry of b->mask_rows
         const mrcnn_image_gt *g = &b->gt[i];
         int ih = b->image_hw[2 * i], iw = b->image_hw[2 * i + 1];
         MRCNN_CHECK(g->n >= 0 && (g->n == 0 || (g->boxes && g->labels)), "train step: image %d has %d instances "
                     "but no boxes or labels", i, g->n);
-        MRCNN_CHECK(g->n == 0 || g->masks != NULL, "mask loss: image %d has %d instances but no masks", i, g->n);
+        MRCNN_CHECK(g->n == 0 || g->masks != NULL || b->mask_rows != NULL,
+                    "mask loss: image %d has %d instances but no masks", i, g->n);
         MRCNN_CHECK(ih > 0 && iw > 0 && ih <= H && iw <= W, "train step: image %d is %dx%d in a %dx%d batch", i, ih,
                     iw, H, W);
-        gt_masks[i] = g->masks;
+        gt_strides[i] = b->mask_rows ? b->mask_stride : iw;
+        for (int j = 0; j < g->n; j++)
+            gt_masks[(size_t)i * G + j] = b->mask_rows ? b->mask_rows[at + j] : g->masks + (size_t)j * ih * iw;
         gt_counts[i] = g->n;
+        at += g->n;
     }
-    const size_t pool_used = mrcnn_mask_crops_make(gt_masks, gt_counts, b->image_hw, N, G, sg->crops);
+    const size_t pool_used = mrcnn_mask_crops_make(gt_masks, gt_strides, gt_counts, b->image_hw, N, G, sg->crops);
     if (pool_used > sg->pool_cap || !sg->pool_cap) {
         size_t cap = MRCNN_STAGE_POOL_MIN > 2 * sg->pool_cap ? MRCNN_STAGE_POOL_MIN : 2 * sg->pool_cap;
         while (cap < pool_used) cap *= 2;
@@ -205,7 +211,8 @@ static void stage_reserve(const mrcnn_backend *be, mrcnn_staged *sg, const stage
  * ground truth (boxes and labels padded to G, the crops and their pool), the pinned
  * proposals. */
 static void stage_fill_host(const mrcnn_model *m, mrcnn_staged *sg, const stage_layout *L, const mrcnn_batch *b,
-                            int N, int G, int P, const uint8_t *const *gt_masks, const int *gt_counts) {
+                            int N, int G, int P, const uint8_t *const *gt_masks, const int *gt_strides,
+                            const int *gt_counts) {
     uint8_t *h = sg->host - L->small; // h + o: the host copy of offset o
     int32_t *hw = (int32_t *)(h + L->hw);
     for (int i = 0; i < N; i++) {
@@ -231,7 +238,7 @@ static void stage_fill_host(const mrcnn_model *m, mrcnn_staged *sg, const stage_
         }
     }
     memcpy(h + L->crop, sg->crops, sizeof *sg->crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
-    mrcnn_mask_crops_copy(gt_masks, gt_counts, b->image_hw, N, G, sg->crops, h + L->pool);
+    mrcnn_mask_crops_copy(gt_masks, gt_strides, gt_counts, b->image_hw, N, G, sg->crops, h + L->pool);
     if (P) {
         memcpy(h + L->pp, m->pinned_proposals, (size_t)N * P * 4 * sizeof(float));
         int32_t *pc = (int32_t *)(h + L->pc);
@@ -316,12 +323,13 @@ uint64_t mrcnn_model_stage(mrcnn_model *m, int slot, const mrcnn_batch *b) {
     const int P = m->pinned_proposals ? m->pinned_cap : 0;
     MRCNN_CHECK(!m->pinned_proposals || (P > 0 && m->pinned_counts), "train step: pinned proposals without a "
                 "capacity or counts");
-    const uint8_t **gt_masks = MRCNN_MALLOC(sizeof *gt_masks * (size_t)N, "gt mask pointers");
-    int *gt_counts = MRCNN_MALLOC(sizeof *gt_counts * (size_t)N, "gt counts");
-    const size_t pool_used = stage_crops(sg, b, N, G, H, W, gt_masks, gt_counts);
+    const uint8_t **gt_masks = MRCNN_MALLOC(sizeof *gt_masks * (size_t)N * G, "gt mask pointers");
+    int *gt_counts = MRCNN_MALLOC(sizeof *gt_counts * (size_t)N * 2, "gt counts and row strides");
+    int *gt_strides = gt_counts + N;
+    const size_t pool_used = stage_crops(sg, b, N, G, H, W, gt_masks, gt_strides, gt_counts);
     const stage_layout L = stage_layout_of(N, H, W, G, P, sg->pool_cap);
     stage_reserve(be, sg, &L, N, H, W, G, P);
-    stage_fill_host(m, sg, &L, b, N, G, P, gt_masks, gt_counts);
+    stage_fill_host(m, sg, &L, b, N, G, P, gt_masks, gt_strides, gt_counts);
     free(gt_masks);
     free(gt_counts);
     // the views, then two uploads: the images, everything else up to the pool's used bytes

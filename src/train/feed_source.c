@@ -23,13 +23,14 @@ double mrcnn_feed_source_next(mrcnn_feed_source *s, mrcnn_batch *out) {
         s->gt = MRCNN_REALLOC(s->gt, sizeof *s->gt * fb->n, "ground truth per image");
     }
     for (int i = 0; i < fb->n; i++)
-        s->gt[i] = (mrcnn_image_gt){.n = fb->img[i].n, .boxes = fb->img[i].boxes, .labels = fb->img[i].labels,
-                                    .masks = fb->img[i].masks};
+        s->gt[i] = (mrcnn_image_gt){.n = fb->img[i].n, .boxes = fb->img[i].boxes, .labels = fb->img[i].labels};
     *out = (mrcnn_batch){.images = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, s->device, 4,
                                                      (int64_t[]){fb->n, fb->height, fb->width, 3}),
                          .host_images = fb->images,
                          .image_hw = fb->image_hw,
                          .gt = s->gt,
+                         .mask_rows = fb->mask_rows,
+                         .mask_stride = fb->mask_stride,
                          .image_index = fb->image_index,
                          .epoch = (uint32_t)fb->epoch};
     return wait_s;

@@ -882,9 +882,13 @@ static void test_det_mask_targets_body(void) {
                            full + (((size_t)i * NG + j) * H + y) * W, (size_t)hw[2 * i + 1]);
         }
         int32_t crops[3 * 8 * MRCNN_MASK_CROP_WORDS];
-        const size_t need = mrcnn_mask_crops_make((const uint8_t *const *)dense, gcnt, hw, N, NG, crops);
+        const uint8_t *first_rows[3 * 8];
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < NG; j++)
+                first_rows[i * NG + j] = j < gcnt[i] ? dense[i] + (size_t)j * hw[2 * i] * hw[2 * i + 1] : NULL;
+        const size_t need = mrcnn_mask_crops_make(first_rows, NULL, gcnt, hw, N, NG, crops);
         uint8_t *pool = calloc(need + 1, 1);
-        mrcnn_mask_crops_copy((const uint8_t *const *)dense, gcnt, hw, N, NG, crops, pool);
+        mrcnn_mask_crops_copy(first_rows, NULL, gcnt, hw, N, NG, crops, pool);
         tpair cr = tp_make(MRCNN_DTYPE_I32, 3, (int64_t[]){N, NG, MRCNN_MASK_CROP_WORDS}, crops);
         tpair pl = tp_make(MRCNN_DTYPE_U8, 1, (int64_t[]){(int64_t)need + 1}, pool);
         tpair fr = tp_make(MRCNN_DTYPE_F32, 2, (int64_t[]){NF, 5}, o.fg_rois.h.data);

@@ -85,8 +85,12 @@ static void test_targets_bit_identical(void **state) {
                 memcpy(full + (((size_t)i * G + j) * H + y) * W, own[i] + ((size_t)j * h + y) * w, (size_t)w);
         }
     }
+    const uint8_t *rows[N * G]; // each mask's first row: packed, strides NULL
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < G; j++)
+            rows[i * G + j] = j < counts[i] ? own[i] + (size_t)j * hw[2 * i] * hw[2 * i + 1] : NULL;
     int32_t *crops = malloc(sizeof *crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
-    const size_t need = mrcnn_mask_crops_make((const uint8_t *const *)own, counts, hw, N, G, crops);
+    const size_t need = mrcnn_mask_crops_make(rows, NULL, counts, hw, N, G, crops);
     uint8_t *pool = malloc(need ? need : 1);
     size_t sum = 0;
     for (int i = 0; i < N; i++)
@@ -102,7 +106,33 @@ static void test_targets_bit_identical(void **state) {
     if (getenv("MRCNN_MASK_COMPACT_BREAK"))
         for (int k = 0; k < N * G; k++)
             if (crops[k * MRCNN_MASK_CROP_WORDS + 4] > 1) crops[k * MRCNN_MASK_CROP_WORDS + 4]--;
-    mrcnn_mask_crops_copy((const uint8_t *const *)own, counts, hw, N, G, crops, pool);
+    mrcnn_mask_crops_copy(rows, NULL, counts, hw, N, G, crops, pool);
+
+    /* The same masks read in place, as training's feed gives them: each in its plane of a
+     * padded H x W canvas (rows W bytes apart, junk right of and below the image that
+     * must not be read), a dropped crowd plane between masks 0 and 1: the same crops,
+     * the same pool bytes. */
+    uint8_t *canvas = malloc((size_t)N * (G + 1) * H * W);
+    for (size_t k = 0; k < (size_t)N * (G + 1) * H * W; k++) canvas[k] = (uint8_t)(1 + k % 251);
+    const uint8_t *in_place[N * G];
+    int strides[N];
+    for (int i = 0; i < N; i++) {
+        const int h = hw[2 * i], w = hw[2 * i + 1];
+        strides[i] = W;
+        for (int j = 0; j < G; j++) {
+            uint8_t *plane = canvas + ((size_t)i * (G + 1) + j + (j > 0)) * H * W;
+            for (int y = 0; y < h && j < counts[i]; y++)
+                memcpy(plane + (size_t)y * W, own[i] + ((size_t)j * h + y) * w, (size_t)w);
+            in_place[i * G + j] = j < counts[i] ? plane : NULL;
+        }
+    }
+    int32_t *crops2 = malloc(sizeof *crops2 * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
+    assert_true(mrcnn_mask_crops_make(in_place, strides, counts, hw, N, G, crops2) == need);
+    assert_memory_equal(crops, crops2, sizeof *crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
+    uint8_t *pool2 = malloc(need ? need : 1);
+    mrcnn_mask_crops_copy(in_place, strides, counts, hw, N, G, crops2, pool2);
+    assert_memory_equal(pool, pool2, need);
+    free(canvas), free(crops2), free(pool2);
 
     /* ROIs: per gt, boxes around its mask's rectangle, bigger, shifted partly outside
      * the image, a degenerate one, a non-finite one; padding rows between images. */
@@ -196,12 +226,13 @@ static void test_crops_tight(void **state) {
     enum { h = 57, w = 83, K = 40 };
     uint8_t *m = malloc((size_t)K * h * w);
     for (int j = 0; j < K; j++) draw(m + (size_t)j * h * w, h, w, j % 9);
-    const uint8_t *masks[1] = {m};
+    const uint8_t *masks[K];
+    for (int j = 0; j < K; j++) masks[j] = m + (size_t)j * h * w;
     int counts[1] = {K}, hw[2] = {h, w};
     int32_t crops[K * MRCNN_MASK_CROP_WORDS];
-    size_t need = mrcnn_mask_crops_make(masks, counts, hw, 1, K, crops);
+    size_t need = mrcnn_mask_crops_make(masks, NULL, counts, hw, 1, K, crops);
     uint8_t *pool = malloc(need ? need : 1);
-    mrcnn_mask_crops_copy(masks, counts, hw, 1, K, crops, pool);
+    mrcnn_mask_crops_copy(masks, NULL, counts, hw, 1, K, crops, pool);
     for (int j = 0; j < K; j++) {
         const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + j * MRCNN_MASK_CROP_WORDS);
         const uint8_t *mj = m + (size_t)j * h * w;

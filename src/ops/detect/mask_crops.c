@@ -33,12 +33,12 @@ static int last_nonzero(const uint8_t *p, int from, int n) {
     return i - 1;
 }
 
-/* The rectangle around mask m's nonzero pixels into c[1..4] (y0, x0, h, w; zeros when
- * it has none). */
-static void mask_extent(const uint8_t *m, int h, int w, int32_t *c) {
+/* The rectangle around mask m's nonzero pixels (h rows of w, stride bytes apart) into
+ * c[1..4] (y0, x0, h, w; zeros when it has none). */
+static void mask_extent(const uint8_t *m, int h, int w, size_t stride, int32_t *c) {
     int y0 = -1, y1 = -1, x0 = w, x1 = -1;
     for (int y = 0; y < h; y++) {
-        const uint8_t *row = m + (size_t)y * w;
+        const uint8_t *row = m + (size_t)y * stride;
         const int l = first_nonzero(row, w);
         if (l == w) continue;
         if (y0 < 0) y0 = y;
@@ -55,19 +55,29 @@ static void mask_extent(const uint8_t *m, int h, int w, int32_t *c) {
     c[4] = x1 - x0 + 1;
 }
 
-size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
-                             int32_t *crops) {
+/* Bytes from one row of image i's masks to the next. */
+static size_t row_stride(const int *strides, const int *hw, int i) {
+    return (size_t)(strides ? strides[i] : hw[2 * i + 1]);
+}
+
+size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *strides, const int *counts, const int *hw,
+                             int N, int G, int32_t *crops) {
     MRCNN_CHECK(N > 0 && G > 0 && masks && counts && hw && crops, "mask crops: %d images, capacity %d", N, G);
     memset(crops, 0, sizeof *crops * (size_t)N * G * MRCNN_MASK_CROP_WORDS);
-    for (int i = 0; i < N; i++)
-        MRCNN_CHECK(counts[i] >= 0 && counts[i] <= G && (counts[i] == 0 || masks[i]),
-                    "mask crops: image %d has %d masks (capacity %d)", i, counts[i], G);
+    for (int i = 0; i < N; i++) {
+        MRCNN_CHECK(counts[i] >= 0 && counts[i] <= G, "mask crops: image %d has %d masks (capacity %d)", i,
+                    counts[i], G);
+        MRCNN_CHECK(!strides || strides[i] >= hw[2 * i + 1], "mask crops: image %d's rows are %d bytes apart but "
+                    "%d wide", i, strides[i], hw[2 * i + 1]);
+        for (int j = 0; j < counts[i]; j++)
+            MRCNN_CHECK(masks[(size_t)i * G + j], "mask crops: image %d has no mask %d", i, j);
+    }
     // the scan reads every full-size mask once: the masks in parallel, the offsets after
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < N * G; k++) {
         const int i = k / G, j = k % G;
         if (j < counts[i])
-            mask_extent(masks[i] + (size_t)j * hw[2 * i] * hw[2 * i + 1], hw[2 * i], hw[2 * i + 1],
+            mask_extent(masks[k], hw[2 * i], hw[2 * i + 1], row_stride(strides, hw, i),
                         crops + (size_t)k * MRCNN_MASK_CROP_WORDS);
     }
     size_t total = 0;
@@ -81,15 +91,15 @@ size_t mrcnn_mask_crops_make(const uint8_t *const *masks, const int *counts, con
     return total;
 }
 
-void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *counts, const int *hw, int N, int G,
-                           const int32_t *crops, uint8_t *pool) {
+void mrcnn_mask_crops_copy(const uint8_t *const *masks, const int *strides, const int *counts, const int *hw, int N,
+                           int G, const int32_t *crops, uint8_t *pool) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < N * G; k++) {
-        const int i = k / G, j = k % G, h = hw[2 * i], w = hw[2 * i + 1];
+        const int i = k / G, j = k % G;
         if (j >= counts[i]) continue;
+        const size_t stride = row_stride(strides, hw, i);
         const mrcnn_mask_crop c = mrcnn_mask_crop_load(crops + (size_t)k * MRCNN_MASK_CROP_WORDS);
-        const uint8_t *m = masks[i] + (size_t)j * h * w;
         for (int y = 0; y < c.h; y++)
-            memcpy(pool + c.offset + (size_t)y * c.w, m + (size_t)(c.y0 + y) * w + c.x0, (size_t)c.w);
+            memcpy(pool + c.offset + (size_t)y * c.w, masks[k] + (size_t)(c.y0 + y) * stride + c.x0, (size_t)c.w);
     }
 }
