@@ -62,7 +62,6 @@ KNOWN = {
     ("test-only", "mrcnn_tensor_alloc"),  # src/core/tensor.c: host tensors without a backend; callers in files in flux
     ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c: likewise
     # long
-    ("long", "mrcnn_cmd_train"),  # src/cli/cmd_train.c
 }
 
 SOURCE_EXTS = (".c", ".cu", ".h", ".cuh", ".inc", ".def")
