@@ -41,7 +41,7 @@ CC := $(if $(MPICC),mpicc,cc)
 PY_TORCH ?= /usr/bin/python3
 PY_COCO ?= $(shell command -v python3)
 
-CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -fPIC -Iinclude \
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -fPIC -Iinclude -Isrc/include \
                  $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS_COMMON := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 ifeq ($(MODE),release)
@@ -56,7 +56,7 @@ CFLAGS += $(CFLAGS_COMMON) $(OPT)
 LDFLAGS += -fopenmp $(if $(filter sanitize,$(MODE)),-fsanitize=address$(,)undefined)
 , := ,
 
-NVCCFLAGS := -O3 -std=c++17 -Iinclude -Xcompiler -fPIC -lineinfo \
+NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc/include -Xcompiler -fPIC -lineinfo \
              -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
              -gencode=arch=compute_90,code=compute_90 $(shell pkg-config --cflags-only-I openmpi 2>/dev/null)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart

@@ -35,7 +35,7 @@ static void usage(FILE *out) {
             "                     (default \"mpirun --oversubscribe -np {n}\")\n"
             "  --bucket-mb M      gradient bucket size for the probe (default: the trainer's, 25)\n"
             "  --backward-ms D    the probe's synthetic backward (default: half of the 1st run's step)\n"
-            "Model: --model reads the timeline (format in include/mrcnn/scaling_model.h) and prints the\n"
+            "Model: --model reads the timeline (format in src/include/mrcnn/scaling_model.h) and prints the\n"
             "step time, all-reduce and exposed ms, hidden share and efficiency per GPU count.\n"
             "  --gpus LIST        GPU counts (default 8,64); rings within --gpus-per-node (8) run on\n"
             "                     --intra (default nvlink), larger ones on --inter (default ndr)\n"

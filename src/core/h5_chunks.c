@@ -1,4 +1,4 @@
-/* Chunk checks before a read (include/mrcnn/h5_chunks.h). */
+/* Chunk checks before a read (src/include/mrcnn/h5_chunks.h). */
 #include "mrcnn/h5_chunks.h"
 
 #include <stdint.h>

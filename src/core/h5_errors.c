@@ -1,4 +1,4 @@
-/* HDF5 errors as one line (include/mrcnn/h5_errors.h). */
+/* HDF5 errors as one line (src/include/mrcnn/h5_errors.h). */
 #include "mrcnn/h5_errors.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Streaming JSON pull reader (contract in include/mrcnn/json.h). Memory is the read
+/* Streaming JSON pull reader (contract in src/include/mrcnn/json.h). Memory is the read
  * buffer, the container stack and one text buffer as large as the largest string or
  * number seen, so a 450 MB annotation file streams through a 64 KiB window. */
 #include "mrcnn/json.h"

@@ -73,6 +73,8 @@ def module_of(path):
     parts = path.split("/")
     if parts[0] == "include" and len(parts) == 3 and parts[1] == "mrcnn":
         return HEADERS.get(parts[2], "?")
+    if parts[:3] == ["src", "include", "mrcnn"] and len(parts) == 4:  # internal headers: not installed
+        return HEADERS.get(parts[3], "?")
     if parts[0] == "src" and len(parts) >= 3:
         # The nearest folder that is a module: src/model/heads/ groups files of module model.
         for k in range(len(parts) - 1, 1, -1):
@@ -93,11 +95,16 @@ def sources(root):
 
 
 def resolve(root, src, inc):
-    """Repository-relative path of `#include "inc"` in src (its folder first, then -Iinclude)."""
+    """Repository-relative path of `#include "inc"` in src (its folder first, then -Iinclude,
+    then -Isrc/include)."""
     local = os.path.normpath(os.path.join(os.path.dirname(src), inc))
     if os.path.exists(os.path.join(root, local)):
         return local
-    return os.path.normpath(os.path.join("include", inc))
+    public = os.path.normpath(os.path.join("include", inc))
+    internal = os.path.normpath(os.path.join("src", "include", inc))
+    if not os.path.exists(os.path.join(root, public)) and os.path.exists(os.path.join(root, internal)):
+        return internal
+    return public
 
 
 def find_cycles(graph):
@@ -172,7 +179,11 @@ def main(argv):
                 errors.append("%s:%d: includes \"%s\", a header in no module of the map (add it to HEADERS in %s)"
                               % (src, n, inc, os.path.relpath(__file__, root)))
                 continue
-            if not target.startswith("include/") and not (tmod == mod and (os.path.dirname(src) + "/").startswith(
+            if src.startswith("include/") and target.startswith("src/include/"):
+                errors.append("%s:%d: includes \"%s\", an internal header (src/include/mrcnn): an installed header "
+                              "may include only installed ones" % (src, n, inc))
+                continue
+            if not target.startswith(("include/", "src/include/")) and not (tmod == mod and (os.path.dirname(src) + "/").startswith(
                     os.path.dirname(target) + "/")):
                 errors.append("%s:%d: includes \"%s\", a private header of %s/ (public headers live in include/mrcnn)"
                               % (src, n, inc, os.path.dirname(target)))

@@ -67,7 +67,7 @@ KNOWN = {
 SOURCE_EXTS = (".c", ".cu", ".h", ".cuh", ".inc", ".def")
 # Folders whose definitions are checked, and folders whose names count as callers.
 CHECKED = ("src", "data_prep")
-CALLERS = ("src", "data_prep", "include/mrcnn", "bench")
+CALLERS = ("src", "data_prep", "include/mrcnn", "bench")  # src/include/mrcnn is under src
 TEST_DIRS = ("tests",)
 NOT_DEAD = {"main"}
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "case", "defined", "__attribute__",

@@ -14,7 +14,7 @@ FUZZ_PKGS := hdf5-openmpi openblas yaml-0.1 libjpeg libpng
 # suppressions file can set a known, not yet fixed report aside (FUZZ_UBSAN_SUPP, see README.md).
 FUZZ_SAN := -fsanitize=address,undefined -fsanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -fPIC -Wall -Wno-unused-parameter \
-               -Iinclude $(shell pkg-config --cflags $(FUZZ_PKGS) 2>/dev/null) \
+               -Iinclude -Isrc/include $(shell pkg-config --cflags $(FUZZ_PKGS) 2>/dev/null) \
                $(shell mpicc --showme:compile 2>/dev/null) $(FUZZ_SAN)
 # The library and data_prep get coverage instrumentation (no libFuzzer main); the harnesses
 # are compiled with -fsanitize=fuzzer.

@@ -37,6 +37,7 @@ for op in $ops; do
     echo "$f64" | grep -qx "${op}_f64" || fail "${op}_f64 (declared) is not defined by the double objects"
     n=$((n + 1))
 done
-[ "$n" -ge 26 ] || fail "only $n ops found in the declarations"
+# 24 declared ops today: far fewer means the grep above broke
+[ "$n" -ge 24 ] || fail "only $n ops found in the declarations"
 echo "ok: $n declared ops in both builds; $(echo "$f64" | wc -l) double symbols, each the twin of a float one"
 echo "float only: $(comm -23 <(echo "$f32") <(echo "$f64" | sed 's/_f64$//') | tr '\n' ' ')"

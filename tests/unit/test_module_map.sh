@@ -27,6 +27,10 @@ python3 "$chk" --root "$ROOT" --inject src/eval/infer.c ../data/data_internal.h 
 grep -q 'a private header of src/data' "$tmp/out" || fail "private header not named: $(cat "$tmp/out")"
 echo "ok: another folder's private header fails"
 
+python3 "$chk" --root "$ROOT" --inject include/mrcnn/model.h mrcnn/json.h > "$tmp/out" 2>&1 && fail "an installed header including an internal one passed"
+grep -q 'an internal header (src/include/mrcnn)' "$tmp/out" || fail "internal header not named: $(cat "$tmp/out")"
+echo "ok: an installed header (include/mrcnn) including an internal one (src/include/mrcnn) fails"
+
 # A module is a folder: a source file in a folder the map does not list fails (no per-file exceptions).
 mkdir -p "$tmp/tree/src/zzz" "$tmp/tree/include/mrcnn"
 echo '#include "mrcnn/check.h"' > "$tmp/tree/src/zzz/new.c"
