@@ -209,7 +209,7 @@ install: all
 	$(if $(PROGS),install -m 755 $(PROGS) $(PREFIX)/bin/)
 	install -m 644 $(LIB) $(PREFIX)/lib/
 	$(if $(CUDA_SO),install -m 755 $(CUDA_SO) $(PREFIX)/lib/)
-	install -m 644 include/mrcnn/*.h include/mrcnn/*.inc $(PREFIX)/include/mrcnn/
+	install -m 644 include/mrcnn/*.h include/mrcnn/*.inc include/mrcnn/*.def $(PREFIX)/include/mrcnn/
 	install -m 644 configs/*.yaml $(PREFIX)/share/mrcnn/configs/
 
 clean:
