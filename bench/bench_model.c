@@ -117,7 +117,7 @@ static double bench_c(const char *config, const char *sets, const char *weights,
         b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NIMG, SIZE, SIZE, 3});
         be->mem.write(be, &b.images, bb->img);
         mrcnn_model_zero_grads(&m);
-        mrcnn_step st;
+        mrcnn_pass st;
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
         be->mem.sync(be);
         double dt = mrcnn_time_now() - t0;
@@ -127,7 +127,7 @@ static double bench_c(const char *config, const char *sets, const char *weights,
                    st.n_rois, st.n_fg, ws.peak_bytes / 1e6);
         }
         if (it > 0 && dt < best) best = dt;
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
         mrcnn_ws_reset(&ws);
     }
     mrcnn_ws_free(&ws);

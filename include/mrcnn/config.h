@@ -82,7 +82,7 @@ typedef struct mrcnn_config {
     float solver_weight_decay_bias;     // SOLVER.WEIGHT_DECAY_BIAS
     int solver_max_iter;                // SOLVER.MAX_ITER
     char solver_lr_scheduler[32];       // SOLVER.LR_SCHEDULER_NAME: WarmupMultiStepLR | WarmupCosineLR
-    mrcnn_int_list solver_steps;        // SOLVER.STEPS
+    mrcnn_int_list solver_lr_milestones;        // SOLVER.STEPS
     float solver_gamma;                 // SOLVER.GAMMA
     float solver_warmup_factor;         // SOLVER.WARMUP_FACTOR
     int solver_warmup_iters;            // SOLVER.WARMUP_ITERS

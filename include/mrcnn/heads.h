@@ -16,7 +16,7 @@ extern "C" {
 /* The training step's batch and state (model.h): the targets and losses read the
  * batch's ground truth and write into the step. */
 typedef struct mrcnn_batch mrcnn_batch;
-typedef struct mrcnn_step mrcnn_step;
+typedef struct mrcnn_pass mrcnn_pass;
 
 typedef struct mrcnn_rpn_head {
     mrcnn_conv_layer conv, cls, bbox; // 3x3 + ReLU; 1x1 -> A; 1x1 -> 4A
@@ -58,10 +58,10 @@ typedef struct mrcnn_rpn_head_targets {
 } mrcnn_rpn_head_targets;
 /* Anchor targets of st's anchors against the batch's ground truth (st->gt), sampled
  * with the per-image RPN streams st->rng_rpn (be->det.rpn_targets). Device data only. */
-void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, mrcnn_rpn_head_targets *t);
+void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st, mrcnn_rpn_head_targets *t);
 /* loss_objectness and loss_rpn_box_reg into st->loss_dev[0] and [1], normalized by
  * st->n_sampled_dev; when backward, st->dlogits_rpn / ddeltas_rpn get their gradients. */
-void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st,
+void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_pass *st,
                            const mrcnn_rpn_head_targets *t);
 
 /* ---- box head ------------------------------------------------------------------- */
@@ -85,10 +85,10 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
  * the box targets, the fg rows the mask head trains on, and the counts n_rois_dev,
  * n_fg_dev; st->n_rois / n_fg are the rows the heads run on (the valid rows when the
  * backend knows their count without waiting, the whole capacity otherwise). */
-void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
+void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st);
 /* loss_classifier and loss_box_reg into st->loss_dev[2] and [3], normalized by
  * st->n_rois_dev; when backward, st->dcls / ddeltas get their gradients. */
-void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st);
+void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_pass *st);
 
 /* ---- mask head ------------------------------------------------------------------ */
 void mrcnn_mask_head_build(mrcnn_model *m);
@@ -107,7 +107,7 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
                               const mrcnn_tensor *dlogits, mrcnn_tensor *dx, bool ready);
 void mrcnn_mask_head_grads_ready(mrcnn_model *m);
 
-/* The training step's mask head chunks (model.h's mrcnn_step): their count and ends for
+/* The training step's mask head chunks (model.h's mrcnn_pass): their count and ends for
  * rows rows of N images; gated: the rows are the capacity, not the valid rows. */
 #define MRCNN_MASK_CHUNKS_MAX 24
 int mrcnn_mask_head_chunks(int64_t rows, int n_images, bool gated, int *end);
@@ -116,7 +116,7 @@ int mrcnn_mask_head_chunks(int64_t rows, int n_images, bool gated, int *end);
  * st->loss_dev[4], normalized by st->n_fg_dev x M x M, from st->mask_gd (the chunks'
  * gathers); trimmed: the head ran on the valid rows only (no padding weights). When
  * backward, st->mask_dg gets its gradient. */
-void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st);
+void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_pass *st);
 
 #ifdef __cplusplus
 }

@@ -40,8 +40,8 @@ typedef struct mrcnn_lr_schedule {
     mrcnn_lr_kind kind;
     float base_lr, warmup_factor, gamma;
     int warmup_iters, max_iter;
-    int n_steps;
-    int steps[16]; // milestones, increasing
+    int n_milestones;
+    int milestones[16]; // SOLVER.STEPS: iterations where the LR drops, increasing
 } mrcnn_lr_schedule;
 
 void mrcnn_lr_schedule_init(mrcnn_lr_schedule *s, const mrcnn_config *cfg);

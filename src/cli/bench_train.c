@@ -199,9 +199,9 @@ static void forward_only(bt_state *s, const bt_batch *b) {
     s->m.loss_scale = NULL;
     s->m.grad_ready = NULL;
     mrcnn_batch batch = {.images = b->dev_images, .image_hw = b->hw, .gt = b->gt};
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&s->m, &s->mt.ws, &batch, false, &st);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_reset(&s->mt.ws);
     s->m.be->mem.sync(s->m.be);
 }

@@ -87,7 +87,7 @@ const mrcnn_config_key mrcnn_config_keys[] = {
     FLT("SOLVER.WEIGHT_DECAY_BIAS", solver_weight_decay_bias, "0.0001", 0, 1),
     INT("SOLVER.MAX_ITER", solver_max_iter, "90000", 1, INT_MAX),
     STR("SOLVER.LR_SCHEDULER_NAME", solver_lr_scheduler, "WarmupMultiStepLR", "WarmupMultiStepLR|WarmupCosineLR"),
-    INTS("SOLVER.STEPS", solver_steps, "[60000, 80000]", 0, 16, 0, INT_MAX),
+    INTS("SOLVER.STEPS", solver_lr_milestones, "[60000, 80000]", 0, 16, 0, INT_MAX),
     FLT("SOLVER.GAMMA", solver_gamma, "0.1", 0, 1000),
     FLT("SOLVER.WARMUP_FACTOR", solver_warmup_factor, "0.001", 0, 1),
     INT("SOLVER.WARMUP_ITERS", solver_warmup_iters, "1000", 0, INT_MAX),

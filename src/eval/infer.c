@@ -107,7 +107,7 @@ void mrcnn_infer_run(mrcnn_infer *inf, const mrcnn_infer_input *in, mrcnn_instan
     int64_t index = in->image_index;
     b.image_hw = hw;
     b.image_index = &index;
-    mrcnn_step st;
+    mrcnn_pass st;
     memset(&st, 0, sizeof st);
     mrcnn_detections det;
     mrcnn_model_predict(m, &inf->ws, &b, &st, &det);
@@ -140,7 +140,7 @@ void mrcnn_infer_run(mrcnn_infer *inf, const mrcnn_infer_input *in, mrcnn_instan
     }
     free(full);
     mrcnn_detections_free(&det);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_reset(&inf->ws);
 }
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, int sampling,
+static mrcnn_roi_align_desc pooler_desc(const mrcnn_pass *st, int F, int out, int sampling,
                                         bool aligned) {
     int lh[4], lw[4];
     for (int l = 0; l < 4; l++) {
@@ -32,7 +32,7 @@ static mrcnn_roi_align_desc pooler_desc(const mrcnn_step *st, int F, int out, in
 /* Backbone and RPN head on images (N, H, W, 3) fp32 on the device, with the cached
  * anchors of (H, W). Device work only. */
 static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images, const mrcnn_model_anchors *a,
-                         mrcnn_step *st) {
+                         mrcnn_pass *st) {
     st->n_images = (int)images->shape[0];
     st->img_h = (int)images->shape[1];
     st->img_w = (int)images->shape[2];
@@ -59,7 +59,7 @@ static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *image
     memcpy(st->level_counts, a->level_counts, sizeof st->level_counts);
 }
 
-void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st) {
+void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st) {
     memset(st, 0, sizeof *st);
     MRCNN_CHECK(b->images.ndim == 4 && b->images.data,
                 "model: the batch's images are not a (N, H, W, 3) device tensor");
@@ -71,7 +71,7 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     free(hw);
 }
 
-void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_step *st) {
+void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images;
     if (training && st->pinned_cap > 0) {
@@ -101,7 +101,7 @@ void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_st
 }
 
 /* The box head on st->rois_dev (R = st->n_rois rows). */
-void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
+void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->box_head_pooler_resolution, R = st->n_rois;
     st->box_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){R, P, P, F});
@@ -111,7 +111,7 @@ void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
 }
 
 /* The mask head on st->fg_rois_dev (Rf = st->n_fg rows). */
-void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
+void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->mask_head_pooler_resolution, Rf = st->n_fg;
     st->mask_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){Rf, P, P, F});
@@ -132,13 +132,13 @@ static mrcnn_tensor rows_range(const mrcnn_tensor *t, int64_t a, int64_t b) {
 typedef struct {
     mrcnn_model *m;
     mrcnn_ws *ws;
-    mrcnn_step *st;
+    mrcnn_pass *st;
     mrcnn_tensor *dp; // (MRCNN_FPN_LEVELS) the levels' gradients (backward)
     int k;            // the chunk
     bool ready;       // one chunk: the head's gradients are final after it
 } mask_chunk;
 
-static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_step *st) {
+static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     return pooler_desc(st, m->fpn.out_channels, c->mask_head_pooler_resolution, c->mask_head_sampling_ratio,
                        c->box_head_aligned);
@@ -148,7 +148,7 @@ static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_step *
 static void mask_chunk_forward(void *ctx) {
     const mask_chunk *c = ctx;
     mrcnn_model *m = c->m;
-    mrcnn_step *st = c->st;
+    mrcnn_pass *st = c->st;
     const int64_t a = c->k ? st->mask_chunk_end[c->k - 1] : 0, b = st->mask_chunk_end[c->k];
     mrcnn_tensor x = rows_range(&st->mask_x, a, b), rois = rows_range(&st->fg_rois_dev, a, b);
     mrcnn_roi_align_desc d = mask_pooler(m, st);
@@ -163,7 +163,7 @@ static void mask_chunk_forward(void *ctx) {
 static void mask_chunk_backward(void *ctx) {
     const mask_chunk *c = ctx;
     mrcnn_model *m = c->m;
-    mrcnn_step *st = c->st;
+    mrcnn_pass *st = c->st;
     const int64_t a = c->k ? st->mask_chunk_end[c->k - 1] : 0, b = st->mask_chunk_end[c->k];
     if (b == a) return;
     const mrcnn_mask_head_out *out = &st->mask_chunk[c->k];
@@ -179,7 +179,7 @@ static void mask_chunk_backward(void *ctx) {
 
 /* Each chunk, or (gated) each chunk whose first row this rank's fg count passes. */
 static void mask_chunks_run(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_tensor *dp, void (*body)(void *),
-                            mrcnn_step *st) {
+                            mrcnn_pass *st) {
     for (int k = 0; k < st->n_mask_chunks; k++) {
         mask_chunk ch = {.m = m, .ws = ws, .st = st, .dp = dp, .k = k, .ready = !gated};
         if (gated) m->be->stream.run_if(m->be, &st->mask_count_dev, k ? st->mask_chunk_end[k - 1] : 0, body, &ch);
@@ -189,7 +189,7 @@ static void mask_chunks_run(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_tens
 
 /* The training mask head on st->fg_rois_dev (Rf = st->n_fg rows) in chunks; gated: Rf
  * is the capacity, and a chunk past the positives runs nothing. */
-static void run_mask_head_chunks(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_step *st) {
+static void run_mask_head_chunks(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn_pass *st) {
     const int F = m->fpn.out_channels, P = m->cfg.mask_head_pooler_resolution, Rf = st->n_fg;
     st->mask_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){Rf, P, P, F});
     // the gathers write the rows of the chunks that run; the others weigh 0 in the loss and must be finite
@@ -200,7 +200,7 @@ static void run_mask_head_chunks(mrcnn_model *m, mrcnn_ws *ws, bool gated, mrcnn
     st->mask = st->mask_chunk[0];
 }
 
-void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
+void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcnn_pass *st) {
     MRCNN_CHECK(slot >= 0 && slot < m->n_staged && m->staged[slot].ready,
                 "train step: micro-batch slot %d was not staged (mrcnn_model_stage first)", slot);
     const mrcnn_staged *sg = &m->staged[slot];
@@ -265,12 +265,12 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
 }
 
 void mrcnn_model_train_step(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, bool backward,
-                            mrcnn_step *st) {
+                            mrcnn_pass *st) {
     mrcnn_model_stage(m, 0, b);
     mrcnn_model_run(m, 0, ws, backward, st);
 }
 
-void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_step *st, mrcnn_losses *out) {
+void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_pass *st, mrcnn_losses *out) {
     float v[MRCNN_N_LOSSES];
     m->be->mem.read(m->be, &st->loss_dev, v);
     out->rpn_objectness = v[0];
@@ -292,7 +292,7 @@ void mrcnn_losses_to_array(const mrcnn_losses *l, double *out) {
     out[4] = l->mask;
 }
 
-void mrcnn_step_free(mrcnn_step *st) {
+void mrcnn_pass_free(mrcnn_pass *st) {
     mrcnn_backbone_out_free(&st->bb);
     free(st->proposals);
     free(st->proposal_scores);

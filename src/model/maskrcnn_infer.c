@@ -1,7 +1,7 @@
 /* The host side of Mask R-CNN's results: inference (mrcnn_model_predict: the box head on
  * every proposal, the post-processing and the mask head on the detections, all backend
  * ops, then one read of the batch's results; mrcnn_model_detect adds the proposals'
- * host copies) and the tests' view of a training step (mrcnn_model_read_step). The
+ * host copies) and the tests' view of a training step (mrcnn_model_read_pass). The
  * training path reads nothing here. */
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Host copies of the proposals (inference, tests). */
-static void read_proposals(const mrcnn_model *m, mrcnn_step *st) {
+static void read_proposals(const mrcnn_model *m, mrcnn_pass *st) {
     int N = st->n_images, P = st->prop_cap;
     free(st->proposals);
     free(st->proposal_scores);
@@ -47,7 +47,7 @@ static int read_valid_rois(const mrcnn_backend *be, const mrcnn_tensor *rois, co
     return n;
 }
 
-void mrcnn_model_read_step(const mrcnn_model *m, mrcnn_step *st) {
+void mrcnn_model_read_pass(const mrcnn_model *m, mrcnn_pass *st) {
     const mrcnn_backend *be = m->be;
     int N = st->n_images;
     mrcnn_model_read_losses(m, st, &st->losses);
@@ -129,7 +129,7 @@ static void det_unpack(const float *h, int N, int D, int M, mrcnn_detections *de
     }
 }
 
-void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st,
                          mrcnn_detections *det) {
     const mrcnn_config *c = &m->cfg;
     const mrcnn_backend *be = m->be;
@@ -176,7 +176,7 @@ void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrc
     free(h);
 }
 
-void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_step *st,
+void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st,
                         mrcnn_detections *det) {
     mrcnn_model_predict(m, ws, b, st, det);
     read_proposals(m, st);

@@ -49,7 +49,7 @@ void model_level_sizes(int H, int W, int *gh, int *gw);
 const mrcnn_model_anchors *model_anchors(mrcnn_model *m, int H, int W);
 /* The box head on st->rois_dev (st->n_rois rows), the mask head on st->fg_rois_dev
  * (st->n_fg rows): ROIAlign from the FPN levels, then the head (maskrcnn.c). */
-void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
-void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st);
+void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st);
+void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st);
 
 #endif

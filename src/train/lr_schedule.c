@@ -20,12 +20,13 @@ void mrcnn_lr_schedule_init(mrcnn_lr_schedule *s, const mrcnn_config *cfg) {
     s->warmup_iters = cfg->solver_warmup_iters;
     s->max_iter = cfg->solver_max_iter;
     s->gamma = cfg->solver_gamma;
-    MRCNN_CHECK(cfg->solver_steps.n <= 16, "SOLVER.STEPS has %d entries (at most 16)", cfg->solver_steps.n);
-    s->n_steps = cfg->solver_steps.n;
-    for (int i = 0; i < s->n_steps; i++) {
-        s->steps[i] = cfg->solver_steps.v[i];
-        MRCNN_CHECK(i == 0 || s->steps[i] > s->steps[i - 1], "SOLVER.STEPS must increase: %d after %d",
-                    s->steps[i], s->steps[i - 1]);
+    MRCNN_CHECK(cfg->solver_lr_milestones.n <= 16, "SOLVER.STEPS has %d entries (at most 16)",
+                cfg->solver_lr_milestones.n);
+    s->n_milestones = cfg->solver_lr_milestones.n;
+    for (int i = 0; i < s->n_milestones; i++) {
+        s->milestones[i] = cfg->solver_lr_milestones.v[i];
+        MRCNN_CHECK(i == 0 || s->milestones[i] > s->milestones[i - 1], "SOLVER.STEPS must increase: %d after %d",
+                    s->milestones[i], s->milestones[i - 1]);
     }
     MRCNN_CHECK(s->kind != MRCNN_LR_COSINE || s->max_iter > 0, "WarmupCosineLR needs SOLVER.MAX_ITER > 0");
 }
@@ -38,8 +39,8 @@ float mrcnn_lr_at(const mrcnn_lr_schedule *s, int64_t iter) {
     }
     double decay = 1.0;
     if (s->kind == MRCNN_LR_MULTISTEP) {
-        for (int i = 0; i < s->n_steps; i++)
-            if (iter >= s->steps[i]) decay *= s->gamma;
+        for (int i = 0; i < s->n_milestones; i++)
+            if (iter >= s->milestones[i]) decay *= s->gamma;
     } else {
         double t = iter > s->max_iter ? 1.0 : (double)iter / (double)s->max_iter;
         decay = 0.5 * (1.0 + cos(M_PI * t));
@@ -61,7 +62,8 @@ double mrcnn_config_scale_workers(mrcnn_config *cfg, int world_size) {
     cfg->solver_base_lr = (float)(cfg->solver_base_lr * f);
     cfg->solver_max_iter = scaled_round(cfg->solver_max_iter, f);
     cfg->solver_warmup_iters = scaled_round(cfg->solver_warmup_iters, f);
-    for (int i = 0; i < cfg->solver_steps.n; i++) cfg->solver_steps.v[i] = scaled_round(cfg->solver_steps.v[i], f);
+    for (int i = 0; i < cfg->solver_lr_milestones.n; i++)
+        cfg->solver_lr_milestones.v[i] = scaled_round(cfg->solver_lr_milestones.v[i], f);
     cfg->solver_checkpoint_period = scaled_round(cfg->solver_checkpoint_period, f);
     cfg->test_eval_period = scaled_round(cfg->test_eval_period, f);
     cfg->solver_reference_world_size = world_size;

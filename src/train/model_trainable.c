@@ -29,10 +29,10 @@ static void mt_run(void *ctx, int micro, float loss_mult, const mrcnn_tensor *lo
     mt->bk = bk;
     m->grad_ready = bk ? mt_ready : NULL;
     m->grad_ready_ctx = mt;
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_run(m, micro, &mt->ws, true, &st);
     m->be->step.axpy(m->be, acc_mult, &st.loss_dev, loss_acc); // the terms stay on the device
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     // released here, inside the device half: a captured replay allocates and frees them itself
     mrcnn_ws_reset(&mt->ws);
     mt->bk = NULL;

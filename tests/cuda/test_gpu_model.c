@@ -111,26 +111,26 @@ static void side_free(side *s) {
 }
 
 /* Forward + backward on batch sb, adding to the gradients; st kept when keep != NULL. */
-static mrcnn_losses side_train_step(side *s, const synth_batch *sb, mrcnn_step *keep) {
+static mrcnn_losses side_train_step(side *s, const synth_batch *sb, mrcnn_pass *keep) {
     mrcnn_ws_reset(&s->ws);
     mrcnn_batch b = {.image_hw = sb->hw, .gt = sb->gt};
     b.images = mrcnn_ws_tensor(&s->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
     s->be->mem.write(s->be, &b.images, sb->images);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&s->m, &s->ws, &b, true, &st);
     mrcnn_losses l;
     mrcnn_model_read_losses(&s->m, &st, &l);
     if (keep) {
-        mrcnn_model_read_step(&s->m, &st); // the host copy of the proposals, to pin them
+        mrcnn_model_read_pass(&s->m, &st); // the host copy of the proposals, to pin them
         *keep = st;
     } else {
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
     }
     return l;
 }
 
 /* The same with the gradients zeroed first. */
-static mrcnn_losses side_step(side *s, const synth_batch *sb, mrcnn_step *keep) {
+static mrcnn_losses side_step(side *s, const synth_batch *sb, mrcnn_pass *keep) {
     mrcnn_model_zero_grads(&s->m);
     return side_train_step(s, sb, keep);
 }
@@ -191,7 +191,7 @@ static void compare_step(const char *ref_precision, const char *dev_precision, s
     side_init(&dev, device_backend(&why), &cfg, dev_precision, 31);
     synth_batch *sb = MRCNN_MALLOC(sizeof *sb, "batch");
     make_batch(sb, 5);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_losses lr = side_step(&ref, sb, &st);
     dev.m.pinned_proposals = st.proposals;
     dev.m.pinned_counts = st.proposal_counts;
@@ -251,7 +251,7 @@ static void compare_step(const char *ref_precision, const char *dev_precision, s
     free(mx);
     free(gr);
     free(gd);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     free(sb);
     side_free(&ref);
     side_free(&dev);
@@ -317,7 +317,7 @@ static void test_stage_key(void **state) {
         key[k] = mrcnn_model_stage(&dev.m, 0, &b[k]);
         const mrcnn_staged *sg = &dev.m.staged[0];
         addr[k][0] = sg->images.data, addr[k][1] = sg->gt.masks.data, addr[k][2] = sg->rngs.data;
-        mrcnn_step st;
+        mrcnn_pass st;
         mrcnn_backend_stats s0 = mrcnn_backend_stats_get(dev.be);
         mrcnn_model_run(&dev.m, 0, &dev.ws, true, &st);
         mrcnn_backend_stats s1 = mrcnn_backend_stats_get(dev.be);
@@ -326,7 +326,7 @@ static void test_stage_key(void **state) {
         mrcnn_losses l;
         mrcnn_model_read_losses(&dev.m, &st, &l);
         total[k] = l.total;
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
         mrcnn_ws_reset(&dev.ws);
         printf("  batch %d: key %016llx, loss %.5f; run: %llu uploads, %llu reads, %llu syncs\n", k,
                (unsigned long long)key[k], total[k], (unsigned long long)run_cost.uploads,

@@ -85,13 +85,13 @@ static void fit(mrcnn_model *m, mrcnn_ws *ws, mrcnn_batch *b, const float *img, 
         b->images = mrcnn_ws_tensor(ws, MRCNN_DTYPE_F32, 4, ishape);
         be->mem.write(be, &b->images, img);
         mrcnn_model_zero_grads(m);
-        mrcnn_step st;
+        mrcnn_pass st;
         mrcnn_model_train_step(m, ws, b, true, &st);
         if (it % 50 == 0 || it == steps - 1) {
             mrcnn_model_read_losses(m, &st, &st.losses);
             printf("fit step %d loss %.5f\n", it, st.losses.total);
         }
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
         be->mem.read(be, &tw, w);
         be->mem.read(be, &tg, g);
         double gn = 0;
@@ -123,7 +123,7 @@ static void write_relu_mask(hid_t f, const char *name, const mrcnn_backend *be, 
     free(h);
 }
 
-static void write_relu_masks(hid_t f, const mrcnn_model *m, const mrcnn_step *st) {
+static void write_relu_masks(hid_t f, const mrcnn_model *m, const mrcnn_pass *st) {
     const mrcnn_backend *be = m->be;
     char name[96];
     write_relu_mask(f, "relu/stem", be, &st->bb.stem_conv);
@@ -228,13 +228,13 @@ int main(int argc, char **argv) {
     if (save) mrcnn_checkpoint_save_model(&m, save);
     b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, ishape);
     be->mem.write(be, &b.images, img);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_detections det;
     memset(&det, 0, sizeof det);
     if (train) {
         mrcnn_model_zero_grads(&m);
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
-        mrcnn_model_read_step(&m, &st); // losses, counts and the proposals for the output file
+        mrcnn_model_read_pass(&m, &st); // losses, counts and the proposals for the output file
     } else {
         mrcnn_model_detect(&m, &ws, &b, &st, &det);
     }
@@ -296,7 +296,7 @@ int main(int argc, char **argv) {
         mrcnn_detections_free(&det);
     }
     H5Fclose(out);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_free(&ws);
     for (int i = 0; i < N; i++) {
         free((void *)gt[i].boxes);

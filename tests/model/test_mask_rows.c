@@ -43,11 +43,11 @@ static void step(void *ctx) {
     b.images = mrcnn_ws_tensor(&r->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
     r->be->mem.write(r->be, &b.images, r->s->images);
     mrcnn_model_zero_grads(&r->m);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&r->m, &r->ws, &b, true, &st);
     mrcnn_model_read_losses(&r->m, &st, &r->losses);
     r->rows = st.n_fg;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_reset(&r->ws);
 }
 

@@ -50,16 +50,16 @@ static void fixture_free(fixture *f) {
 }
 
 /* One forward (+ backward) on the fixture's batch; returns the total loss. */
-static double run_step(fixture *f, bool backward, mrcnn_step *keep) {
+static double run_step(fixture *f, bool backward, mrcnn_pass *keep) {
     mrcnn_ws_reset(&f->ws);
     f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
     f->be->mem.write(f->be, &f->b.images, f->s.images);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&f->m, &f->ws, &f->b, backward, &st);
-    mrcnn_model_read_step(&f->m, &st); // losses and host copies of the sampled rows
+    mrcnn_model_read_pass(&f->m, &st); // losses and host copies of the sampled rows
     double total = st.losses.total;
     if (keep) *keep = st;
-    else mrcnn_step_free(&st);
+    else mrcnn_pass_free(&st);
     return total;
 }
 
@@ -81,12 +81,12 @@ static double ulpf(double x) {
  * sum rounded to a float once more; the ROI heads: one each), rounded to nearest:
  * |error| <= half an ulp of each partial. */
 static double loss_at(fixture *f, double *r) {
-    mrcnn_step st;
+    mrcnn_pass st;
     double l = run_step(f, false, &st);
     const mrcnn_losses *t = &st.losses;
     *r = 0.5 * (6 * ulpf(t->rpn_objectness) + 6 * ulpf(t->rpn_box_reg) + ulpf(t->classifier) +
                 ulpf(t->box_reg) + ulpf(t->mask));
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     return l;
 }
 
@@ -145,7 +145,7 @@ static void test_finite_differences(void **state) {
     test_tiny_config(&cfg);
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 7);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_zero_grads(&f->m);
     run_step(f, true, &st);
     printf("losses: obj %.4f rpn_box %.4f cls %.4f box %.4f mask %.4f; rois %d fg %d\n",
@@ -222,7 +222,7 @@ static void test_finite_differences(void **state) {
         free(wp);
     }
     f->m.pinned_proposals = NULL;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     fixture_free(f);
     free(f);
     assert_int_equal(bad, 0);
@@ -265,11 +265,11 @@ static void test_overfit(void **state) {
         }
         f->be->mem.write(f->be, &all_w, w);
     }
-    mrcnn_step st;
+    mrcnn_pass st;
     run_step(f, false, &st);
     printf("final terms: obj %.4f rpn_box %.4f cls %.4f box %.4f mask %.4f\n", st.losses.rpn_objectness,
            st.losses.rpn_box_reg, st.losses.classifier, st.losses.box_reg, st.losses.mask);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     printf("overfit: first %.4f last %.4f best %.4f (ratio %.1fx)\n", first, last, best, first / last);
     free(w);
     free(g);
@@ -326,7 +326,7 @@ static void test_empty(void **state) {
     fixture_init(f, &cfg, 13);
     f->s.gt[0].n = 0;
     mrcnn_model_zero_grads(&f->m);
-    mrcnn_step st;
+    mrcnn_pass st;
     run_step(f, true, &st);
     printf("empty image 0: losses %.4f %.4f %.4f %.4f %.4f, rois %d (image 0: %d), fg %d\n",
            st.losses.rpn_objectness, st.losses.rpn_box_reg, st.losses.classifier, st.losses.box_reg,
@@ -334,7 +334,7 @@ static void test_empty(void **state) {
     assert_true(isfinite(st.losses.total));
     for (int r = 0; r < st.roi_image_start[1]; r++) assert_int_equal(st.roi_labels[r], 0);
     for (int r = 0; r < st.n_fg; r++) assert_int_equal((int)st.fg_rois[r * 5], 1);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     // a score threshold above 1 keeps nothing: the mask head sees zero rows
     f->m.cfg.roi_score_thresh_test = 1.5f;
     mrcnn_ws_reset(&f->ws);
@@ -344,7 +344,7 @@ static void test_empty(void **state) {
     mrcnn_model_detect(&f->m, &f->ws, &f->b, &st, &det);
     assert_int_equal(det.counts[0] + det.counts[1], 0);
     mrcnn_detections_free(&det);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     fixture_free(f);
     free(f);
 }
@@ -379,13 +379,13 @@ static mrcnn_losses run_single(fixture *f, int i, fake_ranks *c, bool backward) 
     c->k = 0;
     f->m.count_sum = fake_sum;
     f->m.count_ctx = c;
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&f->m, &f->ws, &b, backward, &st);
     f->m.count_sum = NULL;
     assert_int_equal(c->k, 1);
     mrcnn_losses l;
     mrcnn_model_read_losses(&f->m, &st, &l);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     return l;
 }
 
@@ -399,10 +399,10 @@ static void test_split_batch(void **state) {
     mrcnn_tensor all = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
     float *g2 = malloc(bytes), *g11 = malloc(bytes);
     mrcnn_model_zero_grads(&f->m);
-    mrcnn_step st;
+    mrcnn_pass st;
     run_step(f, true, &st);
     mrcnn_losses whole = st.losses;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     f->be->mem.read(f->be, &all, g2);
     fake_ranks r0 = {0}, r1 = {0};
     run_single(f, 0, &r0, false); // each rank's own counts
@@ -429,7 +429,7 @@ static void test_split_batch(void **state) {
     run_step(f, true, &st);
     f->m.loss_mult = 0;
     assert_true(fabs(st.losses.total - whole.total) <= 1e-6 * whole.total);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     f->be->mem.read(f->be, &all, g11);
     for (int64_t i = 0; i < n; i++) g11[i] /= 1024.0f;
     e = test_max_rel_err(g11, g2, n);
@@ -585,12 +585,12 @@ static void test_padded_heads(void **state) {
     int64_t n = (int64_t)(f->m.params.grads.size / sizeof(float));
     mrcnn_tensor all = mrcnn_tensor_view(f->m.params.grads.base, MRCNN_DTYPE_F32, f->be->device, 1, &n);
     float *gt = malloc(n * sizeof(float)), *gp = malloc(n * sizeof(float));
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_zero_grads(&f->m);
     run_step(f, true, &st);
     mrcnn_losses trimmed = st.losses;
     int rois = st.n_rois, fg = st.n_fg;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     f->be->mem.read(f->be, &all, gt);
     int64_t (*hint)(const mrcnn_backend *, const mrcnn_tensor *) = f->be->det.count_hint;
     f->be->det.count_hint = NULL;
@@ -602,7 +602,7 @@ static void test_padded_heads(void **state) {
     assert_int_equal(st.n_rois, NI * cfg.roi_batch_size_per_image);
     assert_int_equal(st.n_fg, NI * cfg.mask_head_max_fg_per_image);
     assert_true(rois < st.n_rois && fg > 0 && fg < st.n_fg);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     f->be->mem.read(f->be, &all, gp);
     double lt[5], lp[5];
     mrcnn_losses_to_array(&trimmed, lt);
@@ -632,7 +632,7 @@ static void test_no_reads(void **state) {
     f->be->mem.write(f->be, &f->b.images, f->s.images);
     mrcnn_model_zero_grads(&f->m);
     mrcnn_backend_stats s0 = mrcnn_backend_stats_get(f->be);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_train_step(&f->m, &f->ws, &f->b, true, &st);
     mrcnn_backend_stats s1 = mrcnn_backend_stats_get(f->be);
     mrcnn_losses l;
@@ -645,7 +645,7 @@ static void test_no_reads(void **state) {
     assert_int_equal(s1.syncs, s0.syncs);
     assert_int_equal(s2.reads, s1.reads + 1);
     assert_true(isfinite(l.total) && l.total > 0);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     fixture_free(f);
     free(f);
 }
@@ -688,11 +688,11 @@ static void test_stage_run(void **state) {
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 37);
     const size_t gbytes = f->m.params.grads.size;
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_zero_grads(&f->m);
     run_step(f, true, &st);
     const mrcnn_losses ref = st.losses;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     float *g_ref = read_all_grads(f);
 
     // the same batch through stage (host images) and run: identical; the CPU trims: key 0
@@ -706,13 +706,13 @@ static void test_stage_run(void **state) {
     assert_int_equal(s1.uploads, s0.uploads);
     assert_int_equal(s1.reads, s0.reads);
     assert_int_equal(s1.syncs, s0.syncs);
-    mrcnn_model_read_step(&f->m, &st);
+    mrcnn_model_read_pass(&f->m, &st);
     float *g = read_all_grads(f);
     printf("  stage + run: total %.9g (one call %.9g), gradients %s\n", st.losses.total, ref.total,
            memcmp(g, g_ref, gbytes) ? "differ" : "identical");
     assert_true(memcmp(&st.losses, &ref, sizeof ref) == 0);
     assert_true(memcmp(g, g_ref, gbytes) == 0);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     free(g);
 
     // count_hint off: replayable keys
@@ -758,7 +758,7 @@ static void test_stage_run(void **state) {
         mrcnn_ws_reset(&f->ws);
         mrcnn_backend_trace_begin(f->be);
         mrcnn_model_run(&f->m, 0, &f->ws, true, &st);
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
         mrcnn_ws_reset(&f->ws);
         mrcnn_backend_trace_end(f->be, &tr[k]);
     }
@@ -829,7 +829,7 @@ static void test_stage_run(void **state) {
     mrcnn_ws_reset(&f->ws);
     mrcnn_model_run(&f->m, 0, &f->ws, true, &st); // runs on the 96 x 128 batch
     assert_int_equal(st.img_h, 96);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_reset(&f->ws);
     f->be->det.count_hint = hint;
     free(masks9);
@@ -860,11 +860,11 @@ static void test_model_trainable(void **state) {
     fixture *f = MRCNN_CALLOC(1, sizeof *f, "fixture");
     fixture_init(f, &cfg, 41);
     const size_t gbytes = f->m.params.grads.size;
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_zero_grads(&f->m);
     run_step(f, true, &st);
     const mrcnn_losses ref = st.losses;
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     float *g_ref = read_all_grads(f);
     source_ctx sc = {f, 0};
     mrcnn_model_trainable mt;

@@ -229,11 +229,11 @@ static void run_model(int align, const test_batch *s, model_out *o) {
         b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, (int64_t[]){TEST_BATCH_N, H, W, 3});
         be->mem.write(be, &b.images, img);
         free(img);
-        mrcnn_step st;
+        mrcnn_pass st;
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
         mrcnn_model_read_losses(&m, &st, &o->losses[k]);
         o->mask_k = (int)st.mask.logits.shape[3];
-        mrcnn_step_free(&st);
+        mrcnn_pass_free(&st);
         mrcnn_ws_reset(&ws);
     }
     o->bytes = m.params.grads.size;
@@ -254,9 +254,9 @@ static void run_model(int align, const test_batch *s, model_out *o) {
     mrcnn_batch b = {.image_hw = s->hw, .gt = s->gt};
     b.images = mrcnn_ws_tensor(&ws, MRCNN_DTYPE_F32, 4, (int64_t[]){TEST_BATCH_N, H, W, 3});
     be->mem.write(be, &b.images, s->images);
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_predict(&m, &ws, &b, &st, &o->det);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_free(&ws);
     mrcnn_model_free(&m);
     mrcnn_backend_destroy(be);

@@ -65,7 +65,7 @@ static void test_scale_workers(void **state) {
     assert_int_equal(cfg.solver_ims_per_batch, 32);
     assert_float_equal(cfg.solver_base_lr, 0.2, 1e-7);
     assert_int_equal(cfg.solver_max_iter, 2500);
-    assert_int_equal(cfg.solver_steps.v[0], 2000);
+    assert_int_equal(cfg.solver_lr_milestones.v[0], 2000);
     assert_int_equal(cfg.solver_warmup_iters, 50);
     assert_int_equal(cfg.solver_reference_world_size, 16);
     /* Applying it again at the same size changes nothing. */

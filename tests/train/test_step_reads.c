@@ -909,10 +909,10 @@ static void tiny_run(void *ctx, int micro, float loss_mult, const mrcnn_tensor *
     t->m.loss_scale = loss_scale;
     t->m.grad_ready = bk ? tiny_ready : NULL;
     t->m.grad_ready_ctx = bk;
-    mrcnn_step st;
+    mrcnn_pass st;
     mrcnn_model_run(&t->m, micro, &t->ws, true, &st);
     t->be->step.axpy(t->be, acc_mult, &st.loss_dev, loss_acc);
-    mrcnn_step_free(&st);
+    mrcnn_pass_free(&st);
     mrcnn_ws_reset(&t->ws);
 }
 

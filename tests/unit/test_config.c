@@ -47,8 +47,8 @@ static void test_nested_dotted_lists_and_base(void **state) {
     assert_int_equal(c.roi_num_classes, 3);
     assert_true(c.rpn_nms_thresh == 0.6f);
     assert_true(c.solver_base_lr == 0.25f);
-    assert_int_equal(c.solver_steps.n, 3);
-    assert_int_equal(c.solver_steps.v[2], 30);
+    assert_int_equal(c.solver_lr_milestones.n, 3);
+    assert_int_equal(c.solver_lr_milestones.v[2], 30);
     assert_true(c.solver_clip_enabled);
     assert_int_equal(c.anchor_ratios.n, 2);
     assert_true(c.anchor_ratios.v[1] == 2.0f);
@@ -60,7 +60,7 @@ static void test_nested_dotted_lists_and_base(void **state) {
     assert_true(mrcnn_config_try_set(&c, "SOLVER.BASE_LR=0.125", "--set", err, sizeof err));
     assert_true(c.solver_base_lr == 0.125f);
     assert_true(mrcnn_config_try_set(&c, "SOLVER.STEPS=[5, 6]", "--set", err, sizeof err));
-    assert_int_equal(c.solver_steps.n, 2);
+    assert_int_equal(c.solver_lr_milestones.n, 2);
     assert_true(mrcnn_config_try_set(&c, "INPUT.MIN_SIZE_TRAIN=640,672,704", "--set", err, sizeof err));
     assert_int_equal(c.input_min_size_train.n, 3);
     assert_int_equal(c.input_min_size_train.v[2], 704);

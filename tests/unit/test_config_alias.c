@@ -63,8 +63,8 @@ static void test_list_aliases(void **state) {
             "  MIN_SIZE_TRAIN: *s\n"
             "  FIXED_SIZE: [*last, 30]\n"
             "LOG_PERIOD: 3\n");
-    assert_int_equal(c.solver_steps.n, 2);
-    assert_int_equal(c.solver_steps.v[1], 20);
+    assert_int_equal(c.solver_lr_milestones.n, 2);
+    assert_int_equal(c.solver_lr_milestones.v[1], 20);
     assert_int_equal(c.solver_max_iter, 20);
     assert_int_equal(c.input_min_size_train.n, 2);
     assert_int_equal(c.input_min_size_train.v[0], 10);

@@ -107,7 +107,7 @@ static int64_t fg_rows_per_image(const mrcnn_config *c, int prop_cap, int max_gt
  * batch, and chooses the rows the heads run on: the valid ones when the backend
  * knows their count without waiting, otherwise the capacity N*S and N times
  * fg_rows_per_image. */
-void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
+void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, S = c->roi_batch_size_per_image, F = c->mask_head_max_fg_per_image;
     mrcnn_roi_sample_desc d = {
@@ -151,7 +151,7 @@ void mrcnn_box_head_sample_rois(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st) {
 
 /* Classifier and box-regression losses into loss_dev[2] and [3], normalized by the
  * batch's sampled ROIs. */
-void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st) {
+void mrcnn_box_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_pass *st) {
     const mrcnn_backend *be = m->be;
     int R = st->n_rois;
     mrcnn_loss_norm norm = {.count = &st->n_rois_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};

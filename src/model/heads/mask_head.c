@@ -112,7 +112,7 @@ int mrcnn_mask_head_chunks(int64_t rows, int n_images, bool gated, int *end) {
 /* Mask targets (on the device) and the mask loss into loss_dev[4], normalized by the
  * batch's fg ROIs x M x M. The label's logits (mask_gd) are the chunks' gathers, and
  * their gradient (mask_dg) goes back through the chunks' backward. */
-void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_step *st) {
+void mrcnn_mask_head_loss(mrcnn_model *m, mrcnn_ws *ws, bool backward, bool trimmed, mrcnn_pass *st) {
     const mrcnn_backend *be = m->be;
     int Rf = st->n_fg, M = 2 * m->cfg.mask_head_pooler_resolution;
     // no fg rows: torchvision's mask_logits.sum() * 0, a zero loss with zero gradients

@@ -57,7 +57,7 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
 
 /* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */
 
-void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, mrcnn_rpn_head_targets *t) {
+void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st, mrcnn_rpn_head_targets *t) {
     const mrcnn_config *c = &m->cfg;
     int N = st->n_images, A = m->rpn.num_anchors;
     mrcnn_rpn_targets_desc d = {
@@ -86,7 +86,7 @@ void mrcnn_rpn_head_make_targets(mrcnn_model *m, mrcnn_ws *ws, mrcnn_step *st, m
 
 /* RPN losses: one BCE and one smooth-L1 per level normalized by the batch's sampled
  * count; the levels' terms are then summed into loss_dev[0] and [1]. */
-void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_step *st,
+void mrcnn_rpn_head_losses(mrcnn_model *m, mrcnn_ws *ws, bool backward, mrcnn_pass *st,
                            const mrcnn_rpn_head_targets *t) {
     const mrcnn_backend *be = m->be;
     mrcnn_loss_norm norm = {.count = &st->n_sampled_dev, .scale = 1.0f, .grad_mult = loss_mult(m), .grad_scale = m->loss_scale};
