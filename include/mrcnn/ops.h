@@ -8,8 +8,8 @@
  *
  * The ops are compiled twice from one source: with real = float (mrcnn_<op>) and
  * with real = double (mrcnn_<op>_f64), so that finite-difference gradient tests
- * run in double precision on the very code that trains in float. The sources use the
- * float names; src/ops/ops_f64_names.h gives the double build its names. */
+ * run in double precision on the very code that trains in float. The sources name each
+ * op MRCNN_OP(<op>), which src/ops/ops_real.h spells for the build's type. */
 #ifndef MRCNN_OPS_H
 #define MRCNN_OPS_H
 

@@ -4,7 +4,7 @@
 
 #include "ops_real.h"
 
-void mrcnn_ops_bias_add(int64_t m, int k, const real *b, real *y) {
+void MRCNN_OP(ops_bias_add)(int64_t m, int k, const real *b, real *y) {
 #pragma omp parallel for schedule(static) if (m * k >= OPS_OMP_MIN)
     for (int64_t i = 0; i < m; i++)
         for (int c = 0; c < k; c++) y[i * k + c] += b[c];
@@ -13,7 +13,7 @@ void mrcnn_ops_bias_add(int64_t m, int k, const real *b, real *y) {
 /* Per-thread partial sums in double, combined in thread order: the float result
  * keeps its precision over millions of rows and is reproducible for a fixed thread
  * count. */
-void mrcnn_ops_bias_grad(int64_t m, int k, const real *dy, real *db) {
+void MRCNN_OP(ops_bias_grad)(int64_t m, int k, const real *dy, real *db) {
     int nt = m * k >= OPS_OMP_MIN ? omp_get_max_threads() : 1;
     double *part = MRCNN_CALLOC((size_t)nt * k, sizeof(double), "bias gradient partial sums");
 #pragma omp parallel num_threads(nt)

@@ -6,7 +6,7 @@
  * im2col, GEMM and col2im on its own block (single-threaded GEMM), so a block is
  * produced and consumed in one core's cache and threads never wait on each other
  * between the phases. Small feature maps (few blocks) instead run the blocks in
- * sequence with each phase split across the threads (mrcnn_gemm splits C). */
+ * sequence with each phase split across the threads (MRCNN_OP(gemm) splits C). */
 #include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@ static void check_args(const mrcnn_conv2d_desc *d, const char *op, const void *a
 /* Threads for the per-thread block path, or 1 for the shared path. */
 static int block_threads(int64_t n_blocks) {
     if (omp_in_parallel()) return 1;
-    mrcnn_ops_blas_serial();
+    MRCNN_OP(ops_blas_serial)();
     int nt = omp_get_max_threads();
     return n_blocks >= 2 * (int64_t)nt ? nt : 1;
 }
@@ -40,22 +40,22 @@ static void forward_block(const mrcnn_conv2d_desc *d, const real *x, const real 
     int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
     int mb = (int)((r1 - r0) * Q);
     real *yb = y + r0 * Q * K;
-    mrcnn_conv2d_im2col(d, x, r0, r1, col);
-    mrcnn_gemm(0, 1, mb, K, rsc, 1, col, rsc, w, rsc, 0, yb, K);
-    if (b) mrcnn_ops_bias_add(mb, K, b, yb);
+    MRCNN_OP(conv2d_im2col)(d, x, r0, r1, col);
+    MRCNN_OP(gemm)(0, 1, mb, K, rsc, 1, col, rsc, w, rsc, 0, yb, K);
+    if (b) MRCNN_OP(ops_bias_add)(mb, K, b, yb);
 }
 
-void mrcnn_conv2d_forward(const mrcnn_conv2d_desc *d, const real *x, const real *w, const real *b, real *y) {
+void MRCNN_OP(conv2d_forward)(const mrcnn_conv2d_desc *d, const real *x, const real *w, const real *b, real *y) {
     check_args(d, "conv2d_forward", x, w, y);
     const int Q = mrcnn_conv2d_out_w(d), K = d->k;
     const int rsc = d->r * d->s * d->c;
     const int64_t rows = (int64_t)d->n * mrcnn_conv2d_out_h(d);
-    if (mrcnn_conv2d_is_pointwise(d)) {
-        mrcnn_gemm(0, 1, (int)(rows * Q), K, d->c, 1, x, d->c, w, d->c, 0, y, K);
-        if (b) mrcnn_ops_bias_add(rows * Q, K, b, y);
+    if (MRCNN_OP(conv2d_is_pointwise)(d)) {
+        MRCNN_OP(gemm)(0, 1, (int)(rows * Q), K, d->c, 1, x, d->c, w, d->c, 0, y, K);
+        if (b) MRCNN_OP(ops_bias_add)(rows * Q, K, b, y);
         return;
     }
-    const int64_t blk = mrcnn_conv2d_block_rows(d), n_blocks = (rows + blk - 1) / blk;
+    const int64_t blk = MRCNN_OP(conv2d_block_rows)(d), n_blocks = (rows + blk - 1) / blk;
     const int nt = block_threads(n_blocks);
     /* No `parallel if (0)` for the shared path: regions nested in even an inactive
      * one get fresh threads from libgomp each time, which cost 4x here. */
@@ -78,16 +78,16 @@ void mrcnn_conv2d_forward(const mrcnn_conv2d_desc *d, const real *x, const real 
 /* Per-thread path: work is split over chunks of input rows (never crossing an
  * image), so each dx row has one writer. A chunk recomputes the few output rows
  * it shares with its neighbours instead of synchronizing with them. */
-void mrcnn_conv2d_backward_data(const mrcnn_conv2d_desc *d, const real *dy, const real *w, real *dx) {
+void MRCNN_OP(conv2d_backward_data)(const mrcnn_conv2d_desc *d, const real *dy, const real *w, real *dx) {
     check_args(d, "conv2d_backward_data", dy, w, dx);
     const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d), K = d->k;
     const int rsc = d->r * d->s * d->c;
     const int64_t rows = (int64_t)d->n * P;
-    if (mrcnn_conv2d_is_pointwise(d)) {
-        mrcnn_gemm(0, 0, (int)(rows * Q), d->c, K, 1, dy, K, w, d->c, 1, dx, d->c);
+    if (MRCNN_OP(conv2d_is_pointwise)(d)) {
+        MRCNN_OP(gemm)(0, 0, (int)(rows * Q), d->c, K, 1, dy, K, w, d->c, 1, dx, d->c);
         return;
     }
-    const int64_t blk = mrcnn_conv2d_block_rows(d);
+    const int64_t blk = MRCNN_OP(conv2d_block_rows)(d);
     const int reach = (d->r - 1) * d->dil_h; // input rows one output row's window spans, minus one
     int64_t chunk_h = blk * d->stride_h - reach;
     if (chunk_h < 1) chunk_h = 1;
@@ -97,8 +97,8 @@ void mrcnn_conv2d_backward_data(const mrcnn_conv2d_desc *d, const real *dy, cons
         real *col = MRCNN_MALLOC(sizeof(real) * (size_t)(blk * Q) * rsc, "conv2d_backward_data column buffer");
         for (int64_t r0 = 0; r0 < rows; r0 += blk) {
             int64_t r1 = r0 + blk < rows ? r0 + blk : rows;
-            mrcnn_gemm(0, 0, (int)((r1 - r0) * Q), rsc, K, 1, dy + r0 * Q * K, K, w, rsc, 0, col, rsc);
-            mrcnn_conv2d_col2im_add(d, col, r0, r1, 0, (int64_t)d->n * d->h, dx);
+            MRCNN_OP(gemm)(0, 0, (int)((r1 - r0) * Q), rsc, K, 1, dy + r0 * Q * K, K, w, rsc, 0, col, rsc);
+            MRCNN_OP(conv2d_col2im_add)(d, col, r0, r1, 0, (int64_t)d->n * d->h, dx);
         }
         free(col);
         return;
@@ -119,8 +119,8 @@ void mrcnn_conv2d_backward_data(const mrcnn_conv2d_desc *d, const real *dy, cons
             int64_t r0 = n * P + p0, r1 = n * P + p1 + 1;
             MRCNN_CHECK(r1 - r0 <= cap, "conv2d_backward_data: chunk needs %lld output rows, buffer holds %lld",
                         (long long)(r1 - r0), (long long)cap);
-            mrcnn_gemm(0, 0, (int)((r1 - r0) * Q), rsc, K, 1, dy + r0 * Q * K, K, w, rsc, 0, col, rsc);
-            mrcnn_conv2d_col2im_add(d, col, r0, r1, n * d->h + ha, n * d->h + hb, dx);
+            MRCNN_OP(gemm)(0, 0, (int)((r1 - r0) * Q), rsc, K, 1, dy + r0 * Q * K, K, w, rsc, 0, col, rsc);
+            MRCNN_OP(conv2d_col2im_add)(d, col, r0, r1, n * d->h + ha, n * d->h + hb, dx);
         }
         free(col);
     }
@@ -132,24 +132,24 @@ static void filter_block(const mrcnn_conv2d_desc *d, const real *x, const real *
     const int Q = mrcnn_conv2d_out_w(d), K = d->k, rsc = d->r * d->s * d->c;
     const int64_t rows = (int64_t)d->n * mrcnn_conv2d_out_h(d);
     int64_t r0 = ib * blk, r1 = r0 + blk < rows ? r0 + blk : rows;
-    mrcnn_conv2d_im2col(d, x, r0, r1, col);
-    mrcnn_gemm(1, 0, K, rsc, (int)((r1 - r0) * Q), 1, dy + r0 * Q * K, K, col, rsc, 1, dw, rsc);
+    MRCNN_OP(conv2d_im2col)(d, x, r0, r1, col);
+    MRCNN_OP(gemm)(1, 0, K, rsc, (int)((r1 - r0) * Q), 1, dy + r0 * Q * K, K, col, rsc, 1, dw, rsc);
 }
 
 /* Per-thread path: each thread sums its blocks into a private dw, and the partial
  * sums are added in thread order (static schedule: reproducible for a fixed
  * thread count). */
-void mrcnn_conv2d_backward_filter(const mrcnn_conv2d_desc *d, const real *x, const real *dy, real *dw, real *db) {
+void MRCNN_OP(conv2d_backward_filter)(const mrcnn_conv2d_desc *d, const real *x, const real *dy, real *dw, real *db) {
     check_args(d, "conv2d_backward_filter", x, dy, dw);
     const int Q = mrcnn_conv2d_out_w(d), K = d->k;
     const int rsc = d->r * d->s * d->c;
     const int64_t rows = (int64_t)d->n * mrcnn_conv2d_out_h(d);
-    if (db) mrcnn_ops_bias_grad(rows * Q, K, dy, db);
-    if (mrcnn_conv2d_is_pointwise(d)) {
-        mrcnn_gemm(1, 0, K, d->c, (int)(rows * Q), 1, dy, K, x, d->c, 1, dw, d->c);
+    if (db) MRCNN_OP(ops_bias_grad)(rows * Q, K, dy, db);
+    if (MRCNN_OP(conv2d_is_pointwise)(d)) {
+        MRCNN_OP(gemm)(1, 0, K, d->c, (int)(rows * Q), 1, dy, K, x, d->c, 1, dw, d->c);
         return;
     }
-    const int64_t blk = mrcnn_conv2d_block_rows(d), n_blocks = (rows + blk - 1) / blk;
+    const int64_t blk = MRCNN_OP(conv2d_block_rows)(d), n_blocks = (rows + blk - 1) / blk;
     const int nt = block_threads(n_blocks);
     const int64_t nw = (int64_t)K * rsc;
     if (nt == 1) {

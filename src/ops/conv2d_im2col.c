@@ -11,11 +11,11 @@
 #define CONV_BLOCK_ELEMS (256 * 1024)
 #define CONV_BLOCK_MIN_PIXELS 192
 
-int mrcnn_conv2d_is_pointwise(const mrcnn_conv2d_desc *d) {
+int MRCNN_OP(conv2d_is_pointwise)(const mrcnn_conv2d_desc *d) {
     return d->r == 1 && d->s == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 && d->pad_w == 0;
 }
 
-int64_t mrcnn_conv2d_block_rows(const mrcnn_conv2d_desc *d) {
+int64_t MRCNN_OP(conv2d_block_rows)(const mrcnn_conv2d_desc *d) {
     int64_t p = mrcnn_conv2d_out_h(d), q = mrcnn_conv2d_out_w(d);
     int64_t row = q * d->r * d->s * d->c;
     int64_t rows = CONV_BLOCK_ELEMS / (row > 0 ? row : 1);
@@ -25,7 +25,7 @@ int64_t mrcnn_conv2d_block_rows(const mrcnn_conv2d_desc *d) {
     return rows;
 }
 
-void mrcnn_conv2d_im2col(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1, real *col) {
+void MRCNN_OP(conv2d_im2col)(const mrcnn_conv2d_desc *d, const real *x, int64_t row0, int64_t row1, real *col) {
     const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
     const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;
     const int64_t rsc = (int64_t)R * S * C, n_pix = (row1 - row0) * Q;
@@ -66,7 +66,7 @@ void mrcnn_conv2d_im2col(const mrcnn_conv2d_desc *d, const real *x, int64_t row0
  * The (s, q) taps that reach each input column are listed once, as offsets into a
  * column-matrix row, so the inner loops only visit taps that exist (a 7x7 s2
  * window has ~12 of its 49 per pixel). */
-void mrcnn_conv2d_col2im_add(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, int64_t in0,
+void MRCNN_OP(conv2d_col2im_add)(const mrcnn_conv2d_desc *d, const real *col, int64_t row0, int64_t row1, int64_t in0,
                              int64_t in1, real *dx) {
     const int P = mrcnn_conv2d_out_h(d), Q = mrcnn_conv2d_out_w(d);
     const int H = d->h, W = d->w, C = d->c, R = d->r, S = d->s;

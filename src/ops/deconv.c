@@ -22,13 +22,13 @@ static real *permute_filter(int c, int k, const real *wt) {
     return wp;
 }
 
-void mrcnn_deconv2x2_forward(int n, int h, int w, int c, int k, const real *x, const real *wt, const real *b, real *y) {
+void MRCNN_OP(deconv2x2_forward)(int n, int h, int w, int c, int k, const real *x, const real *wt, const real *b, real *y) {
     check_args("deconv2x2_forward", n, h, w, c, k, x, wt);
     MRCNN_CHECK(y != NULL, "deconv2x2_forward: NULL output");
     const int64_t m = (int64_t)n * h * w;
     real *wp = permute_filter(c, k, wt);
     real *z = MRCNN_MALLOC(sizeof(real) * (size_t)m * 4 * k, "deconv2x2 forward products");
-    mrcnn_gemm(0, 1, (int)m, 4 * k, c, 1, x, c, wp, c, 0, z, 4 * k);
+    MRCNN_OP(gemm)(0, 1, (int)m, 4 * k, c, 1, x, c, wp, c, 0, z, 4 * k);
 #pragma omp parallel for schedule(static) if (m * 4 * k >= OPS_OMP_MIN)
     for (int64_t i = 0; i < m; i++) {
         int64_t ni = i / ((int64_t)h * w);
@@ -46,12 +46,12 @@ void mrcnn_deconv2x2_forward(int n, int h, int w, int c, int k, const real *x, c
     free(wp);
 }
 
-void mrcnn_deconv2x2_backward(int n, int h, int w, int c, int k, const real *x, const real *wt, const real *dy,
+void MRCNN_OP(deconv2x2_backward)(int n, int h, int w, int c, int k, const real *x, const real *wt, const real *dy,
                               real *dx, real *dw, real *db) {
     check_args("deconv2x2_backward", n, h, w, c, k, x, wt);
     MRCNN_CHECK(dy != NULL, "deconv2x2_backward: NULL output gradient");
     const int64_t m = (int64_t)n * h * w;
-    if (db) mrcnn_ops_bias_grad(m * 4, k, dy, db);
+    if (db) MRCNN_OP(ops_bias_grad)(m * 4, k, dy, db);
     if (!dx && !dw) return;
     real *dz = MRCNN_MALLOC(sizeof(real) * (size_t)m * 4 * k, "deconv2x2 backward products");
 #pragma omp parallel for schedule(static) if (m * 4 * k >= OPS_OMP_MIN)
@@ -64,12 +64,12 @@ void mrcnn_deconv2x2_backward(int n, int h, int w, int c, int k, const real *x, 
     }
     if (dx) {
         real *wp = permute_filter(c, k, wt);
-        mrcnn_gemm(0, 0, (int)m, c, 4 * k, 1, dz, 4 * k, wp, c, 1, dx, c);
+        MRCNN_OP(gemm)(0, 0, (int)m, c, 4 * k, 1, dz, 4 * k, wp, c, 1, dx, c);
         free(wp);
     }
     if (dw) {
         real *dwp = MRCNN_MALLOC(sizeof(real) * 4 * (size_t)k * c, "deconv2x2 filter gradient");
-        mrcnn_gemm(1, 0, 4 * k, c, (int)m, 1, dz, 4 * k, x, c, 0, dwp, c);
+        MRCNN_OP(gemm)(1, 0, 4 * k, c, (int)m, 1, dz, 4 * k, x, c, 0, dwp, c);
         for (int o = 0; o < k; o++)
             for (int rs = 0; rs < 4; rs++)
                 for (int ci = 0; ci < c; ci++) dw[((size_t)o * 4 + rs) * c + ci] += dwp[((size_t)rs * k + o) * c + ci];

@@ -21,15 +21,15 @@ static void blas(int trans_a, int trans_b, int m, int n, int k, real alpha, cons
                    alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void mrcnn_ops_blas_serial(void) {
+void MRCNN_OP(ops_blas_serial)(void) {
     if (!omp_in_parallel() && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 /* At load as well: the first gemm may come from inside someone's parallel region,
  * where switching OpenBLAS's pool is not safe. */
-__attribute__((constructor)) static void blas_serial_at_load(void) { mrcnn_ops_blas_serial(); }
+__attribute__((constructor)) static void blas_serial_at_load(void) { MRCNN_OP(ops_blas_serial)(); }
 
-void mrcnn_gemm(int trans_a, int trans_b, int m, int n, int k, real alpha, const real *a, int lda, const real *b,
+void MRCNN_OP(gemm)(int trans_a, int trans_b, int m, int n, int k, real alpha, const real *a, int lda, const real *b,
                 int ldb, real beta, real *c, int ldc) {
     MRCNN_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: sizes (m, n, k) = (%d, %d, %d) must not be negative", m, n, k);
     int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
@@ -39,7 +39,7 @@ void mrcnn_gemm(int trans_a, int trans_b, int m, int n, int k, real alpha, const
     if (m == 0 || n == 0) return;
     MRCNN_CHECK(c != NULL && (k == 0 || (a != NULL && b != NULL)), "gemm: NULL matrix pointer (a %p, b %p, c %p)",
                 (const void *)a, (const void *)b, (void *)c);
-    mrcnn_ops_blas_serial();
+    MRCNN_OP(ops_blas_serial)();
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     const int split_m = m >= n;
     const int extent = split_m ? m : n;

@@ -6,18 +6,18 @@ static void check_args(const char *op, int n, int in, int out, const void *x, co
     MRCNN_CHECK(x != NULL && w != NULL, "%s: NULL input or weight", op);
 }
 
-void mrcnn_linear_forward(int n, int in, int out, const real *x, const real *w, const real *b, real *y) {
+void MRCNN_OP(linear_forward)(int n, int in, int out, const real *x, const real *w, const real *b, real *y) {
     check_args("linear_forward", n, in, out, x, w);
     MRCNN_CHECK(y != NULL, "linear_forward: NULL output");
-    mrcnn_gemm(0, 1, n, out, in, 1, x, in, w, in, 0, y, out);
-    if (b) mrcnn_ops_bias_add(n, out, b, y);
+    MRCNN_OP(gemm)(0, 1, n, out, in, 1, x, in, w, in, 0, y, out);
+    if (b) MRCNN_OP(ops_bias_add)(n, out, b, y);
 }
 
-void mrcnn_linear_backward(int n, int in, int out, const real *x, const real *w, const real *dy, real *dx, real *dw,
+void MRCNN_OP(linear_backward)(int n, int in, int out, const real *x, const real *w, const real *dy, real *dx, real *dw,
                            real *db) {
     check_args("linear_backward", n, in, out, x, w);
     MRCNN_CHECK(dy != NULL, "linear_backward: NULL output gradient");
-    if (dx) mrcnn_gemm(0, 0, n, in, out, 1, dy, out, w, in, 1, dx, in);
-    if (dw) mrcnn_gemm(1, 0, out, in, n, 1, dy, out, x, in, 1, dw, in);
-    if (db) mrcnn_ops_bias_grad(n, out, dy, db);
+    if (dx) MRCNN_OP(gemm)(0, 0, n, in, out, 1, dy, out, w, in, 1, dx, in);
+    if (dw) MRCNN_OP(gemm)(1, 0, out, in, n, 1, dy, out, x, in, 1, dw, in);
+    if (db) MRCNN_OP(ops_bias_grad)(n, out, dy, db);
 }

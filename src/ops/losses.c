@@ -11,7 +11,7 @@ static void check_common(const char *op, int64_t n, const void *x, real norm) {
 }
 
 /* log(1 + exp(-|x|)) + max(x, 0) - x t, stable for any x. */
-real mrcnn_bce_logits_forward(int64_t n, const real *x, const real *t, const real *weight, real norm) {
+real MRCNN_OP(bce_logits_forward)(int64_t n, const real *x, const real *t, const real *weight, real norm) {
     check_common("bce_logits_forward", n, x, norm);
     MRCNN_CHECK(n == 0 || t != NULL, "bce_logits_forward: NULL targets");
     double acc = 0;
@@ -24,7 +24,7 @@ real mrcnn_bce_logits_forward(int64_t n, const real *x, const real *t, const rea
     return (real)(acc / norm);
 }
 
-void mrcnn_bce_logits_backward(int64_t n, const real *x, const real *t, const real *weight, real norm, real dloss, real *dx) {
+void MRCNN_OP(bce_logits_backward)(int64_t n, const real *x, const real *t, const real *weight, real norm, real dloss, real *dx) {
     check_common("bce_logits_backward", n, x, norm);
     MRCNN_CHECK(n == 0 || (t != NULL && dx != NULL), "bce_logits_backward: NULL targets or gradient");
     const real g = dloss / norm;
@@ -49,7 +49,7 @@ static void check_labels(const char *op, int n, int c, const int32_t *labels) {
         MRCNN_CHECK(labels[i] >= -1 && labels[i] < c, "%s: label %d of row %d outside [-1, %d)", op, labels[i], i, c);
 }
 
-real mrcnn_softmax_ce_forward(int n, int c, const real *x, const int32_t *labels, real norm) {
+real MRCNN_OP(softmax_ce_forward)(int n, int c, const real *x, const int32_t *labels, real norm) {
     check_common("softmax_ce_forward", n, x, norm);
     check_labels("softmax_ce_forward", n, c, labels);
     double acc = 0;
@@ -65,7 +65,7 @@ real mrcnn_softmax_ce_forward(int n, int c, const real *x, const int32_t *labels
     return (real)(acc / norm);
 }
 
-void mrcnn_softmax_ce_backward(int n, int c, const real *x, const int32_t *labels, real norm, real dloss, real *dx) {
+void MRCNN_OP(softmax_ce_backward)(int n, int c, const real *x, const int32_t *labels, real norm, real dloss, real *dx) {
     check_common("softmax_ce_backward", n, x, norm);
     check_labels("softmax_ce_backward", n, c, labels);
     MRCNN_CHECK(n == 0 || dx != NULL, "softmax_ce_backward: NULL gradient");
@@ -88,7 +88,7 @@ static void check_smooth_l1(const char *op, int64_t n, const void *x, const void
     MRCNN_CHECK(beta >= 0, "%s: beta %g must not be negative", op, (double)beta);
 }
 
-real mrcnn_smooth_l1_forward(int64_t n, const real *x, const real *t, const real *weight, real beta, real norm) {
+real MRCNN_OP(smooth_l1_forward)(int64_t n, const real *x, const real *t, const real *weight, real beta, real norm) {
     check_smooth_l1("smooth_l1_forward", n, x, t, beta, norm);
     double acc = 0;
 #pragma omp parallel for reduction(+ : acc) schedule(static) if (n >= OPS_OMP_MIN)
@@ -100,7 +100,7 @@ real mrcnn_smooth_l1_forward(int64_t n, const real *x, const real *t, const real
     return (real)(acc / norm);
 }
 
-void mrcnn_smooth_l1_backward(int64_t n, const real *x, const real *t, const real *weight, real beta, real norm, real dloss,
+void MRCNN_OP(smooth_l1_backward)(int64_t n, const real *x, const real *t, const real *weight, real beta, real norm, real dloss,
                               real *dx) {
     check_smooth_l1("smooth_l1_backward", n, x, t, beta, norm);
     MRCNN_CHECK(n == 0 || dx != NULL, "smooth_l1_backward: NULL gradient");

@@ -22,7 +22,7 @@ static void check_desc(const char *op, const mrcnn_pool2d_desc *d) {
 
 static inline int beats(real v, real best) { return v > best || v != v; }
 
-void mrcnn_maxpool2d_forward(const mrcnn_pool2d_desc *d, const real *x, real *y) {
+void MRCNN_OP(maxpool2d_forward)(const mrcnn_pool2d_desc *d, const real *x, real *y) {
     check_desc("maxpool2d_forward", d);
     MRCNN_CHECK(x && y, "maxpool2d_forward: NULL argument");
     const int P = mrcnn_pool2d_out_h(d), Q = mrcnn_pool2d_out_w(d), C = d->c;
@@ -46,7 +46,7 @@ void mrcnn_maxpool2d_forward(const mrcnn_pool2d_desc *d, const real *x, real *y)
     }
 }
 
-void mrcnn_maxpool2d_backward(const mrcnn_pool2d_desc *d, const real *x, const real *dy, real *dx) {
+void MRCNN_OP(maxpool2d_backward)(const mrcnn_pool2d_desc *d, const real *x, const real *dy, real *dx) {
     check_desc("maxpool2d_backward", d);
     MRCNN_CHECK(x && dy && dx, "maxpool2d_backward: NULL argument");
     const int P = mrcnn_pool2d_out_h(d), Q = mrcnn_pool2d_out_w(d), C = d->c;

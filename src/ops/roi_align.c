@@ -95,7 +95,7 @@ static void roi_align_check(const mrcnn_roi_align_desc *d, int64_t r, const real
                     (long long)i, (double)rois[5 * i], d->n_images);
 }
 
-void mrcnn_roi_align_forward(const mrcnn_roi_align_desc *d, const real *const *feats, int64_t r, const real *rois,
+void MRCNN_OP(roi_align_forward)(const mrcnn_roi_align_desc *d, const real *const *feats, int64_t r, const real *rois,
                              real *y) {
     roi_align_check(d, r, rois, y);
     MRCNN_CHECK(feats, "roi_align_forward: NULL feature list");
@@ -137,7 +137,7 @@ void mrcnn_roi_align_forward(const mrcnn_roi_align_desc *d, const real *const *f
     }
 }
 
-void mrcnn_roi_align_backward(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const real *dy,
+void MRCNN_OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const real *dy,
                               real *const *dfeats) {
     roi_align_check(d, r, rois, dy);
     MRCNN_CHECK(dfeats, "roi_align_backward: NULL gradient list");

@@ -6,7 +6,7 @@ static void check_args(const char *op, int n, int h, int w, int H, int W, int c)
                 "%s: sizes (N, h, w, H, W, C) = (%d, %d, %d, %d, %d, %d) must be positive", op, n, h, w, H, W, c);
 }
 
-void mrcnn_upsample_add_forward(int n, int h, int w, int H, int W, int c, const real *top, const real *lateral, real *y) {
+void MRCNN_OP(upsample_add_forward)(int n, int h, int w, int H, int W, int c, const real *top, const real *lateral, real *y) {
     check_args("upsample_add_forward", n, h, w, H, W, c);
     MRCNN_CHECK(top && lateral && y, "upsample_add_forward: NULL argument");
     const int64_t rows = (int64_t)n * H;
@@ -24,7 +24,7 @@ void mrcnn_upsample_add_forward(int n, int h, int w, int H, int W, int c, const 
     }
 }
 
-void mrcnn_upsample_add_backward(int n, int h, int w, int H, int W, int c, const real *dy, real *dtop, real *dlateral) {
+void MRCNN_OP(upsample_add_backward)(int n, int h, int w, int H, int W, int c, const real *dy, real *dtop, real *dlateral) {
     check_args("upsample_add_backward", n, h, w, H, W, c);
     MRCNN_CHECK(dy != NULL, "upsample_add_backward: NULL output gradient");
     const int64_t total = (int64_t)n * H * W * c;

@@ -280,7 +280,7 @@ def main(argv):
     for c in callers.values():
         for name, ln in c.uses:
             used.setdefault(name, []).append((c.path, ln))
-    # src/ops is compiled twice; the double build's name (ops_f64_names.h) is a use of the op.
+    # src/ops is compiled twice; the double build's name (MRCNN_OP(<op>) as _f64) is a use of the op.
     test_used = {name for t in tests for n, _ in t.uses for name in (n, n[:-4] if n.endswith("_f64") else n)}
     used_known = set()
 

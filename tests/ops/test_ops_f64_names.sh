@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # src/ops compiles twice (src/ops/ops_real.h): the float objects define mrcnn_<op>, the
-# double objects mrcnn_<op>_f64 through the names of src/ops/ops_f64_names.h. Checks, on
+# double objects mrcnn_<op>_f64, each source naming its ops MRCNN_OP(<op>). Checks, on
 # the built objects: every op declared in include/mrcnn/ops_decl.inc and roi_align.h is
-# defined in both; the double objects define only _f64 names (a name missing from
-# ops_f64_names.h would define the float name a second time), each with its float twin.
+# defined in both; the double objects define only _f64 names (a twice-compiled function
+# written with its plain name would define the float name a second time), each with its
+# float twin.
 # Env: BUILD, ROOT (tests/run_tests.sh); BUILD=build/fuzz checks the fuzz build's objects.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
@@ -24,7 +25,7 @@ f64=$(defined "${f64_objs[@]}")
 [ -n "$f32" ] && [ -n "$f64" ] || fail "nm found no symbols in $OBJ"
 
 bad=$(echo "$f64" | grep -v '_f64$')
-[ -z "$bad" ] || fail "the double objects define float names (missing from src/ops/ops_f64_names.h?): $(echo $bad)"
+[ -z "$bad" ] || fail "the double objects define float names (a definition or call without MRCNN_OP(...)?): $(echo $bad)"
 for s in $f64; do
     echo "$f32" | grep -qx "${s%_f64}" || fail "$s has no float twin ${s%_f64}"
 done
