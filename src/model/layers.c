@@ -149,8 +149,8 @@ static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tenso
 static mrcnn_tensor padded_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k) {
     const mrcnn_backend *be = m->be;
     MRCNN_CHECK(be->device == MRCNN_DEVICE_GPU || be->storage == MRCNN_DTYPE_F32,
-                "conv layer: padded output channels (pad_align %d) need an exact copy of the weights, "
-                "which the cpu backend's cast is not in rounded-storage mode (%s)",
+                "conv layer: padded output channels (pad_align %d) need an exact copy of the weights, but "
+                "the cpu backend's cast rounds in its rounded-storage mode (storage %s); use pad_align 1 there",
                 m->pad_align, mrcnn_dtype_name(be->storage));
     int64_t shape[MRCNN_MAX_DIMS];
     memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);

@@ -29,6 +29,20 @@ static mrcnn_roi_align_desc pooler_desc(const mrcnn_pass *st, int F, int out, in
 
 /* ---- stages ------------------------------------------------------------------- */
 
+/* The box and the mask head's poolers (both take the box head's ALIGNED, as torchvision's
+ * MultiScaleRoIAlign does), for the forward and the backward alike. */
+static mrcnn_roi_align_desc box_pooler(const mrcnn_model *m, const mrcnn_pass *st) {
+    const mrcnn_config *c = &m->cfg;
+    return pooler_desc(st, m->fpn.out_channels, c->box_head_pooler_resolution, c->box_head_sampling_ratio,
+                       c->box_head_aligned);
+}
+
+static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_pass *st) {
+    const mrcnn_config *c = &m->cfg;
+    return pooler_desc(st, m->fpn.out_channels, c->mask_head_pooler_resolution, c->mask_head_sampling_ratio,
+                       c->box_head_aligned);
+}
+
 /* Backbone and RPN head on images (N, H, W, 3) fp32 on the device, with the cached
  * anchors of (H, W). Device work only. */
 static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *images, const mrcnn_model_anchors *a,
@@ -105,7 +119,7 @@ void model_run_box_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->box_head_pooler_resolution, R = st->n_rois;
     st->box_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){R, P, P, F});
-    mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->box_head_sampling_ratio, c->box_head_aligned);
+    mrcnn_roi_align_desc d = box_pooler(m, st);
     if (R > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->rois_dev, &st->box_x);
     mrcnn_box_head_forward(m, ws, &st->box_x, &st->box);
 }
@@ -115,7 +129,7 @@ void model_run_mask_head(mrcnn_model *m, mrcnn_ws *ws, mrcnn_pass *st) {
     const mrcnn_config *c = &m->cfg;
     int F = m->fpn.out_channels, P = c->mask_head_pooler_resolution, Rf = st->n_fg;
     st->mask_x = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){Rf, P, P, F});
-    mrcnn_roi_align_desc d = pooler_desc(st, F, P, c->mask_head_sampling_ratio, c->box_head_aligned);
+    mrcnn_roi_align_desc d = mask_pooler(m, st);
     if (Rf > 0) m->be->nn.roi_align_forward(m->be, &d, st->bb.p, &st->fg_rois_dev, &st->mask_x);
     mrcnn_mask_head_forward(m, ws, &st->mask_x, &st->mask);
 }
@@ -137,12 +151,6 @@ typedef struct {
     int k;            // the chunk
     bool ready;       // one chunk: the head's gradients are final after it
 } mask_chunk;
-
-static mrcnn_roi_align_desc mask_pooler(const mrcnn_model *m, const mrcnn_pass *st) {
-    const mrcnn_config *c = &m->cfg;
-    return pooler_desc(st, m->fpn.out_channels, c->mask_head_pooler_resolution, c->mask_head_sampling_ratio,
-                       c->box_head_aligned);
-}
 
 /* The chunk's pooled rows, the head on them, and their label's logits into mask_gd. */
 static void mask_chunk_forward(void *ctx) {
@@ -241,8 +249,6 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
     mrcnn_mask_head_loss(m, ws, backward, trimmed, st);
     if (!backward) return;
 
-    const mrcnn_config *c = &m->cfg;
-    int F = m->fpn.out_channels;
     memset(m->grad_reported, 0, (size_t)mrcnn_params_count(&m->params) * sizeof(bool));
     mrcnn_tensor dp[MRCNN_FPN_LEVELS];
     for (int l2 = 0; l2 < MRCNN_FPN_LEVELS; l2++) dp[l2] = mrcnn_ws_like(ws, &st->bb.p[l2]);
@@ -254,8 +260,7 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
     if (st->n_rois > 0) {
         mrcnn_tensor dx = mrcnn_ws_like(ws, &st->box_x);
         mrcnn_box_head_backward(m, ws, &st->box, &st->dcls, &st->ddeltas, &dx);
-        mrcnn_roi_align_desc d = pooler_desc(st, F, c->box_head_pooler_resolution,
-                                             c->box_head_sampling_ratio, c->box_head_aligned);
+        mrcnn_roi_align_desc d = box_pooler(m, st);
         m->be->nn.roi_align_backward(m->be, &d, &st->rois_dev, &dx, dp);
     }
     mrcnn_rpn_head_backward(m, ws, &st->bb, &st->rpn, st->dlogits_rpn, st->ddeltas_rpn, dp);
