@@ -1,16 +1,21 @@
 /* The argument checks every backend shares (mrcnn_backend_validate, backend.h). Each
- * factory hands its finished backend here; the nn entries are replaced by wrappers that
- * check shapes (the NHWC / KRSC contract of ops.h), dtypes, devices and layout, then
- * call the entry the backend installed (be->unchecked). So a transposed tensor fails
- * the same way, with the same message, on the CPU and on the GPU, where the CUDA
- * kernels alone would only have compared element counts. The checks are compares on
- * the tensor headers: no allocation, no formatting unless one fails. The losses and
- * the detection-side entries are not wrapped here. */
+ * factory hands its finished backend here; the checked entries of the op list are
+ * replaced by wrappers that check shapes (the NHWC / KRSC contract of ops.h), dtypes,
+ * devices and layout, then call the entry the backend installed (be->unchecked). So a
+ * transposed tensor fails the same way, with the same message, on the CPU and on the
+ * GPU, where the CUDA kernels alone would only have compared element counts. A CHECK
+ * entry's wrapper is generated: its `shapes` text is the rule (shape_rule.h), compiled
+ * once, and the wrapper collects the entry's tensor arguments (its trace_fields) for it.
+ * A HANDCHECK entry's v_<name> is written below: its shapes come from a descriptor. The
+ * checks are compares on the tensor headers: no allocation, no formatting unless one
+ * fails. The losses and the detection-side entries are not wrapped here. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
+#include "shape_rule.h"
 
 /* Present, on be's device, contiguous, with data: what every backend needs to run. */
 static void check_tensor(const mrcnn_backend *be, const mrcnn_tensor *t, const char *what) {
@@ -37,10 +42,6 @@ static void check_float(const mrcnn_backend *be, const mrcnn_tensor *t, const ch
     mrcnn_tensor_check_shape(t, what, ndim, shape);
 }
 
-static void check_like(const mrcnn_backend *be, const mrcnn_tensor *t, const char *what, const mrcnn_tensor *ref) {
-    check_float(be, t, what, ref->ndim, ref->shape);
-}
-
 static void check_opt(const mrcnn_backend *be, const mrcnn_tensor *t, const char *what, int ndim,
                       const int64_t *shape) {
     if (t) check_float(be, t, what, ndim, shape);
@@ -49,8 +50,6 @@ static void check_opt(const mrcnn_backend *be, const mrcnn_tensor *t, const char
 static void check_act(mrcnn_activation act, const char *op) {
     MRCNN_CHECK(act == MRCNN_ACT_NONE || act == MRCNN_ACT_RELU, "%s: unknown activation %d", op, (int)act);
 }
-
-static const int64_t any4[4] = {-1, -1, -1, -1};
 
 /* ---- convolutions ---- */
 
@@ -93,66 +92,7 @@ static void v_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
     be->unchecked->nn.conv2d_backward(be, d, x, w, dy, dx, dw, db);
 }
 
-/* x (N, H, W, C), w (K, 2, 2, C) -> y (N, 2H, 2W, K); K from w. */
-static void deconv_shapes(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w, const char *xwhat,
-                          const char *wwhat, int64_t ys[4]) {
-    check_float(be, x, xwhat, 4, any4);
-    const int64_t ws[4] = {-1, 2, 2, x->shape[3]};
-    check_float(be, w, wwhat, 4, ws);
-    ys[0] = x->shape[0], ys[1] = 2 * x->shape[1], ys[2] = 2 * x->shape[2], ys[3] = w->shape[0];
-}
-
-static void v_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    int64_t ys[4];
-    deconv_shapes(be, x, w, "deconv2x2_forward x", "deconv2x2_forward w", ys);
-    check_opt(be, b, "deconv2x2_forward b", 1, &ys[3]);
-    check_float(be, y, "deconv2x2_forward y", 4, ys);
-    check_act(act, "deconv2x2_forward");
-    be->unchecked->nn.deconv2x2_forward(be, x, w, b, act, y);
-}
-
-static void v_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                 const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    int64_t ys[4];
-    deconv_shapes(be, x, w, "deconv2x2_backward x", "deconv2x2_backward w", ys);
-    check_float(be, dy, "deconv2x2_backward dy", 4, ys);
-    if (dx) check_like(be, dx, "deconv2x2_backward dx", x);
-    if (dw) check_like(be, dw, "deconv2x2_backward dw", w);
-    check_opt(be, db, "deconv2x2_backward db", 1, &ys[3]);
-    be->unchecked->nn.deconv2x2_backward(be, x, w, dy, dx, dw, db);
-}
-
-/* ---- elementwise and pooling ---- */
-
-static void v_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    check_any(be, x, "relu_forward x");
-    check_like(be, y, "relu_forward y", x);
-    be->unchecked->nn.relu_forward(be, x, y);
-}
-
-static void v_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
-    check_any(be, y, "relu_backward y");
-    check_like(be, dy, "relu_backward dy", y);
-    check_like(be, dx, "relu_backward dx", y);
-    be->unchecked->nn.relu_backward(be, y, dy, dx);
-}
-
-static void v_add_forward(const mrcnn_backend *be, const mrcnn_tensor *a, const mrcnn_tensor *b, mrcnn_activation act,
-                          mrcnn_tensor *y) {
-    check_any(be, a, "add_forward a");
-    check_like(be, b, "add_forward b", a);
-    check_like(be, y, "add_forward y", a);
-    check_act(act, "add_forward");
-    be->unchecked->nn.add_forward(be, a, b, act, y);
-}
-
-static void v_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *da, mrcnn_tensor *db) {
-    check_any(be, dy, "add_backward dy");
-    if (da) check_like(be, da, "add_backward da", dy);
-    if (db) check_like(be, db, "add_backward db", dy);
-    be->unchecked->nn.add_backward(be, dy, da, db);
-}
+/* ---- pooling ---- */
 
 static void pool_shapes(const mrcnn_pool2d_desc *d, int64_t xs[4], int64_t ys[4]) {
     MRCNN_CHECK(d != NULL, "maxpool2d: NULL descriptor");
@@ -179,66 +119,6 @@ static void v_maxpool2d_backward(const mrcnn_backend *be, const mrcnn_pool2d_des
     check_float(be, dy, "maxpool2d_backward dy", 4, ys);
     check_float(be, dx, "maxpool2d_backward dx", 4, xs);
     be->unchecked->nn.maxpool2d_backward(be, d, x, dy, dx);
-}
-
-/* top (N, h, w, C) upsampled (nearest) to lateral's (N, H, W, C). */
-static void v_upsample_add_forward(const mrcnn_backend *be, const mrcnn_tensor *top, const mrcnn_tensor *lateral,
-                                   mrcnn_tensor *y) {
-    check_float(be, lateral, "upsample_add_forward lateral", 4, any4);
-    const int64_t ts[4] = {lateral->shape[0], -1, -1, lateral->shape[3]};
-    check_float(be, top, "upsample_add_forward top", 4, ts);
-    check_like(be, y, "upsample_add_forward y", lateral);
-    be->unchecked->nn.upsample_add_forward(be, top, lateral, y);
-}
-
-static void v_upsample_add_backward(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *dtop,
-                                    mrcnn_tensor *dlateral) {
-    check_float(be, dy, "upsample_add_backward dy", 4, any4);
-    const int64_t ts[4] = {dy->shape[0], -1, -1, dy->shape[3]};
-    check_opt(be, dtop, "upsample_add_backward dtop", 4, ts);
-    if (dlateral) check_like(be, dlateral, "upsample_add_backward dlateral", dy);
-    be->unchecked->nn.upsample_add_backward(be, dy, dtop, dlateral);
-}
-
-/* ---- fully connected: x (N, ...) flattened per row, w (out, in), y (N, out) ---- */
-
-static void linear_shapes(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w, const char *xwhat,
-                          const char *wwhat, int64_t ys[2]) {
-    check_any(be, x, xwhat);
-    MRCNN_CHECK(x->ndim >= 2 && x->shape[0] > 0, "%s: needs a (N, ...) tensor with N > 0, got %d dims", xwhat, x->ndim);
-    const int64_t ws[2] = {-1, mrcnn_tensor_numel(x) / x->shape[0]};
-    check_float(be, w, wwhat, 2, ws);
-    ys[0] = x->shape[0], ys[1] = w->shape[0];
-}
-
-static void v_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                             const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
-    int64_t ys[2];
-    linear_shapes(be, x, w, "linear_forward x", "linear_forward w", ys);
-    check_opt(be, b, "linear_forward b", 1, &ys[1]);
-    check_float(be, y, "linear_forward y", 2, ys);
-    check_act(act, "linear_forward");
-    be->unchecked->nn.linear_forward(be, x, w, b, act, y);
-}
-
-static void v_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                              const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
-    int64_t ys[2];
-    linear_shapes(be, x, w, "linear_backward x", "linear_backward w", ys);
-    check_float(be, dy, "linear_backward dy", 2, ys);
-    if (dx) check_like(be, dx, "linear_backward dx", x);
-    if (dw) check_like(be, dw, "linear_backward dw", w);
-    check_opt(be, db, "linear_backward db", 1, &ys[1]);
-    be->unchecked->nn.linear_backward(be, x, w, dy, dx, dw, db);
-}
-
-/* ---- bias gradient: dy (..., K), db (K) ---- */
-
-static void v_bias_grad(const mrcnn_backend *be, const mrcnn_tensor *dy, mrcnn_tensor *db) {
-    check_any(be, dy, "bias_grad dy");
-    MRCNN_CHECK(dy->ndim >= 1, "bias_grad dy: needs a (..., K) tensor, got %d dims", dy->ndim);
-    check_float(be, db, "bias_grad db", 1, &dy->shape[dy->ndim - 1]);
-    be->unchecked->nn.bias_grad(be, dy, db);
 }
 
 /* ---- ROIAlign: levels (N, H_l, W_l, C), rois (R, 5) fp32, y (R, out_h, out_w, C) ---- */
@@ -272,19 +152,64 @@ static void v_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_
     be->unchecked->nn.roi_align_backward(be, d, rois, dy, dfeats);
 }
 
-/* ---- cast: same element count, any float dtypes ---- */
+/* ---- the CHECK entries: wrappers generated from the op list ---- */
 
-static void v_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    check_any(be, x, "cast x");
-    check_any(be, y, "cast y");
-    if (mrcnn_tensor_numel(x) != mrcnn_tensor_numel(y)) {
-        char a[128], b[128];
-        MRCNN_CHECK(0, "cast y: shape %s has %lld elements but x %s has %lld", mrcnn_tensor_shape_str(y, a, sizeof a),
-                    (long long)mrcnn_tensor_numel(y), mrcnn_tensor_shape_str(x, b, sizeof b),
-                    (long long)mrcnn_tensor_numel(x));
+/* Each wrapper collects its tensor arguments in trace_fields order (the rule's names)
+ * and checks an mrcnn_activation argument; floats, pointers and sizes are the backend's
+ * business. A level array or a descriptor has no notation: such an entry is HANDCHECK. */
+#define TR_T(x) ts_[n_++] = (x);
+#define TR_I(x)                                                                                                        \
+    if (_Generic((x), mrcnn_activation: 1, default: 0)) check_act((mrcnn_activation)(x), r_->op);
+#define TR_F(x)
+#define TR_P(x)
+#define TR_SZ(x)
+#define TR_LV(x, max) _Static_assert(0, "a CHECK entry cannot take a level array: make it HANDCHECK");
+#define TR_D(kind, d) _Static_assert(0, "a CHECK entry cannot take a descriptor: make it HANDCHECK");
+#define VALIDATE_GEN_NOCHECK(...)
+#define VALIDATE_GEN_HANDCHECK(...)
+#define VALIDATE_GEN_CHECK(ret, table, name, params, args, retkw, ...)                                               \
+    static mrcnn_shape_rule rule_##name;                                                                               \
+    static ret v_##name params {                                                                                       \
+        const mrcnn_shape_rule *r_ = &rule_##name;                                                                     \
+        const mrcnn_tensor *ts_[MRCNN_SHAPE_RULE_MAX_ARGS];                                                            \
+        int n_ = 0;                                                                                                    \
+        __VA_ARGS__(void) n_;                                                                                             \
+        mrcnn_shape_rule_check(r_, be, ts_);                                                                           \
+        retkw be->unchecked->table.name args;                                                                          \
     }
-    be->unchecked->nn.cast(be, x, y);
+#define BE_OP(table, name, params, args, trace, fields, check, ...)                                                    \
+    VALIDATE_GEN_##check(void, table, name, params, args, , fields)
+#define BE_OPR(table, name, ret, params, args, trace, fields, check, ...)                                              \
+    VALIDATE_GEN_##check(ret, table, name, params, args, return, fields)
+#include "mrcnn/backend_ops.def"
+#undef BE_OP
+#undef BE_OPR
+#undef TR_T
+#undef TR_I
+#undef TR_LV
+#undef TR_D
+
+/* The rules, compiled once for every backend: the tensor arguments' names from
+ * trace_fields, the rule from the shapes column. */
+#define TR_T(x) #x,
+#define TR_I(x)
+#define TR_LV(x, max)
+#define TR_D(kind, d)
+#define COMPILE_NOCHECK(...)
+#define COMPILE_HANDCHECK(...)
+#define COMPILE_CHECK(name, shapes, ...)                                                                              \
+    {                                                                                                                  \
+        static const char *const names_[] = {__VA_ARGS__ NULL};                                                         \
+        mrcnn_shape_rule_compile(&rule_##name, #name, shapes, names_, (int)(sizeof names_ / sizeof *names_) - 1);      \
+    }
+#define BE_OP(table, name, params, args, trace, fields, check, f64, shapes) COMPILE_##check(name, shapes, fields)
+#define BE_OPR(table, name, ret, params, args, trace, fields, check, f64, shapes) COMPILE_##check(name, shapes, fields)
+
+static void compile_rules(void) {
+#include "mrcnn/backend_ops.def"
 }
+#undef BE_OP
+#undef BE_OPR
 
 /* ---- installation ---- */
 
@@ -297,11 +222,12 @@ static void v_destroy(mrcnn_backend *be) {
     if (destroy) destroy(be);
 }
 
-/* The CHECK entries of the op list, each in front of the entry the backend installed.
+/* The CHECK and HANDCHECK entries of the op list, each in front of the entry the backend installed.
  * An entry the backend left NULL stays NULL (the generic CPU backend has no ROIAlign);
  * one installed after an earlier call (the full CPU backend adds ROIAlign to the
  * generic one) is wrapped by the next call; one already wrapped stays as it is. */
 #define VALIDATE_NOCHECK(table, name)
+#define VALIDATE_HANDCHECK VALIDATE_CHECK
 #define VALIDATE_CHECK(table, name)                                                                                    \
     if (be->table.name && be->table.name != v_##name) {                                                                \
         raw->table.name = be->table.name;                                                                              \
@@ -312,6 +238,8 @@ static void v_destroy(mrcnn_backend *be) {
 
 void mrcnn_backend_validate(mrcnn_backend *be) {
     MRCNN_CHECK(be != NULL, "mrcnn_backend_validate: NULL backend");
+    static pthread_once_t compiled = PTHREAD_ONCE_INIT;
+    pthread_once(&compiled, compile_rules);
     mrcnn_backend *raw = (mrcnn_backend *)be->unchecked;
     if (raw && be->destroy != v_destroy) return; // wrapped again on top (a trace): leave the layers alone
     if (!raw) {
