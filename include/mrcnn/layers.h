@@ -42,9 +42,6 @@ mrcnn_tensor mrcnn_ws_act_uninit(mrcnn_ws *ws, int ndim, const int64_t *shape);
  * fp32 instead). Loss inputs, targets, ROIs and loss values stay fp32. */
 mrcnn_dtype mrcnn_ws_act_dtype(const mrcnn_ws *ws);
 mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape);
-/* Device -> host as fp32 whatever t's float dtype (fp32, fp16, bf16): the host side of
- * the model (proposals, detections) works in fp32. */
-void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host);
 /* Frees one tensor of this workspace early (backward temporaries), so the peak stays
  * near the forward's saved activations. t->data becomes NULL. */
 void mrcnn_ws_release(mrcnn_ws *ws, mrcnn_tensor *t);

@@ -157,8 +157,6 @@ typedef struct mrcnn_losses {
 /* The five terms as the trainer, the logs and torchvision's dict name them, in this order. */
 #define MRCNN_N_LOSSES 5
 extern const char *const mrcnn_loss_names[MRCNN_N_LOSSES];
-/* out (MRCNN_N_LOSSES) = the terms of l, in mrcnn_loss_names' order. */
-void mrcnn_losses_to_array(const mrcnn_losses *l, double *out);
 
 /* Everything one step computed: kept for the backward and readable by tests. Device
  * tensors live in the ws (the batch's inputs in the model's staging buffer and anchors
@@ -182,7 +180,7 @@ struct mrcnn_pass { // typedef in heads.h
     int pinned_cap;             // P of the staged pinned proposals (m->pinned_proposals), 0: none
     mrcnn_tensor pinned_proposals; // (N, P, 4) fp32 in the staging buffer
     mrcnn_tensor pinned_counts;    // (N) int32 in the staging buffer
-    /* proposals (device; inference and mrcnn_model_read_pass also fill the host copies) */
+    /* proposals (device; the host copies are the tests' view, tests/common/test_model.c) */
     int prop_cap;               // P
     mrcnn_tensor proposals_dev; // (N, P, 4) fp32
     mrcnn_tensor proposal_scores_dev; // (N, P) fp32 (zeros when pinned)
@@ -194,7 +192,7 @@ struct mrcnn_pass { // typedef in heads.h
      * normalizers. Views of its elements below. */
     mrcnn_tensor counts_dev;    // (3) fp32: sampled anchors, ROIs, fg ROIs
     mrcnn_tensor n_sampled_dev, n_rois_dev, n_fg_dev; // (1) fp32 views of counts_dev
-    double rpn_sampled;         // counts_dev[0] after the sum (filled by mrcnn_model_read_pass)
+    double rpn_sampled;         // counts_dev[0] after the sum (host; the tests' view)
     /* ROI heads (training: sampled ROIs, capacity N*S; inference: all proposals) */
     int n_rois;                 // R: rows the box head ran on (the valid rows or the capacity)
     mrcnn_tensor rois_dev;      // (R, 5) (image, x1, y1, x2, y2); padding rows image -1
@@ -202,8 +200,8 @@ struct mrcnn_pass { // typedef in heads.h
     mrcnn_tensor roi_box_labels_dev;  // (R) int32 the label on fg rows, -1 elsewhere (training)
     mrcnn_tensor roi_reg_targets_dev; // (R, 4) fp32 (training)
     mrcnn_tensor roi_reg_weights_dev; // (R, 4) fp32 1 on fg rows (training)
-    float *rois;                // (R, 5) host (inference; training: mrcnn_model_read_pass)
-    int32_t *roi_labels;        // (R) host (mrcnn_model_read_pass)
+    float *rois;                // (R, 5) host copy (the tests' view)
+    int32_t *roi_labels;        // (R) host copy (the tests' view)
     int *roi_image_start;       // (N + 1) first row of each image (host; valid rows only)
     mrcnn_tensor box_x;         // (R, 7, 7, F)
     mrcnn_box_head_out box;
@@ -211,9 +209,9 @@ struct mrcnn_pass { // typedef in heads.h
     mrcnn_tensor fg_rois_dev;   // (Rf, 5); padding rows image -1
     mrcnn_tensor fg_labels_dev; // (Rf) int32, -1 padding
     mrcnn_tensor fg_gt_dev;     // (Rf) int32 matched gt as image * G + j, -1 padding (training)
-    float *fg_rois;             // (Rf, 5) host (inference; training: mrcnn_model_read_pass)
+    float *fg_rois;             // (Rf, 5) host copy (the tests' view)
     int32_t *fg_labels;         // (Rf) host (same)
-    int32_t *fg_gt;             // (Rf) host, matched gt index within its image (mrcnn_model_read_pass)
+    int32_t *fg_gt;             // (Rf) host copy (the tests' view), matched gt index within its image
     mrcnn_tensor mask_x;        // (Rf, 14, 14, F)
     mrcnn_mask_head_out mask;   // inference; training: chunk 0's (all rows when the backend trims)
     /* Training runs the mask head in chunks of rows: chunk k is rows [end[k - 1], end[k])
@@ -269,10 +267,6 @@ void mrcnn_model_proposals(mrcnn_model *m, mrcnn_ws *ws, bool training, mrcnn_pa
 /* The five terms of a training step: one read of st->loss_dev (total = their sum). out
  * may be &st->losses. */
 void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_pass *st, mrcnn_losses *out);
-/* Test and tool view of a training step: fills st->losses, rpn_sampled and the host
- * copies (proposals, rois, roi_labels, roi_image_start, fg_rois, fg_labels, fg_gt) of
- * the valid rows. Several reads: never on the training path. */
-void mrcnn_model_read_pass(const mrcnn_model *m, mrcnn_pass *st);
 
 typedef struct mrcnn_detections {
     int n_images, cap, mask_size;  // N, D, M (28)
@@ -288,10 +282,6 @@ typedef struct mrcnn_detections {
  * detections, masks and count in one buffer) fills det. st's device tensors live in ws. */
 void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st,
                          mrcnn_detections *det);
-/* mrcnn_model_predict, then the host copies of the proposals (st->proposals,
- * proposal_scores, proposal_counts: three more reads), for tools and tests. */
-void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st,
-                        mrcnn_detections *det);
 void mrcnn_detections_free(mrcnn_detections *det);
 void mrcnn_pass_free(mrcnn_pass *st);
 

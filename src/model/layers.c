@@ -1,7 +1,6 @@
 /* Step-scoped activation buffers and the conv-layer forward/backward used by every
  * module of the network. */
 #include "mrcnn/check.h"
-#include "mrcnn/half.h"
 #include "mrcnn/model.h"
 
 #include <stdio.h>
@@ -52,23 +51,6 @@ mrcnn_tensor mrcnn_ws_act(mrcnn_ws *ws, int ndim, const int64_t *shape) {
 
 mrcnn_tensor mrcnn_ws_act_uninit(mrcnn_ws *ws, int ndim, const int64_t *shape) {
     return mrcnn_ws_tensor_uninit(ws, mrcnn_ws_act_dtype(ws), ndim, shape);
-}
-
-/* Host copy for the fp32 host code: 16-bit device tensors are converted here. */
-void mrcnn_read_f32(const mrcnn_backend *be, const mrcnn_tensor *t, float *host) {
-    int64_t n = mrcnn_tensor_numel(t);
-    if (!n) return;
-    if (t->dtype == MRCNN_DTYPE_F32) {
-        be->mem.read(be, t, host);
-        return;
-    }
-    MRCNN_CHECK(t->dtype == MRCNN_DTYPE_F16 || t->dtype == MRCNN_DTYPE_BF16,
-                "read_f32: dtype %s is not fp32, fp16 or bf16", mrcnn_dtype_name(t->dtype));
-    uint16_t *h = MRCNN_MALLOC((size_t)n * sizeof(uint16_t), "16-bit host copy");
-    be->mem.read(be, t, h);
-    for (int64_t i = 0; i < n; i++)
-        host[i] = t->dtype == MRCNN_DTYPE_F16 ? mrcnn_f16_to_f32(h[i]) : mrcnn_bf16_to_f32(h[i]);
-    free(h);
 }
 
 mrcnn_tensor mrcnn_ws_like(mrcnn_ws *ws, const mrcnn_tensor *t) {

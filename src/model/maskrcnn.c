@@ -289,14 +289,6 @@ void mrcnn_model_read_losses(const mrcnn_model *m, const mrcnn_pass *st, mrcnn_l
 const char *const mrcnn_loss_names[MRCNN_N_LOSSES] = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier",
                                                        "loss_box_reg", "loss_mask"};
 
-void mrcnn_losses_to_array(const mrcnn_losses *l, double *out) {
-    out[0] = l->rpn_objectness;
-    out[1] = l->rpn_box_reg;
-    out[2] = l->classifier;
-    out[3] = l->box_reg;
-    out[4] = l->mask;
-}
-
 void mrcnn_pass_free(mrcnn_pass *st) {
     mrcnn_backbone_out_free(&st->bb);
     free(st->proposals);

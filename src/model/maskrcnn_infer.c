@@ -1,8 +1,6 @@
 /* The host side of Mask R-CNN's results: inference (mrcnn_model_predict: the box head on
  * every proposal, the post-processing and the mask head on the detections, all backend
- * ops, then one read of the batch's results; mrcnn_model_detect adds the proposals'
- * host copies) and the tests' view of a training step (mrcnn_model_read_pass). The
- * training path reads nothing here. */
+ * ops, then one read of the batch's results). */
 #include "mrcnn/boxes.h"
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
@@ -10,68 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Host copies of the proposals (inference, tests). */
-static void read_proposals(const mrcnn_model *m, mrcnn_pass *st) {
-    int N = st->n_images, P = st->prop_cap;
-    free(st->proposals);
-    free(st->proposal_scores);
-    free(st->proposal_counts);
-    st->proposals = MRCNN_MALLOC((size_t)N * P * 4 * sizeof(float) + 1, "proposals");
-    st->proposal_scores = MRCNN_MALLOC((size_t)N * P * sizeof(float) + 1, "proposal scores");
-    st->proposal_counts = MRCNN_MALLOC((size_t)N * sizeof(int64_t), "proposal counts");
-    int32_t *cnt = MRCNN_MALLOC((size_t)N * sizeof(int32_t), "proposal counts");
-    if ((int64_t)N * P > 0) {
-        m->be->mem.read(m->be, &st->proposals_dev, st->proposals);
-        m->be->mem.read(m->be, &st->proposal_scores_dev, st->proposal_scores);
-    }
-    m->be->mem.read(m->be, &st->proposal_counts_dev, cnt);
-    for (int i = 0; i < N; i++) st->proposal_counts[i] = cnt[i];
-    free(cnt);
-}
-
-/* Rows of a compacted (rows, 5) ROI tensor up to the first padding row, as host arrays. */
-static int read_valid_rois(const mrcnn_backend *be, const mrcnn_tensor *rois, const mrcnn_tensor *labels,
-                           float **h_rois, int32_t **h_labels) {
-    int64_t rows = rois->shape[0];
-    float *r = MRCNN_MALLOC((size_t)(rows ? rows : 1) * 5 * sizeof(float), "rois");
-    int32_t *l = MRCNN_MALLOC((size_t)(rows ? rows : 1) * sizeof(int32_t), "roi labels");
-    if (rows) {
-        be->mem.read(be, rois, r);
-        be->mem.read(be, labels, l);
-    }
-    int n = 0;
-    while (n < rows && r[n * 5] >= 0) n++;
-    *h_rois = r;
-    *h_labels = l;
-    return n;
-}
-
-void mrcnn_model_read_pass(const mrcnn_model *m, mrcnn_pass *st) {
-    const mrcnn_backend *be = m->be;
-    int N = st->n_images;
-    mrcnn_model_read_losses(m, st, &st->losses);
-    float counts[3];
-    be->mem.read(be, &st->counts_dev, counts);
-    st->rpn_sampled = counts[0];
-    read_proposals(m, st);
-    free(st->rois);
-    free(st->roi_labels);
-    free(st->roi_image_start);
-    free(st->fg_rois);
-    free(st->fg_labels);
-    free(st->fg_gt);
-    int R = read_valid_rois(be, &st->rois_dev, &st->roi_labels_dev, &st->rois, &st->roi_labels);
-    st->roi_image_start = MRCNN_CALLOC((size_t)N + 1, sizeof(int), "roi image starts");
-    for (int i = 0, r = 0; i <= N; i++) {
-        while (r < R && (int)st->rois[r * 5] < i) r++;
-        st->roi_image_start[i] = r;
-    }
-    int Rf = read_valid_rois(be, &st->fg_rois_dev, &st->fg_labels_dev, &st->fg_rois, &st->fg_labels);
-    st->fg_gt = MRCNN_MALLOC((size_t)(st->n_fg ? st->n_fg : 1) * sizeof(int32_t), "fg gt");
-    if (st->n_fg) be->mem.read(be, &st->fg_gt_dev, st->fg_gt);
-    for (int r = 0; r < Rf; r++) st->fg_gt[r] -= (int)st->fg_rois[r * 5] * st->gt.max_gt;
-}
 
 /* ---- inference ------------------------------------------------------------------ */
 
@@ -174,12 +110,6 @@ void mrcnn_model_predict(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrc
     be->mem.read(be, &out.all, h); // the batch's one read
     det_unpack(h, N, D, M, det);
     free(h);
-}
-
-void mrcnn_model_detect(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batch *b, mrcnn_pass *st,
-                        mrcnn_detections *det) {
-    mrcnn_model_predict(m, ws, b, st, det);
-    read_proposals(m, st);
 }
 
 void mrcnn_detections_free(mrcnn_detections *det) {

@@ -52,10 +52,6 @@ KNOWN = {
     ("test-only", "mrcnn_cuda_topk"),  # src/backend/cuda/topk.cu
     ("test-only", "mrcnn_json_set_buffer_size"),  # src/core/json.c: a test hook, a tiny read window to put refills inside tokens
     ("test-only", "mrcnn_loss_scaler_update"),  # src/train/loss_scaler.c: the fp16 policy on the host, step.decide's reference
-    ("test-only", "mrcnn_losses_to_array"),  # src/model/maskrcnn.c
-    ("test-only", "mrcnn_model_read_pass"),  # src/model/maskrcnn_infer.c
-    ("test-only", "mrcnn_model_detect"),  # src/model/maskrcnn_infer.c: inference runs on the device since 513bd06
-    ("test-only", "mrcnn_read_f32"),  # src/model/layers.c: likewise
     ("test-only", "mrcnn_nms"),  # src/ops/detect/nms.c: batched_nms(idxs NULL); a caller is in a file in flux
     ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c: the probabilities pasted, torchvision's parity
     ("test-only", "mrcnn_shard_open"),  # src/data/shard.c: one shard without its index (the fuzz targets')

@@ -14,13 +14,14 @@
  *    so a single curve is never compared with another.
  * Without a GPU (or in a GPU=0 build) it prints "skip [gpu]: ..." and exits 77; on a
  * machine that has a GPU a backend that does not start is a failure (test_gpu_skip).
- * Also: the backend's cast and mrcnn_read_f32 round trip fp32 -> bf16/fp16 -> fp32.
+ * Also: the backend's cast and test_read_f32 round trip fp32 -> bf16/fp16 -> fp32.
  * MRCNN_GPU_MODEL_SELFCHECK=1 puts the CPU backend in the GPU's slot, so that the
  * harness itself (fixtures, pinning, metrics, the training loops, the curve statistics)
  * runs anywhere: then every comparison must be exact, whatever BLAS kernels the machine
  * picks. MRCNN_GPU_MODEL_STEPS shortens the training runs (a multiple of 10; runs
  * under 100 steps are only asked to go down, under 50 not even that) and
  * MRCNN_GPU_MODEL_SEEDS sets the number of seeds (default 3, at least 2). */
+#include "test_model.h"
 #include "test_scene.h"
 #include "test_util.h"
 
@@ -121,7 +122,7 @@ static mrcnn_losses side_train_step(side *s, const synth_batch *sb, mrcnn_pass *
     mrcnn_losses l;
     mrcnn_model_read_losses(&s->m, &st, &l);
     if (keep) {
-        mrcnn_model_read_pass(&s->m, &st); // the host copy of the proposals, to pin them
+        test_model_read_pass(&s->m, &st); // the host copy of the proposals, to pin them
         *keep = st;
     } else {
         mrcnn_pass_free(&st);
@@ -144,7 +145,7 @@ static float *read_grads(side *s) {
 
 static double term(const mrcnn_losses *l, int i) {
     double v[MRCNN_N_LOSSES];
-    mrcnn_losses_to_array(l, v);
+    test_losses_to_array(l, v);
     return v[i];
 }
 
@@ -469,7 +470,7 @@ static void test_training_curve(void **state) {
     assert_int_equal(bad, 0);
 }
 
-/* The backend's cast (fp32 images to the activation dtype) and mrcnn_read_f32 (16-bit
+/* The backend's cast (fp32 images to the activation dtype) and test_read_f32 (16-bit
  * activations back to fp32 for the host code): a round trip equals half.h's rounding. */
 static void test_cast_read(void **state) {
     const char *why = NULL;
@@ -485,7 +486,7 @@ static void test_cast_read(void **state) {
         y.data = be->mem.alloc(be, mrcnn_tensor_nbytes(&y), "cast output");
         be->nn.cast(be, &x, &y);
         float back[8];
-        mrcnn_read_f32(be, &y, back);
+        test_read_f32(be, &y, back);
         for (int i = 0; i < 8; i++) {
             float want = mrcnn_round_to(src[i], dts[k]);
             if (back[i] != want && !(isinf(back[i]) && isinf(want)))

@@ -23,6 +23,7 @@
 #include "mrcnn/model.h"
 
 #include "mrcnn/postprocess.h"
+#include "test_model.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -116,7 +117,7 @@ static void write_relu_mask(hid_t f, const char *name, const mrcnn_backend *be, 
     int64_t n = mrcnn_tensor_numel(t);
     float *h = MRCNN_MALLOC((size_t)(n ? n : 1) * sizeof(float), name);
     uint8_t *mask = MRCNN_MALLOC((size_t)(n ? n : 1), name);
-    if (n) mrcnn_read_f32(be, t, h);
+    if (n) test_read_f32(be, t, h);
     for (int64_t i = 0; i < n; i++) mask[i] = h[i] > 0.0f;
     write_u8(f, name, t->ndim, t->shape, mask);
     free(mask);
@@ -234,9 +235,9 @@ int main(int argc, char **argv) {
     if (train) {
         mrcnn_model_zero_grads(&m);
         mrcnn_model_train_step(&m, &ws, &b, true, &st);
-        mrcnn_model_read_pass(&m, &st); // losses, counts and the proposals for the output file
+        test_model_read_pass(&m, &st); // losses, counts and the proposals for the output file
     } else {
-        mrcnn_model_detect(&m, &ws, &b, &st, &det);
+        test_model_detect(&m, &ws, &b, &st, &det);
     }
     hid_t out = H5Fcreate(argv[4], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     MRCNN_CHECK(out >= 0, "cannot create %s", argv[4]);

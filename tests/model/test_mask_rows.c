@@ -16,6 +16,7 @@
 #include "mrcnn/model.h"
 #include "mrcnn/rng.h"
 #include "mrcnn/step_profile.h"
+#include "test_model.h"
 #include "test_scene.h"
 #include "test_util.h"
 
@@ -91,8 +92,8 @@ static void run_free(run *r) {
 
 static bool losses_equal(const mrcnn_losses *a, const mrcnn_losses *b) {
     double x[5], y[5];
-    mrcnn_losses_to_array(a, x);
-    mrcnn_losses_to_array(b, y);
+    test_losses_to_array(a, x);
+    test_losses_to_array(b, y);
     for (int k = 0; k < 5; k++)
         if (x[k] != y[k]) return false;
     return true;
@@ -139,8 +140,8 @@ static void check_rows(int S, const mrcnn_image_gt *gt, const scene *s) {
      * order differs (GEMM blocking, the loss reductions' partition); test_net_train's
      * padded-heads bounds. */
     double lt[5], lp[5];
-    mrcnn_losses_to_array(&need.losses, lt);
-    mrcnn_losses_to_array(&fixed.losses, lp);
+    test_losses_to_array(&need.losses, lt);
+    test_losses_to_array(&fixed.losses, lp);
     for (int k = 0; k < 5; k++) assert_true(fabs(lt[k] - lp[k]) <= 1e-6 * fabs(lt[k]) + 1e-9);
     double e = test_max_rel_err(fixed.grads, need.grads, n);
     printf("  gradients vs the valid rows alone: max|a-b|/max|b| = %.2e\n", e);

@@ -1,6 +1,7 @@
 /* The whole model on the tiny config, CPU backend: finite differences of the total
  * training loss against the backward in every module, an overfit run, frozen
  * stages, and the schema-v1 checkpoint round trip. */
+#include "test_model.h"
 #include "test_scene.h"
 #include "test_util.h"
 
@@ -56,7 +57,7 @@ static double run_step(fixture *f, bool backward, mrcnn_pass *keep) {
     f->be->mem.write(f->be, &f->b.images, f->s.images);
     mrcnn_pass st;
     mrcnn_model_train_step(&f->m, &f->ws, &f->b, backward, &st);
-    mrcnn_model_read_pass(&f->m, &st); // losses and host copies of the sampled rows
+    test_model_read_pass(&f->m, &st); // losses and host copies of the sampled rows
     double total = st.losses.total;
     if (keep) *keep = st;
     else mrcnn_pass_free(&st);
@@ -341,7 +342,7 @@ static void test_empty(void **state) {
     f->b.images = mrcnn_ws_tensor(&f->ws, MRCNN_DTYPE_F32, 4, (int64_t[]){NI, HH, WW, 3});
     f->be->mem.write(f->be, &f->b.images, f->s.images);
     mrcnn_detections det;
-    mrcnn_model_detect(&f->m, &f->ws, &f->b, &st, &det);
+    test_model_detect(&f->m, &f->ws, &f->b, &st, &det);
     assert_int_equal(det.counts[0] + det.counts[1], 0);
     mrcnn_detections_free(&det);
     mrcnn_pass_free(&st);
@@ -605,8 +606,8 @@ static void test_padded_heads(void **state) {
     mrcnn_pass_free(&st);
     f->be->mem.read(f->be, &all, gp);
     double lt[5], lp[5];
-    mrcnn_losses_to_array(&trimmed, lt);
-    mrcnn_losses_to_array(&padded, lp);
+    test_losses_to_array(&trimmed, lt);
+    test_losses_to_array(&padded, lp);
     for (int k = 0; k < 5; k++) {
         printf("  %s: trimmed %.9g padded %.9g\n", mrcnn_loss_names[k], lt[k], lp[k]);
         assert_true(fabs(lt[k] - lp[k]) <= 1e-6 * fabs(lt[k]) + 1e-9);
@@ -706,7 +707,7 @@ static void test_stage_run(void **state) {
     assert_int_equal(s1.uploads, s0.uploads);
     assert_int_equal(s1.reads, s0.reads);
     assert_int_equal(s1.syncs, s0.syncs);
-    mrcnn_model_read_pass(&f->m, &st);
+    test_model_read_pass(&f->m, &st);
     float *g = read_all_grads(f);
     printf("  stage + run: total %.9g (one call %.9g), gradients %s\n", st.losses.total, ref.total,
            memcmp(g, g_ref, gbytes) ? "differ" : "identical");
@@ -888,7 +889,7 @@ static void test_model_trainable(void **state) {
     float a[MRCNN_N_LOSSES];
     f->be->mem.read(f->be, &acc, a);
     double r[MRCNN_N_LOSSES];
-    mrcnn_losses_to_array(&ref, r);
+    test_losses_to_array(&ref, r);
     for (int k = 0; k < MRCNN_N_LOSSES; k++) assert_true(a[k] == (float)(0.5 * (float)r[k]));
     float *g = read_all_grads(f);
     assert_true(memcmp(g, g_ref, gbytes) == 0);

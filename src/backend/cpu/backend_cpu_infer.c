@@ -20,8 +20,8 @@ static void check_host(const mrcnn_tensor *t, mrcnn_dtype dt, int64_t numel, con
     MRCNN_CHECK(numel == 0 || t->data != NULL, "%s: %s has no data", op, what);
 }
 
-/* x as fp32: its own memory when fp32, else a copy converted as mrcnn_read_f32 converts
- * (so the values are those the host post-processing used to read back). */
+/* x as fp32: its own memory when fp32, else a copy with each 16-bit value widened
+ * exactly (so the values are those the host post-processing used to read back). */
 static const float *as_f32(const mrcnn_tensor *x, int64_t numel, float **own, const char *op, const char *what) {
     *own = NULL;
     MRCNN_CHECK(x != NULL && x->device == MRCNN_DEVICE_CPU, "%s: %s must be a host tensor", op, what);
