@@ -56,10 +56,6 @@ void mrcnn_tensor_check_shape(const mrcnn_tensor *t, const char *what, int ndim,
                               const int64_t *shape);
 void mrcnn_tensor_check_dtype(const mrcnn_tensor *t, const char *what, mrcnn_dtype dtype);
 
-/* Host tensors for tools and tests: malloc'ed, zeroed; free with mrcnn_tensor_free. */
-mrcnn_tensor mrcnn_tensor_alloc(mrcnn_dtype dtype, int ndim, const int64_t *shape);
-void mrcnn_tensor_free(mrcnn_tensor *t);
-
 #ifdef __cplusplus
 }
 #endif

@@ -71,9 +71,6 @@ typedef struct mrcnn_loss_scaler {
 } mrcnn_loss_scaler;
 
 void mrcnn_loss_scaler_init(mrcnn_loss_scaler *s, int enabled, float init_scale, int growth_interval);
-/* After backward: nonfinite = the gradients hold Inf/NaN. Returns 1 when the step
- * is to be applied, 0 when skipped. */
-int mrcnn_loss_scaler_update(mrcnn_loss_scaler *s, int nonfinite);
 
 /* ---- SGD with momentum and weight decay over the flat arenas ----
  * decay multiplier per element (fp32, like the params arena): SOLVER.WEIGHT_DECAY

@@ -660,26 +660,3 @@ void mrcnn_trace_summary_free(mrcnn_trace_summary *s) {
     free(s->listing);
     s->listing = NULL;
 }
-
-int64_t mrcnn_backend_trace_diff(const mrcnn_trace_summary *a, const mrcnn_trace_summary *b, char *msg, size_t len) {
-    if (msg && len) msg[0] = 0;
-    if (!a || !b || !a->listing || !b->listing) return -1;
-    const char *pa = a->listing, *pb = b->listing;
-    for (int64_t i = 0;; i++) {
-        const char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
-        if (!ea && !eb) return -1;
-        if (!ea || !eb) {
-            if (msg)
-                snprintf(msg, len, "call #%lld: %s has no more calls, the other: %.*s", (long long)i, !ea ? "a" : "b",
-                         (int)(!ea ? eb - pb : ea - pa), !ea ? pb : pa);
-            return i;
-        }
-        if (ea - pa != eb - pb || memcmp(pa, pb, (size_t)(ea - pa)) != 0) {
-            if (msg)
-                snprintf(msg, len, "call #%lld: %.*s | %.*s", (long long)i, (int)(ea - pa), pa, (int)(eb - pb), pb);
-            return i;
-        }
-        pa = ea + 1;
-        pb = eb + 1;
-    }
-}

@@ -98,14 +98,3 @@ void mrcnn_tensor_check_dtype(const mrcnn_tensor *t, const char *what, mrcnn_dty
     MRCNN_CHECK(t->dtype == dtype, "%s: dtype %s but expected %s", what, mrcnn_dtype_name(t->dtype),
                 mrcnn_dtype_name(dtype));
 }
-
-mrcnn_tensor mrcnn_tensor_alloc(mrcnn_dtype dtype, int ndim, const int64_t *shape) {
-    mrcnn_tensor t = mrcnn_tensor_view(NULL, dtype, MRCNN_DEVICE_CPU, ndim, shape);
-    t.data = MRCNN_CALLOC(1, mrcnn_tensor_nbytes(&t), "host tensor");
-    return t;
-}
-
-void mrcnn_tensor_free(mrcnn_tensor *t) {
-    free(t->data);
-    t->data = NULL;
-}

@@ -36,7 +36,6 @@ KNOWN = {
     # test-only: an extern function that only tests/ name (the CUDA kernels' host references
     # are checked through the mrcnn_cuda_* entries; the rest are helpers kept for tests).
     ("test-only", "mrcnn_arena_commit"),  # src/core/arena.c: the host commit; params and SGD commit on the backend
-    ("test-only", "mrcnn_backend_trace_diff"),  # src/backend/backend_trace.c: a debugging tool (two steps' call lists compared)
     ("test-only", "mrcnn_backend_trace_dump"),  # src/backend/backend_trace.c: a debugging tool (MRCNN_TRACE_DUMP's, from code)
     ("test-only", "mrcnn_checkpoint_save_model"),  # src/model/checkpoint_io.c: the model file writer, the pair of load_model
     ("test-only", "mrcnn_cuda_anchors_grid"),  # src/backend/cuda/model_gathers.cu
@@ -51,12 +50,8 @@ KNOWN = {
     ("test-only", "mrcnn_cuda_sample_balanced"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_topk"),  # src/backend/cuda/topk.cu
     ("test-only", "mrcnn_json_set_buffer_size"),  # src/core/json.c: a test hook, a tiny read window to put refills inside tokens
-    ("test-only", "mrcnn_loss_scaler_update"),  # src/train/loss_scaler.c: the fp16 policy on the host, step.decide's reference
-    ("test-only", "mrcnn_nms"),  # src/ops/detect/nms.c: batched_nms(idxs NULL); a caller is in a file in flux
     ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c: the probabilities pasted, torchvision's parity
     ("test-only", "mrcnn_shard_open"),  # src/data/shard.c: one shard without its index (the fuzz targets')
-    ("test-only", "mrcnn_tensor_alloc"),  # src/core/tensor.c: host tensors without a backend; callers in files in flux
-    ("test-only", "mrcnn_tensor_free"),  # src/core/tensor.c: likewise
     # long
 }
 

@@ -180,7 +180,7 @@ static void nms_case(int64_t n, int classes, float thresh) {
     int32_t *cls = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) cls[i] = (int32_t)(i * 7 % (classes ? classes : 1));
     int64_t *ref = malloc((size_t)n * 8), *got = malloc((size_t)n * 8), cnt = -5;
-    int64_t nref = classes ? mrcnn_batched_nms(boxes, scores, cls, n, thresh, ref) : mrcnn_nms(boxes, scores, n, thresh, ref);
+    int64_t nref = classes ? mrcnn_batched_nms(boxes, scores, cls, n, thresh, ref) : mrcnn_batched_nms(boxes, scores, NULL, n, thresh, ref);
     void *db = up(boxes, (size_t)n * 16), *ds = up(scores, (size_t)n * 4), *dc = up(cls, (size_t)n * 4);
     void *dk = up(NULL, (size_t)n * 8), *dn = up(NULL, 8);
     mrcnn_cuda_nms(G, db, ds, classes ? dc : NULL, n, thresh, dk, dn);

@@ -133,7 +133,7 @@ static void cmd_nms(void) {
     int64_t n = (int64_t)(nb / 16);
     int32_t *idx = iarg("batched") ? load("idxs", NULL) : NULL;
     int64_t *keep = track(MRCNN_MALLOC((size_t)(n + 1) * 8, "keep"));
-    int64_t k = idx ? mrcnn_batched_nms(b, s, idx, n, farg("thresh"), keep) : mrcnn_nms(b, s, n, farg("thresh"), keep);
+    int64_t k = idx ? mrcnn_batched_nms(b, s, idx, n, farg("thresh"), keep) : mrcnn_batched_nms(b, s, NULL, n, farg("thresh"), keep);
     save("keep", keep, (size_t)k * 8);
 }
 

@@ -14,6 +14,7 @@
 #include "mrcnn/postprocess.h"
 #include "mrcnn/proposals.h"
 #include "mrcnn/roi_targets.h"
+#include "test_support.h"
 #include "test_util.h"
 
 static void test_sampler(void **state) {
@@ -82,7 +83,7 @@ static void test_nms_ties_and_classes(void **state) {
     float boxes[5 * 4] = {0, 0, 10, 10, 0, 0, 10, 10, 0, 0, 10, 10, 50, 50, 60, 60, 0, 0, 10, 10};
     float scores[5] = {0.5f, 0.5f, 0.5f, 0.9f, 0.7f};
     int64_t keep[5];
-    int64_t k = mrcnn_nms(boxes, scores, 5, 0.5f, keep);
+    int64_t k = mrcnn_batched_nms(boxes, scores, NULL, 5, 0.5f, keep);
     assert_int_equal(k, 2);
     assert_int_equal(keep[0], 3);
     assert_int_equal(keep[1], 4);
@@ -95,8 +96,8 @@ static void test_nms_ties_and_classes(void **state) {
     /* IoU exactly at the threshold is kept (suppression needs IoU > thresh). */
     float b2[8] = {0, 0, 10, 10, 0, 0, 10, 5};
     float s2[2] = {1, 0.5f};
-    assert_int_equal(mrcnn_nms(b2, s2, 2, 0.5f, keep), 2);
-    assert_int_equal(mrcnn_nms(b2, s2, 2, 0.49f, keep), 1);
+    assert_int_equal(mrcnn_batched_nms(b2, s2, NULL, 2, 0.5f, keep), 2);
+    assert_int_equal(mrcnn_batched_nms(b2, s2, NULL, 2, 0.49f, keep), 1);
 }
 
 static void test_rpn_sample_weights(void **state) {
@@ -273,8 +274,8 @@ static void test_backend_roi_align(void **state) {
     float *gp[4];
     for (int l = 0; l < 4; l++) {
         int64_t sh[4] = {N, lh[l], lw[l], C};
-        f[l] = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
-        g[l] = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
+        f[l] = test_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
+        g[l] = test_tensor_alloc(MRCNN_DTYPE_F32, 4, sh);
         test_fill_uniform(f[l].data, mrcnn_tensor_numel(&f[l]), -1, 1, 40 + l);
         fp[l] = f[l].data;
         gp[l] = calloc((size_t)mrcnn_tensor_numel(&f[l]), sizeof(float));
@@ -283,7 +284,7 @@ static void test_backend_roi_align(void **state) {
     float rois[R * 5] = {0, 2, 3, 30, 40, 1, 0, 0, 70, 60, 0, 0, 0, 150, 140, -1, 0, 0, 9, 9, 1, 1, 1, 250, 250, 0, 0, 0, 500, 480};
     int64_t rs[2] = {R, 5}, ys[4] = {R, P, P, C};
     mrcnn_tensor rt = mrcnn_tensor_view(rois, MRCNN_DTYPE_F32, MRCNN_DEVICE_CPU, 2, rs);
-    mrcnn_tensor y = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, ys), dy = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, 4, ys);
+    mrcnn_tensor y = test_tensor_alloc(MRCNN_DTYPE_F32, 4, ys), dy = test_tensor_alloc(MRCNN_DTYPE_F32, 4, ys);
     float *yref = malloc(sizeof(float) * R * P * P * C);
     test_fill_uniform(dy.data, mrcnn_tensor_numel(&dy), -1, 1, 77);
     mrcnn_backend *be = mrcnn_backend_cpu_create();
@@ -314,9 +315,9 @@ static void test_backend_roi_align(void **state) {
     d2.channels = 4;
     EXPECT_FAIL(be->nn.roi_align_forward(be, &d2, f, &rt, &y), "roi_align features: shape (2, 16, 20, 8)");
     mrcnn_backend_destroy(be);
-    for (int l = 0; l < 4; l++) mrcnn_tensor_free(&f[l]), mrcnn_tensor_free(&g[l]), free(gp[l]);
-    mrcnn_tensor_free(&y);
-    mrcnn_tensor_free(&dy);
+    for (int l = 0; l < 4; l++) test_tensor_free(&f[l]), test_tensor_free(&g[l]), free(gp[l]);
+    test_tensor_free(&y);
+    test_tensor_free(&dy);
     free(yref);
 }
 

@@ -3,6 +3,7 @@
  * stages, and the schema-v1 checkpoint round trip. */
 #include "test_model.h"
 #include "test_scene.h"
+#include "test_support.h"
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
@@ -764,7 +765,7 @@ static void test_stage_run(void **state) {
         mrcnn_backend_trace_end(f->be, &tr[k]);
     }
     char msg[2048] = "";
-    const int64_t at = mrcnn_backend_trace_diff(&tr[0], &tr[1], msg, sizeof msg);
+    const int64_t at = test_trace_diff(&tr[0], &tr[1], msg, sizeof msg);
     printf("  run traced: %llu calls, hash %016llx / %016llx, %llu uploads, %llu reads, %llu syncs, %llu live%s%s\n",
            (unsigned long long)tr[0].calls, (unsigned long long)tr[0].hash, (unsigned long long)tr[1].hash,
            (unsigned long long)tr[1].uploads, (unsigned long long)tr[1].reads, (unsigned long long)tr[1].syncs,

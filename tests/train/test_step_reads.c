@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "test_scene.h"
+#include "test_support.h"
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
@@ -809,7 +810,7 @@ static void test_decide_matches_host(void **state) {
                              .inv_world = 1.0f, .inv_accum = 1.0f};
         float used = host.scale;
         be->step.decide(be, &d, &ctl);
-        int applied = mrcnn_loss_scaler_update(&host, flags[i]);
+        int applied = test_loss_scaler_update(&host, flags[i]);
         if (flags[i]) {
             if (used > 1.0f) adapted++;
             else counted++;

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "test_scene.h"
+#include "test_support.h"
 #include "test_util.h"
 
 #include "mrcnn/backend.h"
@@ -200,7 +201,7 @@ static void expect_same_region(const runner *r, int a, int b) {
     const mrcnn_trace_summary *sa = &r->regions[a], *sb = &r->regions[b];
     if (sa->hash == sb->hash && sa->calls == sb->calls) return;
     static char msg[40000];
-    int64_t at = mrcnn_backend_trace_diff(sa, sb, msg, sizeof msg);
+    int64_t at = test_trace_diff(sa, sb, msg, sizeof msg);
     fail_msg("steps %d and %d have the same shape key %016llx but their regions differ (%llu vs %llu calls); "
              "first difference at %lld, step %d | step %d:\n%s\n(MRCNN_TRACE_DUMP=<prefix> writes each region's "
              "calls to <prefix>.<k>.txt, k = 2 x step + 2; the stage's are the odd k)",

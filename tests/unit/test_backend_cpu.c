@@ -10,16 +10,17 @@
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/half.h"
 #include "mrcnn/layers.h"
+#include "test_support.h"
 #include "test_util.h"
 
 static mrcnn_tensor trand(int ndim, const int64_t *shape, float lo, float hi, uint64_t seed) {
-    mrcnn_tensor t = mrcnn_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape);
+    mrcnn_tensor t = test_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape);
     test_fill_uniform(t.data, mrcnn_tensor_numel(&t), lo, hi, seed);
     return t;
 }
-static mrcnn_tensor tzero(int ndim, const int64_t *shape) { return mrcnn_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape); }
+static mrcnn_tensor tzero(int ndim, const int64_t *shape) { return test_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape); }
 static mrcnn_tensor tcopy(const mrcnn_tensor *t) {
-    mrcnn_tensor c = mrcnn_tensor_alloc(t->dtype, t->ndim, t->shape);
+    mrcnn_tensor c = test_tensor_alloc(t->dtype, t->ndim, t->shape);
     memcpy(c.data, t->data, mrcnn_tensor_nbytes(t));
     return c;
 }
@@ -112,7 +113,7 @@ static void test_conv_wiring_and_errors(void **state) {
     mrcnn_tensor wbad = tzero(4, bad_ws);
     EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &wbad, NULL, MRCNN_ACT_NONE, &y), "conv2d_forward w: shape (4, 3, 3, 2)");
     EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &dy, &ybad, NULL, NULL), "conv2d_backward dx: shape");
-    mrcnn_tensor xh = mrcnn_tensor_alloc(MRCNN_DTYPE_F16, 4, xs);
+    mrcnn_tensor xh = test_tensor_alloc(MRCNN_DTYPE_F16, 4, xs);
     EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &xh, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: dtype fp16 but expected fp32");
     mrcnn_tensor xg = x;
     xg.device = MRCNN_DEVICE_GPU;
@@ -124,7 +125,7 @@ static void test_conv_wiring_and_errors(void **state) {
 
     free(ref), free(db0);
     mrcnn_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &dx2, &dw2, &db2, &db3, &ybad, &wbad, &xh};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
 
@@ -207,7 +208,7 @@ static void test_other_ops_wiring(void **state) {
     free(ref);
     mrcnn_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &dx2, &dw2, &db2, &r, &g, &gr, &gr2, &da, &da2, &p, &pdy,
                            &pdx, &pdx2, &u, &dt, &dt2, &dl, &dl2, &lw, &lb, &ly, &ldy, &ldx, &ldw, &ldb, &ldx2, &ldw2, &ldb2, &lwbad};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
 
@@ -229,7 +230,7 @@ static void test_losses(void **state) {
     assert_true(((float *)loss.data)[0] == mrcnn_smooth_l1_forward(45, x.data, t.data, NULL, 1.0f / 9, 3.0f));
     expect_equal("smooth_l1 dx", dx.data, dx2.data, 45);
 
-    mrcnn_tensor lab = mrcnn_tensor_alloc(MRCNN_DTYPE_I32, 1, ls);
+    mrcnn_tensor lab = test_tensor_alloc(MRCNN_DTYPE_I32, 1, ls);
     int32_t lv[9] = {0, 4, -1, 2, 3, -1, 1, 4, 0};
     memcpy(lab.data, lv, sizeof lv);
     be->loss.softmax_ce(be, &x, &lab, NORM(7.0f), &loss, &dx);
@@ -260,7 +261,7 @@ static void test_losses(void **state) {
     EXPECT_FAIL(be->loss.bce_logits(be, &x, &t, NULL, &(mrcnn_loss_norm){.count = &t, .scale = 1.0f}, &loss, NULL),
                 "the normalizer count must hold 1 element, has 45");
     mrcnn_tensor *all[] = {&x, &t, &wt, &loss, &dx, &dx2, &lab, &t6, &cnt, &gs};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
 
@@ -301,7 +302,7 @@ static void test_rounded_storage(void **state) {
         assert_true(((float *)loss.data)[0] == mrcnn_bce_logits_forward(mrcnn_tensor_numel(&y32), y32.data, dy.data, NULL, 3.0f));
         assert_true(is_rounded(ldx.data, mrcnn_tensor_numel(&ldx), dts[k]));
         mrcnn_tensor *all[] = {&x, &w, &b, &y, &y32, &dy, &dx, &dw, &db, &dx32, &dw32, &db32, &loss, &ldx};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
         mrcnn_backend_destroy(be);
         mrcnn_backend_destroy(ref);
     }
@@ -345,7 +346,7 @@ static void test_add_relu_fused(void **state) {
         }
         EXPECT_FAIL(be->nn.add_forward(be, &a, &b, (mrcnn_activation)7, &y), "add_forward: unknown activation 7");
         mrcnn_tensor *all[] = {&a, &b, &ref, &y, &yin};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
         mrcnn_backend_destroy(be);
     }
 }
@@ -423,7 +424,7 @@ static void test_sgd_and_nonfinite(void **state) {
     ((float *)gb.data)[199999] = INFINITY;
     assert_int_equal(be->opt.nonfinite(be, &gb), 1);
     mrcnn_tensor *all[] = {&p, &g, &v, &mask, &gbad, &gb};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
 

@@ -20,6 +20,7 @@
 #include "mrcnn/backend_trace.h"
 #include "mrcnn/model.h" // mrcnn_backend_cpu_create
 #include "mrcnn/step_ctl.h"
+#include "test_support.h"
 #include "test_util.h"
 
 enum { V_BASE, V_SCALAR, V_SHAPE, V_POINTER, V_DESC, V_EXTRA_CALL, V_COUNT };
@@ -97,12 +98,12 @@ static void test_same_calls_same_hash(void **state) {
     assert_int_equal(a.hash, b.hash);
     assert_int_equal(a.calls, b.calls);
     char msg[1024];
-    assert_int_equal(mrcnn_backend_trace_diff(&a, &b, msg, sizeof msg), -1);
+    assert_int_equal(test_trace_diff(&a, &b, msg, sizeof msg), -1);
     /* Each change alone shows, and the listing names the call where it does. */
     const int64_t first_diff[V_COUNT] = {-1, 6, 4, 3, 3, 6};
     for (int v = V_SCALAR; v < V_COUNT; v++) {
         mrcnn_trace_summary c = traced(be, &p, v);
-        int64_t at = mrcnn_backend_trace_diff(&a, &c, msg, sizeof msg);
+        int64_t at = test_trace_diff(&a, &c, msg, sizeof msg);
         printf("%-10s hash %016llx, first diff %s\n", v_names[v], (unsigned long long)c.hash, msg);
         if (c.hash == a.hash) fail_msg("changing the %s left the hash equal", v_names[v]);
         assert_int_equal(at, first_diff[v]);
@@ -110,7 +111,7 @@ static void test_same_calls_same_hash(void **state) {
     }
     /* The scalar is in the line as a value that round-trips (one ulp apart). */
     mrcnn_trace_summary c = traced(be, &p, V_SCALAR);
-    mrcnn_backend_trace_diff(&a, &c, msg, sizeof msg);
+    test_trace_diff(&a, &c, msg, sizeof msg);
     assert_non_null(strstr(msg, "step.axpy mult=0.5 "));
     assert_non_null(strstr(msg, "step.axpy mult=0.50000006"));
     mrcnn_trace_summary_free(&c);

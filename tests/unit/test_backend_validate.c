@@ -9,9 +9,10 @@
 
 #include "mrcnn/backend.h"
 #include "mrcnn/backend_open.h"
+#include "test_support.h"
 #include "test_util.h"
 
-static mrcnn_tensor tz(int ndim, const int64_t *shape) { return mrcnn_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape); }
+static mrcnn_tensor tz(int ndim, const int64_t *shape) { return test_tensor_alloc(MRCNN_DTYPE_F32, ndim, shape); }
 
 static mrcnn_backend *open_cpu(void) {
     const mrcnn_backend_open_opts o = {.device = MRCNN_DEVICE_CPU, .gpu = -1};
@@ -79,7 +80,7 @@ static void test_cpu_transposed(void **state) {
     EXPECT_FAIL(be->nn.cast(be, &x, &y), "cast y: shape (2, 4, 3, 4) has 96 elements but x (2, 7, 5, 3) has 210");
 
     mrcnn_tensor *all[] = {&x, &xnchw, &w, &y, &ynchw, &x2, &wk, &y2, &lx, &lw, &ly, &a, &b, &s, &f, &ry, &rois_t, &bg};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be);
 }
 
@@ -171,7 +172,7 @@ static void test_unchecking_backend(void **state) {
     assert_int_equal(g_calls, 5);
 
     mrcnn_tensor *all[] = {&x, &xnchw, &w, &y, &lx, &lw, &lwt, &ly, &ul, &ut, &utt, &uy, &vx, &vw, &vwt, &vy};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrcnn_tensor_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) test_tensor_free(all[i]);
     mrcnn_backend_destroy(be); // frees the copy of the entries too (ASan in SANITIZE builds)
 }
 

@@ -29,8 +29,8 @@
  * Listing: MRCNN_TRACE_DUMP=1 (read at install) prints every recorded line to stderr
  * as "trace[<window>] #<call> <line>"; MRCNN_TRACE_DUMP=<prefix> writes window k's
  * lines to <prefix>.<k>.txt, so two steps that differ are one `diff` apart. A window can
- * also keep its listing in memory (mrcnn_backend_trace_keep_listing) for
- * mrcnn_backend_trace_diff. */
+ * also keep its listing in memory (mrcnn_backend_trace_keep_listing), for a profile or
+ * for a test to compare two. */
 #ifndef MRCNN_BACKEND_TRACE_H
 #define MRCNN_BACKEND_TRACE_H
 
@@ -75,10 +75,6 @@ void mrcnn_backend_trace_keep_listing(mrcnn_backend *be, int on);
  * MRCNN_TRACE_DUMP=1 with f = stderr. */
 void mrcnn_backend_trace_dump(mrcnn_backend *be, FILE *f);
 void mrcnn_trace_summary_free(mrcnn_trace_summary *s);
-/* The first call where two kept listings differ: its index (from 0), with both lines
- * in msg ("call #i: <a's line> | <b's line>", or that one window has fewer calls);
- * -1 when they are equal or a listing was not kept. */
-int64_t mrcnn_backend_trace_diff(const mrcnn_trace_summary *a, const mrcnn_trace_summary *b, char *msg, size_t len);
 
 #ifdef __cplusplus
 }

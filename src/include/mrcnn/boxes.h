@@ -38,10 +38,9 @@ int mrcnn_box_is_large(const float *box, float min_size);
 
 /* NMS as torchvision's CPU kernel: order by score descending (stable: on equal scores
  * the lower index first), keep a box unless it has IoU > thresh with an already kept
- * one. keep (capacity n) gets the kept indices in that order; returns their count. */
-int64_t mrcnn_nms(const float *boxes, const float *scores, int64_t n, float thresh, int64_t *keep);
-/* batched_nms: boxes only suppress boxes with the same idxs[i] (class or level); the
- * result is sorted by score descending (stable), as torchvision returns it. */
+ * one. keep (capacity n) gets the kept indices in that order; returns their count.
+ * batched_nms: boxes only suppress boxes with the same idxs[i] (class or level); idxs
+ * NULL: one class (torchvision's nms). */
 int64_t mrcnn_batched_nms(const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
                           float thresh, int64_t *keep);
 

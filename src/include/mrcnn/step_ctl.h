@@ -7,8 +7,8 @@
  *
  * The decision (mrcnn_step_decide) is one scalar function shared by the CPU backend
  * and the CUDA kernel (one thread), so both decide alike; it mirrors the host
- * policies it replaces: the loss scaler of src/train/loss_scaler.c (torch's
- * GradScaler), clipping by the global L2 norm (SOLVER.CLIP_GRADIENTS) and the
+ * policies it replaces: the fp16 loss scaler (torch's GradScaler; the tests' host
+ * reference is tests/common/test_support.c), clipping by the global L2 norm (SOLVER.CLIP_GRADIENTS) and the
  * counting of skipped steps toward SOLVER.MAX_NONFINITE.
  *
  * Counts and the step index are fp32: exact below 2^24 (16.7M steps), far beyond any
@@ -78,7 +78,7 @@ typedef struct mrcnn_step_desc {
 /* One step's decision on c (the control vector), after the step's terms and flag were
  * summed over the ranks, SUMSQ was computed (when clipping) and the host wrote
  * STEP_INDEX. The policies are those
- * the host applied before (trainer_step.c, loss_scaler.c), in the same float/double
+ * the host applied before (trainer_step.c, the loss scaler), in the same float/double
  * arithmetic, so fp16 runs keep their scale trajectory. */
 MRCNN_STEP_HD static inline void mrcnn_step_decide(const mrcnn_step_desc *d, float *c) {
     const int n = d->n_losses;
@@ -89,7 +89,7 @@ MRCNN_STEP_HD static inline void mrcnn_step_decide(const mrcnn_step_desc *d, flo
         double norm = sqrt((double)c[MRCNN_CTL_SUMSQ]) * fabs((double)grad_scale);
         if (norm > d->clip_value) grad_scale *= (float)(d->clip_value / (norm + 1e-6));
     }
-    /* the loss scaler (loss_scaler.c) */
+    /* the loss scaler (train.h: mrcnn_loss_scaler) */
     if (d->scaler_enabled) {
         if (nonfinite) {
             float s = c[MRCNN_CTL_SCALE] * 0.5f;

@@ -85,7 +85,3 @@ int64_t mrcnn_batched_nms(const float *boxes, const float *scores, const int32_t
     free(kept);
     return k;
 }
-
-int64_t mrcnn_nms(const float *boxes, const float *scores, int64_t n, float thresh, int64_t *keep) {
-    return mrcnn_batched_nms(boxes, scores, NULL, n, thresh, keep);
-}
