@@ -264,7 +264,7 @@ int mrcnn_backend_cuda_device_count(void);
 mrcnn_device mrcnn_backend_device_parse(const char *name);
 /* Puts shape, dtype and device checks in front of the nn entries (convolutions,
  * deconvolution, linear, bias_grad, elementwise, pooling, upsample_add, ROIAlign, cast:
- * the CHECK lines of backend_ops.def), the same
+ * the CHECK and HANDCHECK lines of backend_ops.def), the same
  * for every backend (src/backend/backend_validate.c): NHWC activations, KRSC filters,
  * tensors contiguous on be's device, float dtypes. A failure names the op, the
  * argument and both shapes. Each backend factory calls it last; no allocation per call. */

@@ -167,13 +167,13 @@ static void v_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_
 #define TR_D(kind, d) _Static_assert(0, "a CHECK entry cannot take a descriptor: make it HANDCHECK");
 #define VALIDATE_GEN_NOCHECK(...)
 #define VALIDATE_GEN_HANDCHECK(...)
-#define VALIDATE_GEN_CHECK(ret, table, name, params, args, retkw, ...)                                               \
+#define VALIDATE_GEN_CHECK(ret, table, name, params, args, retkw, ...)                                                 \
     static mrcnn_shape_rule rule_##name;                                                                               \
     static ret v_##name params {                                                                                       \
         const mrcnn_shape_rule *r_ = &rule_##name;                                                                     \
         const mrcnn_tensor *ts_[MRCNN_SHAPE_RULE_MAX_ARGS];                                                            \
         int n_ = 0;                                                                                                    \
-        __VA_ARGS__(void) n_;                                                                                             \
+        __VA_ARGS__(void) n_;                                                                                          \
         mrcnn_shape_rule_check(r_, be, ts_);                                                                           \
         retkw be->unchecked->table.name args;                                                                          \
     }
@@ -197,9 +197,9 @@ static void v_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_
 #define TR_D(kind, d)
 #define COMPILE_NOCHECK(...)
 #define COMPILE_HANDCHECK(...)
-#define COMPILE_CHECK(name, shapes, ...)                                                                              \
+#define COMPILE_CHECK(name, shapes, ...)                                                                               \
     {                                                                                                                  \
-        static const char *const names_[] = {__VA_ARGS__ NULL};                                                         \
+        static const char *const names_[] = {__VA_ARGS__ NULL};                                                        \
         mrcnn_shape_rule_compile(&rule_##name, #name, shapes, names_, (int)(sizeof names_ / sizeof *names_) - 1);      \
     }
 #define BE_OP(table, name, params, args, trace, fields, check, f64, shapes) COMPILE_##check(name, shapes, fields)

@@ -18,7 +18,7 @@ typedef struct {
 } parser;
 
 #define PARSE_FAIL(ps, ...)                                                                                            \
-    mrcnn_failf("check", "shape rule", __FILE__, __LINE__, "shape rule of %s \"%s\", column %d: %s", (ps)->r->op,     \
+    mrcnn_failf("check", "shape rule", __FILE__, __LINE__, "shape rule of %s \"%s\", column %d: %s", (ps)->r->op,      \
                 (ps)->r->text, (int)((ps)->p - (ps)->r->text) + 1, parse_what(__VA_ARGS__))
 
 static char parse_msg[256];
@@ -191,7 +191,8 @@ void mrcnn_shape_rule_compile(mrcnn_shape_rule *r, const char *op, const char *t
     memset(r, 0, sizeof *r);
     r->op = op, r->text = text;
     parser ps = {r, text};
-    if (n_names > MRCNN_SHAPE_RULE_MAX_ARGS) PARSE_FAIL(&ps, "more than %d tensor arguments", MRCNN_SHAPE_RULE_MAX_ARGS);
+    if (n_names > MRCNN_SHAPE_RULE_MAX_ARGS)
+        PARSE_FAIL(&ps, "more than %d tensor arguments", MRCNN_SHAPE_RULE_MAX_ARGS);
     for (int i = 0; i < n_names; i++) r->names[i] = names[i];
     r->n_args = n_names;
     for (skip_marks(&ps); *ps.p; skip_marks(&ps)) parse_clause(&ps);
@@ -246,8 +247,9 @@ static void explain(const mrcnn_shape_rule *r, const mrcnn_shape_clause *c, cons
         if (!d && s < 0) break;
         const char *what = d ? "dim" : "the dims from";
         if (s < 0) {
-            if (v != d->lit) snprintf(why, n, "dim %d is %lld, the rule's %lld", off + i, (long long)v, (long long)d->lit);
-            if (v != d->lit) return;
+            if (v == d->lit) continue;
+            snprintf(why, n, "dim %d is %lld, the rule's %lld", off + i, (long long)v, (long long)d->lit);
+            return;
         } else if (bound >> s & 1) {
             if (v == coef * val[s]) continue;
             const char *by = from[s] >= 0 ? r->names[r->c[from[s]].arg] : "this argument";
@@ -281,8 +283,8 @@ MRCNN_NORETURN static void fail_dims(const mrcnn_shape_rule *r, const mrcnn_shap
         /* (*n) against an earlier (*n): the element counts differ */
         const mrcnn_tensor *o = ts[r->c[from[s]].arg];
         MRCNN_CHECK(0, "%s %s: shape %s has %lld elements but %s %s has %lld", r->op, name, got,
-                    (long long)mrcnn_tensor_numel(t), r->names[r->c[from[s]].arg], mrcnn_tensor_shape_str(o, exp, sizeof exp),
-                    (long long)val[s]);
+                    (long long)mrcnn_tensor_numel(t), r->names[r->c[from[s]].arg],
+                    mrcnn_tensor_shape_str(o, exp, sizeof exp), (long long)val[s]);
     }
     explain(r, c, t, ts, val, bound, from, why, sizeof why);
     MRCNN_CHECK(0, "%s %s: shape %s but expected %s: %s (rule %.*s)", r->op, name, got,
@@ -314,23 +316,31 @@ MRCNN_NORETURN static void fail_tensor(const mrcnn_shape_rule *r, const mrcnn_sh
                 mrcnn_dtype_name((mrcnn_dtype)c->dtype));
 }
 
-static int dtype_ok(const mrcnn_shape_clause *c, mrcnn_dtype d) {
+/* mrcnn_tensor_is_contiguous, inlined: this runs on every argument of every call. */
+static inline int contiguous(const mrcnn_tensor *t) {
+    int64_t stride = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != stride) return 0;
+        stride *= t->shape[i];
+    }
+    return 1;
+}
+
+static inline int dtype_ok(const mrcnn_shape_clause *c, mrcnn_dtype d) {
     if (c->dtype >= 0) return d == (mrcnn_dtype)c->dtype;
     return d == MRCNN_DTYPE_F32 || d == MRCNN_DTYPE_F16 || d == MRCNN_DTYPE_BF16;
 }
 
 /* 1 when extent v matches dim (sym s, coefficient coef), binding s at its first use. */
-static inline int match_extent(int s, int64_t coef, int64_t v, int64_t *val, uint32_t *bound, int8_t *from,
-                               int clause) {
+static inline int match_extent(int s, int64_t coef, int64_t v, int64_t *val, uint32_t *bound) {
     if (s < 0) return v == coef;
     if (*bound >> s & 1) return v == coef * val[s];
     if (coef != 1 && v % coef) return 0;
-    val[s] = v / coef, *bound |= 1u << s, from[s] = (int8_t)clause;
+    val[s] = v / coef, *bound |= 1u << s;
     return 1;
 }
 
-static int match_dims(const mrcnn_shape_clause *c, const mrcnn_tensor *t, int64_t *val, uint32_t *bound,
-                      int8_t *from, int clause) {
+static inline int match_dims(const mrcnn_shape_clause *c, const mrcnn_tensor *t, int64_t *val, uint32_t *bound) {
     int nd = c->n_dims, off = 0;
     if (c->lead) {
         if (t->ndim < nd) return 0;
@@ -339,29 +349,43 @@ static int match_dims(const mrcnn_shape_clause *c, const mrcnn_tensor *t, int64_
         return 0;
     }
     for (int i = 0; i < nd; i++)
-        if (!match_extent(c->dims[i].sym, c->dims[i].lit, t->shape[off + i], val, bound, from, clause)) return 0;
-    return c->star < 0 || match_extent(c->star, 1, prod_from(t, nd), val, bound, from, clause);
+        if (!match_extent(c->dims[i].sym, c->dims[i].lit, t->shape[off + i], val, bound)) return 0;
+    return c->star < 0 || match_extent(c->star, 1, prod_from(t, nd), val, bound);
+}
+
+/* Clause i's shape disagrees: the clauses before it are matched again, noting which
+ * argument bound each symbol (the fast path does not), for the message. */
+MRCNN_NORETURN static void fail_at(const mrcnn_shape_rule *r, int i, const mrcnn_tensor *const *ts) {
+    int64_t val[MRCNN_SHAPE_RULE_MAX_SYMS] = {0};
+    int8_t from[MRCNN_SHAPE_RULE_MAX_SYMS];
+    uint32_t bound = 0;
+    for (int j = 0; j < i; j++) {
+        const mrcnn_shape_clause *c = &r->c[j];
+        uint32_t before = bound;
+        if (c->kind == SR_DIMS && ts[c->arg]) match_dims(c, ts[c->arg], val, &bound);
+        for (int s = 0; s < r->n_syms; s++)
+            if ((bound & ~before) >> s & 1) from[s] = (int8_t)j;
+    }
+    fail_dims(r, &r->c[i], ts[r->c[i].arg], ts, val, bound, from);
 }
 
 void mrcnn_shape_rule_check(const mrcnn_shape_rule *r, const mrcnn_backend *be, const mrcnn_tensor *const *ts) {
     int64_t val[MRCNN_SHAPE_RULE_MAX_SYMS];
-    int8_t from[MRCNN_SHAPE_RULE_MAX_SYMS];
     uint32_t bound = 0;
     for (int i = 0; i < r->n_clauses; i++) {
         const mrcnn_shape_clause *c = &r->c[i];
         const mrcnn_tensor *t = ts[c->arg];
         if (!t && c->optional) continue;
-        if (!t || t->device != be->device || !mrcnn_tensor_is_contiguous(t) ||
-            (t->data == NULL && mrcnn_tensor_numel(t) != 0) || !dtype_ok(c, t->dtype))
+        if (!t || t->device != be->device || !contiguous(t) || (t->data == NULL && mrcnn_tensor_numel(t) != 0) ||
+            !dtype_ok(c, t->dtype))
             fail_tensor(r, c, be, t);
         if (c->kind == SR_LIKE) {
             const mrcnn_tensor *ref = ts[c->like];
             int ok = t->ndim == ref->ndim;
             for (int k = 0; ok && k < t->ndim; k++) ok = t->shape[k] == ref->shape[k];
             if (!ok) fail_like(r, c, t, ref);
-        } else if (c->kind == SR_DIMS) {
-            uint32_t before = bound;
-            if (!match_dims(c, t, val, &bound, from, i)) fail_dims(r, c, t, ts, val, before, from);
+        } else if (c->kind == SR_DIMS && !match_dims(c, t, val, &bound)) {
+            fail_at(r, i, ts);
         }
     }
 }

@@ -131,8 +131,10 @@ static void test_messages(void **state) {
     EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, NULL, NULL, &lb5), "linear_backward db: shape (5)");
 
     /* bias gradient and cast */
-    EXPECT_FAIL(be->nn.bias_grad(be, &lx, &lb), "bias_grad db: shape (6) but expected (5): K is 5 from dy, but dim 0 is 6");
-    EXPECT_FAIL(be->nn.bias_grad(be, &lx, &lx), "bias_grad db: shape (3, 2, 2, 5) but expected (5): 4 dims, the rule's 1");
+    EXPECT_FAIL(be->nn.bias_grad(be, &lx, &lb),
+                "bias_grad db: shape (6) but expected (5): K is 5 from dy, but dim 0 is 6");
+    EXPECT_FAIL(be->nn.bias_grad(be, &lx, &lx),
+                "bias_grad db: shape (3, 2, 2, 5) but expected (5): 4 dims, the rule's 1");
     EXPECT_FAIL(be->nn.cast(be, &lx, &ly), "cast y: shape (3, 6) has 18 elements but x (3, 2, 2, 5) has 60");
     mrcnn_tensor li = lx;
     li.dtype = MRCNN_DTYPE_I32;
@@ -270,7 +272,9 @@ static const mrcnn_tensor *P(const shp *t, int i) {
 }
 #define A(i) ((mrcnn_tensor *)P(t, i))
 static const mrcnn_activation none = MRCNN_ACT_NONE;
-static void c_deconv_fwd(mrcnn_backend *be, const shp *t) { be->nn.deconv2x2_forward(be, A(0), A(1), A(2), none, A(3)); }
+static void c_deconv_fwd(mrcnn_backend *be, const shp *t) {
+    be->nn.deconv2x2_forward(be, A(0), A(1), A(2), none, A(3));
+}
 static void c_deconv_bwd(mrcnn_backend *be, const shp *t) {
     be->nn.deconv2x2_backward(be, A(0), A(1), A(2), A(3), A(4), A(5));
 }
@@ -397,11 +401,30 @@ static void test_same_as_hand_rules(void **state) {
     mrcnn_backend_destroy(be);
 }
 
+/* Every CHECK and HANDCHECK line is wrapped on the full CPU backend: none lost. */
+static void test_all_wrapped(void **state) {
+    mrcnn_backend *be = open_cpu();
+    int n = 0;
+#define WRAPPED_NOCHECK(table, name)
+#define WRAPPED_CHECK(table, name)                                                                                     \
+    if (!be->table.name || be->table.name == be->unchecked->table.name) fail_msg(#table "." #name " is not wrapped");  \
+    n++;
+#define WRAPPED_HANDCHECK WRAPPED_CHECK
+#define BE_OP(table, name, params, args, trace, fields, check, ...) WRAPPED_##check(table, name)
+#define BE_OPR(table, name, ret, params, args, trace, fields, check, ...) WRAPPED_##check(table, name)
+#include "mrcnn/backend_ops.def"
+#undef BE_OP
+#undef BE_OPR
+    assert_int_equal(n, 18); // the 18 checked entries of before the rules: 12 by rule, 6 by hand
+    mrcnn_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_same_as_hand_rules),
+        cmocka_unit_test(test_all_wrapped),
     };
     return cmocka_run_group_tests_name("shape_rule", tests, NULL, NULL);
 }
