@@ -81,8 +81,13 @@ static void entry_init(cu_state *s, cu_conv_algo *e, const conv_key *k) {
     e->cur_math = e->base_math;
     int on, oc, oh, ow;
     MRCNN_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(e->conv_desc, e->x_desc, e->w_desc, &on, &oc, &oh, &ow));
-    MRCNN_CHECK(on == k->n && oc == k->k, "conv2d: cuDNN output dims (%d, %d) disagree with (N, K) = (%d, %d)", on, oc,
-                k->n, k->k);
+    /* y and dy were checked in front (backend_validate.c) against mrcnn_conv2d_out_h/w's
+     * formula; the kernels write and read cuDNN's dims, so the two must agree. */
+    const int p = (k->h + 2 * k->ph - k->dh * (k->r - 1) - 1) / k->sh + 1;
+    const int q = (k->w + 2 * k->pw - k->dw * (k->s - 1) - 1) / k->sw + 1;
+    MRCNN_CHECK(on == k->n && oc == k->k && oh == p && ow == q,
+                "conv2d: cuDNN output dims (%d, %d, %d, %d) disagree with (N, P, Q, K) = (%d, %d, %d, %d)", on, oh, ow,
+                oc, k->n, p, q, k->k);
     e->p = oh;
     e->q = ow;
     MRCNN_CHECK_CUDNN(cudnnSetTensor4dDescriptor(e->y_desc, CUDNN_TENSOR_NHWC, dt, k->n, k->k, oh, ow));
@@ -288,14 +293,8 @@ static void choose_bwd_filter(cu_state *s, cu_conv_algo *e) {
                                                 &e->bwd_filter_math, &e->bwd_filter_ws, &e->have_bwd_filter);
 }
 
-static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype, const char *op) {
-    MRCNN_CHECK(d != NULL, "%s: NULL descriptor", op);
-    MRCNN_CHECK(d->n > 0 && d->h > 0 && d->w > 0 && d->c > 0 && d->k > 0 && d->r > 0 && d->s > 0,
-                "%s: sizes (N, H, W, C, K, R, S) = (%d, %d, %d, %d, %d, %d, %d) must be positive", op, d->n, d->h, d->w,
-                d->c, d->k, d->r, d->s);
-    MRCNN_CHECK(d->stride_h > 0 && d->stride_w > 0 && d->dil_h > 0 && d->dil_w > 0 && d->pad_h >= 0 && d->pad_w >= 0,
-                "%s: stride (%d, %d), dilation (%d, %d), padding (%d, %d) invalid", op, d->stride_h, d->stride_w,
-                d->dil_h, d->dil_w, d->pad_h, d->pad_w);
+/* The descriptor was checked in front (backend_validate.c: mrcnn_conv2d_desc_check). */
+static cu_conv_algo *conv_entry(cu_state *s, const mrcnn_conv2d_desc *d, int dtype) {
     conv_key k;
     memset(&k, 0, sizeof k);
     k.n = d->n; k.h = d->h; k.w = d->w; k.c = d->c; k.k = d->k; k.r = d->r; k.s = d->s;
@@ -410,31 +409,16 @@ static void choose_fused(cu_state *s, cu_conv_algo *e, const void *x, const void
                 e->fused ? "fused" : "plain");
 }
 
-static void check_conv_tensors(const mrcnn_conv2d_desc *d, const cu_conv_algo *e, const mrcnn_tensor *x,
-                               const mrcnn_tensor *w, const mrcnn_tensor *y, const char *op) {
-    cu_check_float(x, op);
-    cu_check_float(w, op);
-    cu_check_numel(x, (int64_t)d->n * d->h * d->w * d->c, "conv2d x (N, H, W, C)");
-    cu_check_numel(w, (int64_t)d->k * d->r * d->s * d->c, "conv2d w (K, R, S, C)");
-    if (y) {
-        cu_check_float(y, op);
-        cu_check_numel(y, (int64_t)d->n * e->p * e->q * d->k, "conv2d y (N, P, Q, K)");
-        MRCNN_CHECK(y->dtype == x->dtype, "%s: y dtype %d differs from x dtype %d", op, (int)y->dtype, (int)x->dtype);
-    }
-}
-
+/* Shapes, float dtypes and devices are checked in front (backend_validate.c); cuDNN
+ * wants x, y (and dx, dy) in one dtype, w and b are cast to it. */
 static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
                               const mrcnn_tensor *w, const mrcnn_tensor *b, mrcnn_activation act, mrcnn_tensor *y) {
     cu_state *s = cu_st(be);
-    cu_check_float(x, "conv2d_forward x");
-    cu_conv_algo *e = conv_entry(s, d, x->dtype, "conv2d_forward");
-    check_conv_tensors(d, e, x, w, y, "conv2d_forward");
+    MRCNN_CHECK(y->dtype == x->dtype, "conv2d_forward: y dtype %d differs from x dtype %d", (int)y->dtype,
+                (int)x->dtype);
+    cu_conv_algo *e = conv_entry(s, d, x->dtype);
     const mrcnn_dtype dt = x->dtype;
     const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
-    if (b) {
-        cu_check_float(b, "conv2d_forward b");
-        cu_check_numel(b, d->k, "conv2d_forward b (K)");
-    }
     if (!e->have_fwd) choose_fwd(s, e);
     const int relu = act == MRCNN_ACT_RELU;
     const mrcnn_dtype bt = b ? b->dtype : MRCNN_DTYPE_F32;
@@ -459,15 +443,9 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
                                const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
                                mrcnn_tensor *db) {
     cu_state *s = cu_st(be);
-    cu_check_float(dy, "conv2d_backward dy");
     const mrcnn_dtype dt = dy->dtype;
-    cu_conv_algo *e = conv_entry(s, d, dt, "conv2d_backward");
-    cu_check_numel(dy, (int64_t)d->n * e->p * e->q * d->k, "conv2d_backward dy (N, P, Q, K)");
+    cu_conv_algo *e = conv_entry(s, d, dt);
     if (dx) {
-        cu_check_float(w, "conv2d_backward w");
-        cu_check_numel(w, (int64_t)d->k * d->r * d->s * d->c, "conv2d_backward w (K, R, S, C)");
-        cu_check_float(dx, "conv2d_backward dx");
-        cu_check_numel(dx, (int64_t)d->n * d->h * d->w * d->c, "conv2d_backward dx (N, H, W, C)");
         MRCNN_CHECK(dx->dtype == dt, "conv2d_backward: dx dtype %d differs from dy dtype %d", (int)dx->dtype, (int)dt);
         const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
         if (!e->have_bwd_data) choose_bwd_data(s, e);
@@ -479,12 +457,8 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
         MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBackwardData");
     }
     if (dw) {
-        cu_check_float(x, "conv2d_backward x");
-        cu_check_numel(x, (int64_t)d->n * d->h * d->w * d->c, "conv2d_backward x (N, H, W, C)");
         MRCNN_CHECK(x->dtype == dt, "conv2d_backward: x dtype %d differs from dy dtype %d", (int)x->dtype, (int)dt);
-        cu_check_float(dw, "conv2d_backward dw");
         const int64_t nw = (int64_t)d->k * d->r * d->s * d->c;
-        cu_check_numel(dw, nw, "conv2d_backward dw (K, R, S, C)");
         if (!e->have_bwd_filter) choose_bwd_filter(s, e);
         /* cuDNN writes dw in the data dtype; an fp32 master gradient gets it added. */
         const int direct = dw->dtype == dt;
@@ -498,8 +472,6 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
         if (!direct) cu_accumulate(s, target, dt, dw->data, dw->dtype, nw);
     }
     if (db) {
-        cu_check_float(db, "conv2d_backward db");
-        cu_check_numel(db, d->k, "conv2d_backward db (K)");
         cu_bias_grad(s, dy->data, dt, (int64_t)d->n * e->p * e->q, d->k, db->data, db->dtype);
     }
 }

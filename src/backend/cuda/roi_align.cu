@@ -203,16 +203,10 @@ __global__ void k_roi_align_bwd_half(ra_args a, int gt, int even, const float *r
     }
 }
 
-static ra_args ra_args_make(const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois, const char *op, int64_t *r) {
-    MRCNN_CHECK(d != NULL, "%s: NULL descriptor", op);
-    MRCNN_CHECK(d->n_levels > 0 && d->n_levels <= MRCNN_ROI_MAX_LEVELS, "%s: %d levels, must be in [1, %d]", op,
-                d->n_levels, MRCNN_ROI_MAX_LEVELS);
-    MRCNN_CHECK(d->n_images > 0 && d->channels > 0 && d->out_h > 0 && d->out_w > 0,
-                "%s: images %d, channels %d, output %dx%d must be positive", op, d->n_images, d->channels, d->out_h,
-                d->out_w);
-    cu_check_gpu(rois, op);
-    MRCNN_CHECK(rois->dtype == MRCNN_DTYPE_F32 && rois->ndim == 2 && rois->shape[1] == 5,
-                "%s: rois must be (R, 5) fp32", op);
+/* The descriptor, rois (R, 5) fp32, the levels and the output were checked in front
+ * (backend_validate.c: mrcnn_roi_align_desc_check and the shapes it gives). The kernels
+ * take one dtype for all feature levels and one for the half-precision gradient levels. */
+static ra_args ra_args_make(const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois, int64_t *r) {
     *r = rois->shape[0];
     ra_args a;
     memset(&a, 0, sizeof a);
@@ -227,9 +221,6 @@ static ra_args ra_args_make(const mrcnn_roi_align_desc *d, const mrcnn_tensor *r
     a.sampling_ratio = d->sampling_ratio;
     a.aligned = d->aligned;
     for (int l = 0; l < d->n_levels; l++) {
-        MRCNN_CHECK(d->level_h[l] > 0 && d->level_w[l] > 0 && d->spatial_scale[l] > 0,
-                    "%s: level %d is %dx%d with scale %g", op, l, d->level_h[l], d->level_w[l],
-                    (double)d->spatial_scale[l]);
         a.h[l] = d->level_h[l];
         a.w[l] = d->level_w[l];
         a.scale[l] = d->spatial_scale[l];
@@ -240,18 +231,13 @@ static ra_args ra_args_make(const mrcnn_roi_align_desc *d, const mrcnn_tensor *r
 static void cu_roi_align_forward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *feats,
                                  const mrcnn_tensor *rois, mrcnn_tensor *y) {
     int64_t r;
-    ra_args a = ra_args_make(d, rois, "roi_align_forward", &r);
-    MRCNN_CHECK(feats != NULL, "roi_align_forward: NULL feature list");
+    ra_args a = ra_args_make(d, rois, &r);
     const mrcnn_dtype ft = feats[0].dtype;
     for (int l = 0; l < d->n_levels; l++) {
-        cu_check_float(&feats[l], "roi_align_forward feature level");
         MRCNN_CHECK(feats[l].dtype == ft, "roi_align_forward: level %d dtype differs from level 0", l);
-        cu_check_numel(&feats[l], (int64_t)d->n_images * a.h[l] * a.w[l] * a.c, "roi_align_forward level (N, H, W, C)");
         a.f[l] = feats[l].data;
     }
-    cu_check_float(y, "roi_align_forward y");
     const int64_t total = r * a.out_h * a.out_w * a.c;
-    cu_check_numel(y, total, "roi_align_forward y (R, out_h, out_w, C)");
     if (total == 0) return;
     k_roi_align_fwd<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
         a, ft, (const float *)rois->data, r, y->data, y->dtype);
@@ -262,11 +248,8 @@ static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
                                   const mrcnn_tensor *dy, mrcnn_tensor *dfeats) {
     cu_state *s = cu_st(be);
     int64_t r;
-    ra_args a = ra_args_make(d, rois, "roi_align_backward", &r);
-    MRCNN_CHECK(dfeats != NULL, "roi_align_backward: NULL gradient list");
-    cu_check_float(dy, "roi_align_backward dy");
+    ra_args a = ra_args_make(d, rois, &r);
     const int64_t total = r * a.out_h * a.out_w * a.c;
-    cu_check_numel(dy, total, "roi_align_backward dy (R, out_h, out_w, C)");
     /* Half-precision levels: fp32 scratch (one rounding) while the budget lasts,
      * smallest levels first; the rest storage-dtype atomics (file comment). */
     const char *env = getenv("MRCNN_ROI_BWD_SCRATCH_MB");
@@ -276,9 +259,6 @@ static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
     for (int l = d->n_levels - 1; l >= 0; l--) {
         off[l] = -1;
         if (!dfeats[l].data) continue;
-        cu_check_float(&dfeats[l], "roi_align_backward gradient level");
-        cu_check_numel(&dfeats[l], (int64_t)d->n_images * a.h[l] * a.w[l] * a.c,
-                       "roi_align_backward gradient level (N, H, W, C)");
         if (dfeats[l].dtype == MRCNN_DTYPE_F32) {
             a.g[l] = (float *)dfeats[l].data;
         } else if ((scratch_elems + cu_numel(&dfeats[l])) * (int64_t)sizeof(float) <= budget) {
