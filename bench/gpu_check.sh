@@ -23,7 +23,8 @@
 #   6. `mrcnn bench train` at the first precision again with cudnnFind (MRCNN_CUDNN_FIND=1)
 #      and the 1-GPU step timeline (timeline_1gpu_<dtype>.json), then at the other
 #      precisions of TRAIN_DTYPES (fp32), and the scaling model from the timeline;
-#   7. tests/cuda/test_cuda_detect.
+#   7. tests/cuda/test_cuda_detect with MRCNN_DET_KERNELS=sort (the default) and =legacy,
+#      then tests/cuda/test_cuda_det_kernels (the two settings byte for byte), one step.
 # GPU_CHECK_STAGE=3 (budget 480 s): the GPU model test at GPU_MODEL_STEPS_2 (200) steps;
 #   test_cuda_ops when stage 1 ran the op table instead; a `mrcnn train` smoke run
 #   (configs/tiny.yaml, MODEL.DEVICE=cuda, SMOKE_STEPS (20) steps, a synthetic set made on
@@ -410,10 +411,33 @@ if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
             scaling_line="$(grep -E '^ +(8|64) ' "$TMPD/scaling.txt" | awk '{ printf "%s GPUs %s eff, ", $1, $7 }' | sed 's/, $//') ($(basename "$tl"))"
         fi
     fi
-    # ---- 7. the detection ops
+    # ---- 7. the detection ops, with each MRCNN_DET_KERNELS setting against the host (the
+    # batch sort, the default, and the legacy block-per-segment kernels), then the two
+    # against each other byte for byte: three runs in one step (one limit, one kill grace)
     if [ -x "$BUILD/tests/cuda/test_cuda_detect" ]; then
-        step "test_cuda_detect" $L_DETECT env MRCNN_CUDA_SYNC_CHECK=1 "$BUILD/tests/cuda/test_cuda_detect"
-        result "test_cuda_detect" "$(verdict $?)"
+        det_runs='for k in sort legacy; do MRCNN_DET_KERNELS=$k "$0/tests/cuda/test_cuda_detect"; echo "== det run $k rc=$?"; done
+            if [ -x "$0/tests/cuda/test_cuda_det_kernels" ]; then "$0/tests/cuda/test_cuda_det_kernels"; echo "== det run same rc=$?"; fi'
+        step "test_cuda_detect (sort, legacy, same)" $L_DETECT env MRCNN_CUDA_SYNC_CHECK=1 bash -c "$det_runs" "$BUILD"
+        rc=$?
+        det_out=$TMPD/det_runs.txt
+        cp "$STEP_OUT" "$det_out"
+        for k in sort legacy same; do
+            r=$(grep -m1 "^== det run $k rc=" "$det_out" | sed 's/.*rc=//')
+            name="test_cuda_detect ($k)"
+            [ "$k" = same ] && name="test_cuda_det_kernels"
+            if [ -z "$r" ]; then
+                if [ "$k" = same ] && [ "$rc" = 0 ] && [ ! -x "$BUILD/tests/cuda/test_cuda_det_kernels" ]; then
+                    result "$name" "FAIL (not in this build)"
+                else
+                    result "$name" "FAIL (not reached: $(verdict $rc))"
+                fi
+                continue
+            fi
+            # the run's own output, for verdict's skip/failure lines
+            awk -v k="$k" '/^== det run / { if ($4 == k) { printf "%s", buf; exit } buf = ""; next } { buf = buf $0 "\n" }' \
+                "$det_out" > "$STEP_OUT"
+            result "$name" "$(verdict "$r")"
+        done
     else
         result "test_cuda_detect" "FAIL (not in this build)"
     fi
@@ -461,7 +485,7 @@ if [ "$STAGE" = 3 ] || [ "$STAGE" = all ]; then
     # any CUDA test program this script does not know by name, within one allowance
     others_end=$(($(date +%s) + L_OTHERS))
     for t in "$BUILD"/tests/cuda/test_*; do
-        case $(basename "$t") in test_cuda_ops | test_cuda_detect | test_gpu_model) continue ;; esac
+        case $(basename "$t") in test_cuda_ops | test_cuda_detect | test_cuda_det_kernels | test_gpu_model) continue ;; esac
         [ -x "$t" ] || continue
         lim=$((others_end - $(date +%s)))
         [ "$lim" -gt "$L_OTHER" ] && lim=$L_OTHER

@@ -325,11 +325,13 @@ static void cu_det_proposals(const mrcnn_backend *be, const mrcnn_proposals_desc
         int32_t *nv = (int32_t *)take(&c, (size_t)N * 4);
         int32_t *keep = (int32_t *)take(&c, (size_t)N * C * 4);
         int32_t *kept = (int32_t *)take(&c, (size_t)N * 4);
-        void *work = take(&c, cu_nms_work_bytes(N, C));
+        /* one region for the top-k's sort, then the NMS: stream order runs them apart */
+        const size_t topk_bytes = cap > 0 ? cu_proposals_work_bytes(N, &lv) : 0, nms_bytes = cu_nms_work_bytes(N, C);
+        void *work = take(&c, topk_bytes > nms_bytes ? topk_bytes : nms_bytes);
         if (!pass) continue;
         if (cap > 0) {
             cu_proposals_topk_decode(be, N, &lv, (const float *)anchors->data, (const int32_t *)image_hw->data,
-                                     d->min_size, d->score_thresh, C, cb, cs, cl, nv);
+                                     d->min_size, d->score_thresh, C, work, cb, cs, cl, nv);
             /* NMS per level (batched by level), all images in one launch of each kernel,
              * stopping at post_nms_top_n kept boxes. */
             cu_nms_batched(be, N, C, cb, cs, cl, nv, d->nms_thresh, P, work, keep, kept);

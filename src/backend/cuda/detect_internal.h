@@ -104,9 +104,30 @@ typedef struct cu_det_levels {
     int slot0[CU_DET_MAX_LEVELS];       // first candidate slot of level l in an image's rows
     int k[CU_DET_MAX_LEVELS];           // min(count_l, pre_nms_top_n)
 } cu_det_levels;
+/* work: cu_proposals_work_bytes(n_images, lv) bytes of device scratch (256-aligned); free
+ * again when the call returns (in stream order), so the caller may reuse it for the NMS. */
+size_t cu_proposals_work_bytes(int n_images, const cu_det_levels *lv);
 void cu_proposals_topk_decode(const mrcnn_backend *be, int n_images, const cu_det_levels *lv, const float *anchors,
-                              const int32_t *image_hw, float min_size, float score_thresh, int cap, float *cand_boxes,
-                              float *cand_scores, int32_t *cand_levels, int32_t *n_valid);
+                              const int32_t *image_hw, float min_size, float score_thresh, int cap, void *work,
+                              float *cand_boxes, float *cand_scores, int32_t *cand_levels, int32_t *n_valid);
+
+/* Which kernels sort the detection ops' candidates (topk.cu): by default one stable
+ * radix sort over the whole batch (cub::DeviceRadixSort on det_sort_keys.h's keys);
+ * MRCNN_DET_KERNELS=legacy: the former block per (image, level) or per image (radix
+ * select and bitonic sorts in shared memory), kept so that a GPU check can compare the
+ * two. Same results either way. Read at each call, so a test can switch it; any other
+ * value than "legacy" or "sort" fails. */
+int cu_det_kernels_legacy(void);
+
+/* The batch sort (topk.cu): n (key, value) pairs sorted stably by the key's low end_bit
+ * bits (det_sort_end_bit(n_segments)), n < 2^31. work holds cu_det_sort_bytes(n,
+ * n_segments) bytes (256-aligned); the caller writes its keys and values where
+ * cu_det_sort_inputs points, then cu_det_sort returns the sorted values (inside work).
+ * The CUB temporary storage is part of work (its size queried once per shape), so
+ * nothing is allocated while a step runs or is captured. */
+size_t cu_det_sort_bytes(int64_t n, int64_t n_segments);
+void cu_det_sort_inputs(void *work, int64_t n, uint64_t **keys, int32_t **values);
+const int32_t *cu_det_sort(const mrcnn_backend *be, void *work, int64_t n, int64_t n_segments);
 
 /* COCO RLE (rle.h: runs over the column-major order, zeros first) to row-major uint8
  * masks (n_masks, h, w) of one size, 1 inside: mask i's runs are cnts[offsets[i] ..

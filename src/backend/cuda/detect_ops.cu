@@ -7,7 +7,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "det_sort_keys.h"
 #include "mrcnn/box_math.h"
 #include "detect_internal.h"
 
@@ -157,9 +159,21 @@ static __device__ __forceinline__ int nms_valid_of(const int32_t *n_valid, int i
     return v < 0 ? 0 : (v > cap ? cap : v);
 }
 
-/* One block per image: a bitonic sort of (score descending, index ascending), which is
- * the host's stable descending order, padded to a power of two with entries that sort
- * last. order gets row numbers within the image. */
+/* The sort's keys: row i of image img is key (img, score), value i (det_sort_keys.h).
+ * After cu_det_sort, image img's rows in the host's stable descending order are at
+ * [img * cap, (img + 1) * cap) of the sorted values, the layout of order. */
+__global__ void k_nms_keys(const float *scores, int cap, int64_t total, uint64_t *keys, int32_t *vals) {
+    CU_GRID_STRIDE(p, total) {
+        const int img = (int)(p / cap);
+        keys[p] = det_sort_key((uint32_t)img, scores[p]);
+        vals[p] = (int32_t)(p - (int64_t)img * cap);
+    }
+}
+
+/* Legacy (MRCNN_DET_KERNELS=legacy): one block per image, a bitonic sort of (score
+ * descending, index ascending), which is the host's stable descending order, padded to
+ * a power of two with entries that sort last. order gets row numbers within the image.
+ * The same order as the batch sort's but where a score is NaN (undefined on the host). */
 __global__ void k_nms_sort(const float *scores, int cap, int padded, int *order) {
     extern __shared__ float nms_smem[]; // key[padded], then idx[padded]
     float *key = nms_smem;
@@ -292,9 +306,11 @@ __global__ void k_nms_reduce(const int *order, int cap, const int32_t *n_valid, 
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+/* order (legacy), the suppression masks, then the batch sort's work. */
 extern "C" size_t cu_nms_work_bytes(int n_images, int cap) {
     const size_t blocks = (size_t)(cap + 63) / 64;
-    return align256((size_t)n_images * cap * sizeof(int)) + align256((size_t)n_images * cap * blocks * 8);
+    return align256((size_t)n_images * cap * sizeof(int)) + align256((size_t)n_images * cap * blocks * 8) +
+           cu_det_sort_bytes((int64_t)n_images * cap, n_images > 0 ? n_images : 1);
 }
 
 extern "C" void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, const float *boxes, const float *scores,
@@ -311,13 +327,26 @@ extern "C" void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, c
     int padded = 1;
     while (padded < cap) padded <<= 1;
     const int blocks = (cap + 63) / 64;
-    int *order = (int *)work;
+    const int *order = (const int *)work;
+    const size_t mask_bytes = align256((size_t)n_images * cap * blocks * 8);
     unsigned long long *mask = (unsigned long long *)((char *)work + align256((size_t)n_images * cap * sizeof(int)));
-    /* Up to 128 KB of dynamic shared memory (sm_80 and sm_90 allow it on request). */
-    const int smem = padded * (int)(sizeof(float) + sizeof(int));
-    MRCNN_CHECK_CUDA(cudaFuncSetAttribute(k_nms_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k_nms_sort<<<(unsigned)n_images, NMS_SORT_THREADS, (size_t)smem, s->stream>>>(scores, cap, padded, order);
-    MRCNN_CHECK_LAUNCH("nms sort");
+    if (!cu_det_kernels_legacy()) {
+        void *sort_work = (char *)mask + mask_bytes;
+        const int64_t total = (int64_t)n_images * cap;
+        uint64_t *keys;
+        int32_t *vals;
+        cu_det_sort_inputs(sort_work, total, &keys, &vals);
+        k_nms_keys<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(scores, cap, total, keys, vals);
+        MRCNN_CHECK_LAUNCH("nms keys");
+        order = cu_det_sort(be, sort_work, total, n_images);
+    } else {
+        /* Up to 128 KB of dynamic shared memory (sm_80 and sm_90 allow it on request). */
+        const int smem = padded * (int)(sizeof(float) + sizeof(int));
+        MRCNN_CHECK_CUDA(cudaFuncSetAttribute(k_nms_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        k_nms_sort<<<(unsigned)n_images, NMS_SORT_THREADS, (size_t)smem, s->stream>>>(scores, cap, padded,
+                                                                                      (int *)order);
+        MRCNN_CHECK_LAUNCH("nms sort");
+    }
     k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks, (unsigned)n_images), 64, 0, s->stream>>>(
         boxes, idxs, order, cap, n_valid, thresh, mask);
     MRCNN_CHECK_LAUNCH("nms mask");
