@@ -177,6 +177,8 @@ static void parse_clause(parser *ps) {
     mrcnn_shape_clause spec;
     memset(&spec, 0, sizeof spec);
     parse_spec(ps, &spec);
+    for (int i = first; i < r->n_clauses && spec.kind == SR_LIKE; i++)
+        if (r->c[i].arg == spec.like) PARSE_FAIL(ps, "'%s' is 'like' itself", r->names[spec.like]);
     for (int i = first; i < r->n_clauses; i++) {
         mrcnn_shape_clause *c = &r->c[i];
         int8_t arg = c->arg, opt = c->optional;

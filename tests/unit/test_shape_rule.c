@@ -40,6 +40,7 @@ static void test_parse_errors(void **state) {
     EXPECT_FAIL(compile("x any, x any, y any", xy, 2), "'x' appears twice");
     EXPECT_FAIL(compile("y like x, x any", xy, 2), "'like x': x is not an earlier, non-optional argument");
     EXPECT_FAIL(compile("x? any, y like x", xy, 2), "'like x': x is not an earlier, non-optional argument");
+    EXPECT_FAIL(compile("x, y like x", xy, 2), "'x' is 'like' itself");
     EXPECT_FAIL(compile("x (N,...) y any", xy, 2), "'...' must be the first extent");
     EXPECT_FAIL(compile("x (*n,C) y any", xy, 2), "'*n' must be the last extent");
     EXPECT_FAIL(compile("x (...,*n) y any", xy, 2), "'...' and '*' in one shape");
