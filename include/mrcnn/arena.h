@@ -20,7 +20,6 @@ typedef struct mrcnn_arena_entry {
     mrcnn_tensor tensor; // data is NULL until commit
 } mrcnn_arena_entry;
 
-typedef void *(*mrcnn_alloc_fn)(size_t bytes, const char *what);
 typedef void (*mrcnn_free_fn)(void *p);
 
 typedef struct mrcnn_arena {
@@ -38,9 +37,11 @@ void mrcnn_arena_init(mrcnn_arena *a, const char *name, mrcnn_device device);
 /* Registers a named view and returns its index. Names must be unique. */
 int mrcnn_arena_add(mrcnn_arena *a, const char *name, mrcnn_dtype dtype, int ndim,
                     const int64_t *shape);
-/* Allocates the block (zeroed) with alloc_fn (NULL: host aligned_alloc) and points
- * every view into it. */
-void mrcnn_arena_commit(mrcnn_arena *a, mrcnn_alloc_fn alloc_fn, mrcnn_free_fn free_fn);
+/* Points every view into one block on a->device: base (a->size bytes, MRCNN_ARENA_ALIGN-
+ * aligned, from the caller's allocator: a backend's), released by free_fn at
+ * mrcnn_arena_free (NULL: the caller releases it); base NULL: a zeroed host block
+ * (aligned_alloc, released with free). */
+void mrcnn_arena_commit(mrcnn_arena *a, void *base, mrcnn_free_fn free_fn);
 /* dst gets the same names, shapes and offsets as src, in dtype (e.g. gradients or
  * momentum beside the parameters). Not yet committed. */
 void mrcnn_arena_init_like(mrcnn_arena *dst, const char *name, const mrcnn_arena *src,

@@ -16,6 +16,7 @@
 #include "mrcnn/backend_trace.h"
 #include "mrcnn/check.h"
 #include "mrcnn/step_ctl.h"
+#include "mrcnn/test_hooks.h"
 
 /* ---- state and registry ---- */
 
@@ -604,7 +605,8 @@ void mrcnn_backend_trace_uninstall(mrcnn_backend *be) {
 
 void mrcnn_backend_trace_keep_listing(mrcnn_backend *be, int on) { lookup(be)->keep = on != 0; }
 
-void mrcnn_backend_trace_dump(mrcnn_backend *be, FILE *f) { lookup(be)->dump = f; }
+/* A debugging tool: MRCNN_TRACE_DUMP=1 from code, to any stream. */
+MRCNN_TEST_HOOK void mrcnn_backend_trace_dump(mrcnn_backend *be, FILE *f) { lookup(be)->dump = f; }
 
 void mrcnn_backend_trace_begin(mrcnn_backend *be) {
     trace_state *s = lookup(be);

@@ -38,11 +38,14 @@ static void *host_alloc(size_t bytes, const char *what) {
     return p;
 }
 
-void mrcnn_arena_commit(mrcnn_arena *a, mrcnn_alloc_fn alloc_fn, mrcnn_free_fn free_fn) {
+void mrcnn_arena_commit(mrcnn_arena *a, void *base, mrcnn_free_fn free_fn) {
     MRCNN_CHECK(a->base == NULL, "arena %s committed twice", a->name);
-    a->base = alloc_fn ? alloc_fn(a->size, a->name) : host_alloc(a->size, a->name);
-    a->free_fn = alloc_fn ? free_fn : free;
-    for (int i = 0; i < a->n_entries; i++) a->entries[i].tensor.data = a->base + a->entries[i].offset;
+    a->base = base ? base : host_alloc(a->size, a->name);
+    a->free_fn = base ? free_fn : free;
+    for (int i = 0; i < a->n_entries; i++) {
+        a->entries[i].tensor.data = a->base + a->entries[i].offset;
+        a->entries[i].tensor.device = a->device;
+    }
 }
 
 void mrcnn_arena_init_like(mrcnn_arena *dst, const char *name, const mrcnn_arena *src, mrcnn_dtype dtype) {

@@ -21,6 +21,7 @@
 #include "mrcnn/log.h"
 #include "mrcnn/checkpoint.h"
 #include "mrcnn/model.h"
+#include "mrcnn/test_hooks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -133,7 +134,9 @@ static void write_schema_attr(hid_t f, const char *path) {
     W(H5Sclose(sp), "schema_version", path);
 }
 
-void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
+/* A model file alone, the pair of load_model: the tests and the fuzz seeds write one
+ * (training writes its checkpoints with mrcnn_checkpoint_save, /model and more). */
+MRCNN_TEST_HOOK void mrcnn_checkpoint_save_model(const mrcnn_model *m, const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     /* Until the rename, a fatal error anywhere removes the temporary file. */

@@ -33,12 +33,8 @@ int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t 
 
 static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     a->device = be->device;
-    a->base = be->mem.alloc(be, a->size ? a->size : 1, a->name);
-    a->free_fn = NULL; // freed through the backend in mrcnn_params_free
-    for (int i = 0; i < a->n_entries; i++) {
-        a->entries[i].tensor.data = a->base + a->entries[i].offset;
-        a->entries[i].tensor.device = be->device;
-    }
+    // the backend frees it, in mrcnn_params_free
+    mrcnn_arena_commit(a, be->mem.alloc(be, a->size ? a->size : 1, a->name), NULL);
     mrcnn_tensor all = mrcnn_tensor_view(a->base, MRCNN_DTYPE_U8, be->device, 1,
                                          (int64_t[]){(int64_t)a->size});
     be->mem.zero(be, &all);

@@ -35,12 +35,8 @@ float mrcnn_sgd_decay_multiplier(const char *name, const mrcnn_config *cfg) {
 
 static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     a->device = be->device;
-    a->base = be->mem.alloc(be, a->size ? a->size : 1, a->name);
-    a->free_fn = NULL; // freed through the backend in mrcnn_sgd_free
-    for (int i = 0; i < a->n_entries; i++) {
-        a->entries[i].tensor.data = a->base + a->entries[i].offset;
-        a->entries[i].tensor.device = be->device;
-    }
+    // the backend frees it, in mrcnn_sgd_free
+    mrcnn_arena_commit(a, be->mem.alloc(be, a->size ? a->size : 1, a->name), NULL);
     mrcnn_tensor all = mrcnn_arena_flat(a);
     be->mem.zero(be, &all);
 }

@@ -42,7 +42,7 @@ ALLOWED = {
 HEADERS = {
     "tensor.h": "core", "check.h": "core", "log.h": "core", "rng.h": "core", "half.h": "core",
     "config.h": "core", "json.h": "core", "png_write.h": "core", "h5_chunks.h": "core",
-    "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core", "args.h": "core", "ids.h": "core", "plot.h": "core", "fs.h": "core",
+    "h5_errors.h": "core", "arena.h": "core", "rle.h": "core", "png_catch.h": "core", "args.h": "core", "ids.h": "core", "plot.h": "core", "fs.h": "core", "test_hooks.h": "core",
     "ops.h": "ops", "ops_decl.inc": "ops", "roi_align.h": "ops", "box_math.h": "ops",
     "roi_sample.inc": "ops",
     "anchors.h": "ops/detect", "boxes.h": "ops/detect", "postprocess.h": "ops/detect",

@@ -4,7 +4,11 @@
 Fails on:
   dead   an extern function defined in src/ or data_prep/ that nothing outside tests/ names
          (a call, a function pointer put in a table or a struct, a use in a macro body all
-         count; a name used only by tests/ is dead code);
+         count; a name used only by tests/ is dead code), unless it is a test hook;
+  hook   a test hook (MRCNN_TEST_HOOK before its definition or a declaration of it, from
+         src/include/mrcnn/test_hooks.h: a fault-injection or debugging hook, or an entry
+         the tests or fuzz targets need that cannot move to tests/common) that code outside
+         tests/ calls (drop the marker) or that nothing in tests/ names (remove it);
   order  a call against the module order: a file of module M naming a function defined in a
          module that M may not use (tests/common/module_map.py's ALLOWED), and every include
          against the map (module_map.py's own check, run here too);
@@ -14,11 +18,13 @@ Fails on:
 KNOWN lists today's violations. It may only shrink: an entry that no longer matches fails.
 
 Usage: structure_check.py [--root DIR] [--inject-include FILE HEADER] [--inject-function FILE NAME]
-                          [--inject-call FILE NAME] [--inject-long FILE LINES] [--list]
-  --inject-*  pretend FILE has one more include / an unused extern function NAME / a function
-              that calls NAME / a function LINES lines long (the self-test of
-              tests/unit/test_structure_check.sh: each must fail)
-  --list      print every function over MAX_LINES lines and every dead function, known or not
+                          [--inject-hook FILE NAME] [--inject-call FILE NAME] [--inject-long FILE LINES]
+                          [--list]
+  --inject-*  pretend FILE has one more include / an unused extern function NAME / the same
+              marked MRCNN_TEST_HOOK / a function that calls NAME / a function LINES lines
+              long (the self-test of tests/unit/test_structure_check.sh: each must fail)
+  --list      print every function over MAX_LINES lines, every dead function, known or not,
+              and every test hook
 Exit 0 when the tree follows the rules, 1 otherwise."""
 import bisect
 import os
@@ -33,11 +39,10 @@ MAX_LINES = 100
 # Today's violations, each to be removed: ("test-only" | "dead" | "long", function) or
 # ("call", file, function). An entry that matches nothing any more fails: delete it.
 KNOWN = {
-    # test-only: an extern function that only tests/ name (the CUDA kernels' host references
-    # are checked through the mrcnn_cuda_* entries; the rest are helpers kept for tests).
-    ("test-only", "mrcnn_arena_commit"),  # src/core/arena.c: the host commit; params and SGD commit on the backend
-    ("test-only", "mrcnn_backend_trace_dump"),  # src/backend/backend_trace.c: a debugging tool (MRCNN_TRACE_DUMP's, from code)
-    ("test-only", "mrcnn_checkpoint_save_model"),  # src/model/checkpoint_io.c: the model file writer, the pair of load_model
+    # test-only: an extern function that only tests/ name. Left: the CUDA detection kernels'
+    # one-by-one entries, which tests/cuda/test_cuda_detect.c checks against the host code;
+    # MRCNN_TEST_HOOK before their declarations in src/backend/cuda/detect_internal.h would
+    # replace these entries. A test hook is marked where it is defined, not listed here.
     ("test-only", "mrcnn_cuda_anchors_grid"),  # src/backend/cuda/model_gathers.cu
     ("test-only", "mrcnn_cuda_box_clip"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_box_decode"),  # src/backend/cuda/detect_ops.cu
@@ -49,9 +54,6 @@ KNOWN = {
     ("test-only", "mrcnn_cuda_rle_decode"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_sample_balanced"),  # src/backend/cuda/detect_ops.cu
     ("test-only", "mrcnn_cuda_topk"),  # src/backend/cuda/topk.cu
-    ("test-only", "mrcnn_json_set_buffer_size"),  # src/core/json.c: a test hook, a tiny read window to put refills inside tokens
-    ("test-only", "mrcnn_paste_mask"),  # src/ops/detect/paste_masks.c: the probabilities pasted, torchvision's parity
-    ("test-only", "mrcnn_shard_open"),  # src/data/shard.c: one shard without its index (the fuzz targets')
     # long
 }
 
@@ -66,6 +68,7 @@ KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "c
 # Definition-name macros: `void MRCNN_OP(relu_forward)(...)` defines mrcnn_relu_forward.
 NAME_MACROS = re.compile(r"\b(?:MRCNN_OP|MRCNN_BM|RS)\s*\(\s*(\w+)\s*\)")
 IDENT = re.compile(r"[A-Za-z_]\w*")
+HOOK = re.compile(r"\bMRCNN_TEST_HOOK\b")
 LEXEMES = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
@@ -121,6 +124,7 @@ class Source:
         self.newlines = [m.start() for m in re.finditer("\n", self.s)]
         self.body_spans = []
         self.defs = []   # (name, static, first line, last line, lines not counting tables)
+        self.hooks = []  # (name, line): a definition or declaration marked MRCNN_TEST_HOOK
         self.uses = list(macro_uses)  # (name, line)
         self.parse()
 
@@ -155,6 +159,8 @@ class Source:
                     m2 = re.compile(r"(?:\s|__attribute__\s*\(\(.*?\)\))*").match(s, e)
                     e = m2.end()
                     head = s[starts[-1]:i]
+                    if HOOK.search(head):
+                        self.hooks.append((name, self.line(i)))
                     if e < n and s[e] == "{" and "=" not in head:
                         end = match_close(s, e, "{", "}")
                         body = s[e:end + 1]
@@ -234,6 +240,9 @@ def main(argv):
             elif a == "--inject-function":
                 extra[os.path.normpath(argv[i + 1])] = extra.get(os.path.normpath(argv[i + 1]), "") + \
                     "\nint %s(int x) {\n    return x + 1;\n}\n" % argv[i + 2]; i += 3
+            elif a == "--inject-hook":
+                extra[os.path.normpath(argv[i + 1])] = extra.get(os.path.normpath(argv[i + 1]), "") + \
+                    "\nMRCNN_TEST_HOOK int %s(int x) {\n    return x + 1;\n}\n" % argv[i + 2]; i += 3
             elif a == "--inject-call":
                 extra[os.path.normpath(argv[i + 1])] = extra.get(os.path.normpath(argv[i + 1]), "") + \
                     "\nstatic void structure_check_injected_caller(void) {\n    %s();\n}\n" % argv[i + 2]; i += 3
@@ -267,6 +276,10 @@ def main(argv):
     for c in checked:
         for name, static, first, last, lines in c.defs:
             defs.setdefault(name, []).append((c.path, static, first, last, lines))
+    hooks = {}  # name -> "path:line" of its first marked definition or declaration
+    for c in callers.values():
+        for name, ln in c.hooks:
+            hooks.setdefault(name, "%s:%d" % (c.path, ln))
     used = {}
     for c in callers.values():
         for name, ln in c.uses:
@@ -282,9 +295,18 @@ def main(argv):
             errors.append(msg)
 
     # dead
-    dead = []
+    dead, hook_lines = [], []
     for name, ds in sorted(defs.items()):
         if name in NOT_DEAD or all(st for _, st, _, _, _ in ds):
+            continue
+        if name in hooks:
+            hook_lines.append("%s: %s is a test hook" % (hooks[name], name))
+            if name in used:
+                p, ln = used[name][0]
+                errors.append("%s: test hook %s is called by %s:%d: drop its MRCNN_TEST_HOOK marker"
+                              % (hooks[name], name, p, ln))
+            elif name not in test_used:
+                errors.append("%s: test hook %s is named nowhere, not even in tests/: remove it" % (hooks[name], name))
             continue
         if name in used:
             continue
@@ -330,13 +352,14 @@ def main(argv):
         errors.append("KNOWN entry %s matches nothing any more: delete it from KNOWN in %s"
                       % (key, os.path.relpath(os.path.abspath(__file__), root)))
     if show:
-        for line in dead + longs:
+        for line in dead + longs + hook_lines:
             print("  " + line)
     for e in errors:
         print("FAIL: " + e)
     if not errors:
         print("ok: %d files, %d functions: no dead function, no call against the module map, none over %d lines"
-              " (%d known exceptions)" % (len(checked), sum(len(c.defs) for c in checked), MAX_LINES, len(KNOWN)))
+              " (%d known exceptions, %d test hooks)" % (len(checked), sum(len(c.defs) for c in checked), MAX_LINES,
+                                                      len(KNOWN), len(hook_lines)))
     return 1 if errors else 0
 
 

@@ -3,7 +3,8 @@
 # without a caller outside tests/, no include or call against the module map, no function
 # over 100 lines, beyond its KNOWN list. Then the checker's own test, in one run: an injected
 # wrong include, an unused function, a call up the module order and a 101-line function
-# must each fail, named (a 100-line function rides along in the first run and must pass).
+# must each fail, named (a 100-line function rides along in the first run and must pass);
+# so must a test hook that no test names or that the library calls.
 set -u
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 fail() { echo "FAIL: $*"; exit 1; }
@@ -30,3 +31,15 @@ echo "ok: src/core/rle.c calling mrcnn_trainer_run (train) fails, named"
 grep -q 'src/core/tensor.c:[0-9]*: function structure_check_injected_long is 101 lines' "$tmp/out" ||
     fail "the long function is not named: $(cat "$tmp/out")"
 echo "ok: a 101-line function fails, named; a 100-line one passes"
+
+# Test hooks (MRCNN_TEST_HOOK): one that no test names and one that the library calls
+# each fail, named; the tree's own hooks passed in the first run.
+python3 "$chk" --root "$ROOT" --inject-hook src/core/log.c mrcnn_log_hook_unnamed \
+    --inject-hook src/data/loader.c mrcnn_loader_hook_called --inject-call src/data/shard.c mrcnn_loader_hook_called \
+    > "$tmp/out" 2>&1 && fail "the injected test hooks passed: $(cat "$tmp/out")"
+grep -q 'src/core/log.c:[0-9]*: test hook mrcnn_log_hook_unnamed is named nowhere, not even in tests/' "$tmp/out" ||
+    fail "the hook no test names is not named: $(cat "$tmp/out")"
+echo "ok: a test hook that no test names fails, named"
+grep -q 'src/data/loader.c:[0-9]*: test hook mrcnn_loader_hook_called is called by src/data/shard.c:[0-9]*: drop its MRCNN_TEST_HOOK marker' "$tmp/out" ||
+    fail "the hook the library calls is not named: $(cat "$tmp/out")"
+echo "ok: a test hook that the library calls fails, named"

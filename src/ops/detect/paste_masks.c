@@ -7,6 +7,7 @@
 
 #include "mrcnn/check.h"
 #include "mrcnn/postprocess.h"
+#include "mrcnn/test_hooks.h"
 
 /* Source index and weights of F.interpolate's linear mode along one axis. */
 static void linear_index(int in, int out, int dst, int *i0, int *i1, float *l0, float *l1) {
@@ -71,7 +72,9 @@ static void paste(const float *mask, int m, const float *box, int img_h, int img
     }
 }
 
-void mrcnn_paste_mask(const float *mask, int m, const float *box, int img_h, int img_w, float *out) {
+/* The pasted probabilities before the threshold, which torchvision's parity test compares:
+ * inference pastes the binary mask (_u8) through the same static paste. */
+MRCNN_TEST_HOOK void mrcnn_paste_mask(const float *mask, int m, const float *box, int img_h, int img_w, float *out) {
     paste(mask, m, box, img_h, img_w, out, sizeof(float), put_f32, 0.0f);
 }
 
