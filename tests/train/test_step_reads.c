@@ -7,7 +7,7 @@
  *    means right; an injected Inf on one step is skipped on the device (weights and
  *    momentum untouched), counted, and named at the window read;
  *  - the device decision (mrcnn_step_decide via be->step.decide) against the host
- *    loss scaler (loss_scaler.c) over a sequence of overflows: same scale, clean count
+ *    loss scaler (test_support.c) over a sequence of overflows: same scale, clean count
  *    and skips, so fp16 runs keep their behaviour; clipping against the gradient norm computed here;
  *  - the tiny Mask R-CNN (configs/tiny.yaml) bound like `mrcnn train` does, 4 steps
  *    with clipping: zero reads and syncs in the steps, one read at the window.
