@@ -2,8 +2,9 @@
  * path): the default batch sort (one cub::DeviceRadixSort over the whole batch) against
  * MRCNN_DET_KERNELS=legacy (a block per (image, level) or per image), which must give the
  * same bytes: det.proposals (fp32 and bf16 logits, ties, NaN and infinite logits, an
- * empty level, and the 8 x 800x1216 bench shape), mrcnn_cuda_topk, mrcnn_cuda_nms
- * (with classes and tied scores) and det.detect_boxes. Both use the same order keys and
+ * empty level, and the 8 x 800x1216 bench shape), the batched balanced sampler at the
+ * RPN's shape, mrcnn_cuda_topk, mrcnn_cuda_nms (with classes and tied scores) and
+ * det.detect_boxes. Both use the same order keys and
  * the same decode, so even NaNs land alike; test_cuda_detect compares each with the
  * host. Without a GPU, or in a GPU=0 build, it prints "skip [gpu]: ..." and exits 77. */
 #include <math.h>
@@ -13,6 +14,7 @@
 
 #include "mrcnn/backend.h"
 #include "mrcnn/half.h"
+#include "mrcnn/rng.h"
 #include "test_util.h"
 #ifdef MRCNN_HAVE_CUDA_HEADERS
 #include "../../src/backend/cuda/detect_internal.h"
@@ -249,7 +251,52 @@ static void test_detect_boxes_same_body(void) {
     free(rois), free(bx), free(lg), free(dl);
 }
 
+/* The RPN's sampling shape: 8 images of 242,991 anchors, 256 drawn, half positive at most;
+ * image 3 has no positives, image 5 fewer than the batch of negatives. */
+static void test_sampler_same_body(void) {
+    const int N = 8, batch = 256, pos_cap = 128;
+    const int64_t n = 242991, total = (int64_t)N * n;
+    int32_t *labels = malloc((size_t)total * 4);
+    float *u = malloc((size_t)total * 4);
+    test_fill_uniform(u, total, 0, 1, g_seed++);
+    for (int64_t p = 0; p < total; p++) {
+        const int img = (int)(p / n);
+        const float pp = img == 3 ? 0.0f : 0.001f, pn = img == 5 ? 0.0005f : 0.9f;
+        labels[p] = u[p] < pp ? 1 + (int32_t)(p % 3) : (u[p] < pp + pn ? 0 : -1);
+    }
+    mrcnn_rng rngs[8];
+    for (int i = 0; i < N; i++) rngs[i] = mrcnn_rng_make(11, 2, i, MRCNN_RNG_RPN_SAMPLE);
+    void *dl = up(labels, (size_t)total * 4), *dr = up(rngs, sizeof rngs);
+    const size_t pb = (size_t)N * pos_cap * 8, nb = (size_t)N * batch * 8, cb = (size_t)N * 16;
+    void *got[2][3];
+    const char *mode[2] = {"legacy", "sort"};
+    for (int m = 0; m < 2; m++) {
+        kernels(mode[m]);
+        void *work = up(NULL, cu_sample_work_bytes(N, n));
+        void *dp = up(NULL, pb), *dn = up(NULL, nb), *dc = up(NULL, cb);
+        cu_sample_balanced_batched(G, N, dl, n, batch, 0.5f, dr, work, dp, pos_cap, dn, batch, dc);
+        got[m][0] = down(dp, pb), got[m][1] = down(dn, nb), got[m][2] = down(dc, cb);
+        G->mem.free(G, work), G->mem.free(G, dp), G->mem.free(G, dn), G->mem.free(G, dc);
+    }
+    /* rows past an image's counts are not written: compare the counts, then the drawn rows */
+    expect_same_bytes(got[0][2], got[1][2], cb, 8, "sampler counts");
+    const int64_t *c = got[1][2];
+    for (int i = 0; i < N; i++) {
+        expect_same_bytes((int64_t *)got[0][0] + (int64_t)i * pos_cap, (int64_t *)got[1][0] + (int64_t)i * pos_cap,
+                          (size_t)c[2 * i] * 8, 8, "sampled positives");
+        expect_same_bytes((int64_t *)got[0][1] + (int64_t)i * batch, (int64_t *)got[1][1] + (int64_t)i * batch,
+                          (size_t)c[2 * i + 1] * 8, 8, "sampled negatives");
+    }
+    printf("  sample_balanced, %d images of %lld: image 0 %lld + %lld, image 5 %lld + %lld alike\n", N, (long long)n,
+           (long long)c[0], (long long)c[1], (long long)c[10], (long long)c[11]);
+    for (int m = 0; m < 2; m++)
+        for (int q = 0; q < 3; q++) free(got[m][q]);
+    G->mem.free(G, dl), G->mem.free(G, dr);
+    free(labels), free(u);
+}
+
 GUARDED_TEST(test_proposals_same)
+GUARDED_TEST(test_sampler_same)
 GUARDED_TEST(test_topk_same)
 GUARDED_TEST(test_nms_same)
 GUARDED_TEST(test_detect_boxes_same)
@@ -260,6 +307,7 @@ int main(void) {
     if (!G) return test_gpu_skip(why);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_proposals_same),
+        cmocka_unit_test(test_sampler_same),
         cmocka_unit_test(test_topk_same),
         cmocka_unit_test(test_nms_same),
         cmocka_unit_test(test_detect_boxes_same),

@@ -5,7 +5,8 @@
  * and is stable, as cub::DeviceRadixSort is, must give each segment's top k in the
  * host's order: value descending, lower index first on ties (proposals.c top_k,
  * nms.c by_score), with ties across many entries, -0 beside +0, infinities, an empty
- * FPN level and levels smaller than k. No GPU needed. */
+ * FPN level and levels smaller than k. The balanced sampler's compaction likewise, by an
+ * exclusive scan of packed counts. No GPU needed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,12 +179,58 @@ static void test_nms_order(void **state) {
     free(scores);
 }
 
+/* The sampler's compaction: packed counts, one exclusive scan over the batch (a trailing
+ * 0 entry gives the total), each entry to its rank, as k_sample_counts / k_sample_scatter
+ * / k_sample_draws (detect_ops.cu) do: each image's positives and negatives in index
+ * order, and their numbers. */
+static void test_sample_compaction(void **state) {
+    (void)state;
+    const int n_images = 4;
+    const int64_t n = 301, total = n_images * n;
+    int32_t *labels = malloc((size_t)total * sizeof *labels), *work = malloc((size_t)total * 2 * sizeof *work);
+    uint64_t *scan = malloc((size_t)(total + 1) * sizeof *scan);
+    for (int64_t p = 0; p < total; p++) { // -1 ignored, 0 negative, > 0 positive (a class)
+        const uint32_t u = next_u32() % 10;
+        labels[p] = u < 3 ? -1 : (u < 8 ? 0 : (int32_t)(1 + u % 3));
+    }
+    for (int64_t i = 0; i < n; i++) labels[2 * n + i] = 0; // an image without positives
+    for (int64_t p = 0; p <= total; p++) scan[p] = p < total ? det_sample_count(labels[p]) : 0;
+    uint64_t acc = 0;
+    for (int64_t p = 0; p <= total; p++) { // exclusive, in place
+        const uint64_t c = scan[p];
+        scan[p] = acc;
+        acc += c;
+    }
+    for (int64_t p = 0; p < total; p++) {
+        if (labels[p] < 0) continue;
+        const int64_t img = p / n;
+        const uint64_t r = scan[p] - scan[img * n];
+        int32_t *pos = work + img * 2 * n, *neg = pos + n;
+        if (labels[p] > 0) pos[det_count_pos(r)] = (int32_t)(p - img * n);
+        else neg[det_count_neg(r)] = (int32_t)(p - img * n);
+    }
+    for (int img = 0; img < n_images; img++) {
+        const uint64_t c = scan[(int64_t)(img + 1) * n] - scan[(int64_t)img * n];
+        int64_t np = 0, nn = 0;
+        const int32_t *lab = labels + (int64_t)img * n, *pos = work + (int64_t)img * 2 * n, *neg = pos + n;
+        for (int64_t i = 0; i < n; i++) {
+            if (lab[i] > 0 && pos[np++] != (int32_t)i) fail_msg("image %d: positive %lld out of order", img, (long long)np - 1);
+            if (lab[i] == 0 && neg[nn++] != (int32_t)i) fail_msg("image %d: negative %lld out of order", img, (long long)nn - 1);
+        }
+        assert_int_equal(det_count_pos(c), np);
+        assert_int_equal(det_count_neg(c), nn);
+    }
+    assert_int_equal(det_count_pos(scan[3 * n] - scan[2 * n]), 0);
+    free(labels), free(work), free(scan);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_bit),
         cmocka_unit_test(test_order_key),
         cmocka_unit_test(test_proposals_order),
         cmocka_unit_test(test_nms_order),
+        cmocka_unit_test(test_sample_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,4 +62,16 @@ MRCNN_HD int64_t det_sorted_pos(int img, int64_t per_image, int64_t part_first, 
     return (int64_t)img * per_image + part_first + t;
 }
 
+/* The balanced sampler's compaction as one exclusive scan over the batch: entry p's
+ * packed count is positives (label > 0) in the high 32 bits, negatives (label 0) in the
+ * low 32, so one sum counts both; per image (n entries, fewer than 2^31) neither field
+ * carries into the other. After the scan, the rank of entry p among its image's
+ * positives (or negatives) is the difference from the scan at the image's first entry:
+ * the order of the stable compaction, index order. */
+MRCNN_HD uint64_t det_sample_count(int32_t label) {
+    return label > 0 ? (uint64_t)1 << 32 : (label == 0 ? (uint64_t)1 : (uint64_t)0);
+}
+MRCNN_HD int64_t det_count_pos(uint64_t c) { return (int64_t)(c >> 32); }
+MRCNN_HD int64_t det_count_neg(uint64_t c) { return (int64_t)(c & 0xffffffffu); }
+
 #endif

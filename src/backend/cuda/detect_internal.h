@@ -67,7 +67,9 @@ void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, 
                                 float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
                                 int64_t *counts);
 
-/* The sampler as a grid over images (one block each): image i's labels are
+/* The sampler over a batch (by default the compaction is one scan over the whole batch,
+ * the draws one block per image; MRCNN_DET_KERNELS=legacy: one block per image for
+ * both): image i's labels are
  * labels[i * n .. (i + 1) * n), its stream rngs[i] (n_images structs in device memory:
  * the (N, MRCNN_RNG_WORDS) int32 tensor of detect_ops.h, read by the kernel);
  * pos_idx (n_images, pos_cap) and neg_idx (n_images, neg_cap) int64 ascending, counts

@@ -4,6 +4,7 @@
  * very code the host runs; where the host has a * b + c, that header and the sums
  * here use __fmul_rn/__fadd_rn so that nvcc cannot contract it into an FMA: IoU values
  * and hence matches and NMS decisions then agree bit for bit. */
+#include <cub/device/device_scan.cuh>
 #include <math.h>
 #include <string.h>
 
@@ -438,8 +439,27 @@ static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, const 
     }
 }
 
-/* A grid over images, one block each: stable compaction of the image's positives
- * (label > 0) and negatives (== 0) in index order, then the draws on its own stream. */
+/* Image img's draws from its compacted positives pos[0..np) and negatives neg[0..nn), on
+ * its own stream. Every thread of the block calls it. */
+static __device__ void sample_draw(int img, int64_t np, int64_t nn, int batch_size, int64_t want_pos,
+                                   const mrcnn_rng *rngs, int32_t *pos, int32_t *neg, int64_t *pos_idx, int pos_cap,
+                                   int64_t *neg_idx, int neg_cap, int64_t *counts) {
+    const int64_t kp = np < want_pos ? np : want_pos;
+    const int64_t want_neg = batch_size - kp;
+    const int64_t kn = nn < want_neg ? nn : want_neg;
+    const mrcnn_rng rng = rngs[img]; // device data: the host staged this batch's streams
+    sample_choose(pos, np, kp, &rng, 0, pos_idx + (int64_t)img * pos_cap);
+    __syncthreads();
+    sample_choose(neg, nn, kn, &rng, (uint64_t)1 << 40, neg_idx + (int64_t)img * neg_cap);
+    if (threadIdx.x == 0) {
+        counts[2 * img] = kp;
+        counts[2 * img + 1] = kn;
+    }
+}
+
+/* Legacy (MRCNN_DET_KERNELS=legacy): a grid over images, one block each: stable
+ * compaction of the image's positives (label > 0) and negatives (== 0) in index order,
+ * then the draws. */
 __global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_size, int64_t want_pos,
                                   const mrcnn_rng *rngs, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
                                   int neg_cap, int64_t *counts) {
@@ -476,22 +496,70 @@ __global__ void k_sample_balanced(const int32_t *labels, int64_t n, int batch_si
             }
         __syncthreads();
     }
-    const int64_t np = total_pos, nn = total_neg;
-    const int64_t kp = np < want_pos ? np : want_pos;
-    const int64_t want_neg = batch_size - kp;
-    const int64_t kn = nn < want_neg ? nn : want_neg;
-    const mrcnn_rng rng = rngs[img]; // device data: the host staged this batch's streams
-    sample_choose(pos, np, kp, &rng, 0, pos_idx + (int64_t)img * pos_cap);
-    __syncthreads();
-    sample_choose(neg, nn, kn, &rng, (uint64_t)1 << 40, neg_idx + (int64_t)img * neg_cap);
-    if (threadIdx.x == 0) {
-        counts[2 * img] = kp;
-        counts[2 * img + 1] = kn;
+    sample_draw(img, total_pos, total_neg, batch_size, want_pos, rngs, pos, neg, pos_idx, pos_cap, neg_idx, neg_cap,
+                counts);
+}
+
+/* The default compaction, over the whole batch at once (det_sort_keys.h): each entry's
+ * packed count (one more entry, 0, so that the scan's last value is the batch's total),
+ * an exclusive scan in place (cub::DeviceScan), then each entry scattered to its rank. */
+__global__ void k_sample_counts(const int32_t *labels, int64_t total, uint64_t *scan) {
+    CU_GRID_STRIDE(p, total + 1) scan[p] = p < total ? det_sample_count(labels[p]) : 0;
+}
+
+__global__ void k_sample_scatter(const int32_t *labels, int64_t n, int64_t total, const uint64_t *scan,
+                                 int32_t *work) {
+    CU_GRID_STRIDE(p, total) {
+        const int32_t l = labels[p];
+        if (l < 0) continue;
+        const int64_t img = p / n;
+        const uint64_t r = scan[p] - scan[img * n];
+        int32_t *pos = work + img * 2 * n, *neg = pos + n;
+        if (l > 0) pos[det_count_pos(r)] = (int32_t)(p - img * n);
+        else neg[det_count_neg(r)] = (int32_t)(p - img * n);
     }
 }
 
+/* One block per image: its totals from the scan, then the draws. */
+__global__ void k_sample_draws(const uint64_t *scan, int64_t n, int batch_size, int64_t want_pos,
+                               const mrcnn_rng *rngs, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
+                               int neg_cap, int64_t *counts) {
+    const int img = (int)blockIdx.x;
+    const uint64_t c = scan[(int64_t)(img + 1) * n] - scan[(int64_t)img * n];
+    int32_t *pos = work + (int64_t)img * 2 * n, *neg = pos + n;
+    sample_draw(img, det_count_pos(c), det_count_neg(c), batch_size, want_pos, rngs, pos, neg, pos_idx, pos_cap,
+                neg_idx, neg_cap, counts);
+}
+
+/* CUB's temporary bytes for an in-place exclusive scan of n uint64: a host-side query,
+ * remembered per shape. */
+static size_t sample_scan_temp_bytes(int64_t n) {
+    static thread_local struct {
+        int64_t n;
+        int device;
+        size_t bytes;
+    } memo[8];
+    static thread_local int n_memo = 0, next_memo = 0;
+    int device = 0;
+    MRCNN_CHECK_CUDA(cudaGetDevice(&device));
+    for (int i = 0; i < n_memo; i++)
+        if (memo[i].n == n && memo[i].device == device) return memo[i].bytes;
+    size_t bytes = 0;
+    MRCNN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(NULL, bytes, (uint64_t *)NULL, (int)n));
+    const int at = n_memo < 8 ? n_memo++ : (next_memo++ & 7);
+    memo[at].n = n;
+    memo[at].device = device;
+    memo[at].bytes = bytes;
+    return bytes;
+}
+
+/* The compacted lists (n_images, 2, n) int32, then the scan (n_images * n + 1 uint64) and
+ * CUB's temp. */
 extern "C" size_t cu_sample_work_bytes(int n_images, int64_t n) {
-    return align256((size_t)n_images * 2 * (size_t)(n ? n : 1) * sizeof(int32_t));
+    const int64_t items = (int64_t)n_images * n + 1;
+    MRCNN_CHECK(items < 2147483647LL, "cuda_sample_balanced: %d images of %lld entries", n_images, (long long)n);
+    return align256((size_t)n_images * 2 * (size_t)(n ? n : 1) * sizeof(int32_t)) + align256((size_t)items * 8) +
+           align256(sample_scan_temp_bytes(items));
 }
 
 extern "C" void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images, const int32_t *labels, int64_t n,
@@ -510,10 +578,29 @@ extern "C" void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images
                 "cuda_sample_balanced: capacities %d/%d below %lld/%d", pos_cap, neg_cap,
                 (long long)(want_pos < n ? want_pos : n), batch_size);
     if (n_images == 0) return;
-    k_sample_balanced<<<(unsigned)n_images, SAMPLE_THREADS, 0, s->stream>>>(labels, n, batch_size, want_pos, rngs,
-                                                                             (int32_t *)work, pos_idx, pos_cap, neg_idx,
-                                                                             neg_cap, counts);
-    MRCNN_CHECK_LAUNCH("sample_balanced");
+    if (cu_det_kernels_legacy()) {
+        k_sample_balanced<<<(unsigned)n_images, SAMPLE_THREADS, 0, s->stream>>>(
+            labels, n, batch_size, want_pos, rngs, (int32_t *)work, pos_idx, pos_cap, neg_idx, neg_cap, counts);
+        MRCNN_CHECK_LAUNCH("sample_balanced");
+        return;
+    }
+    const int64_t total = (int64_t)n_images * n;
+    uint64_t *scan = (uint64_t *)((char *)work + align256((size_t)n_images * 2 * (size_t)(n ? n : 1) * 4));
+    void *temp = (char *)scan + align256((size_t)(total + 1) * 8);
+    size_t temp_bytes = sample_scan_temp_bytes(total + 1);
+    k_sample_counts<<<cu_blocks(total + 1, CU_THREADS), CU_THREADS, 0, s->stream>>>(labels, total, scan);
+    MRCNN_CHECK_LAUNCH("sample counts");
+    MRCNN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, scan, (int)(total + 1), s->stream));
+    MRCNN_CHECK_LAUNCH("sample scan");
+    if (total > 0) {
+        k_sample_scatter<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(labels, n, total, scan,
+                                                                                     (int32_t *)work);
+        MRCNN_CHECK_LAUNCH("sample scatter");
+    }
+    k_sample_draws<<<(unsigned)n_images, SAMPLE_THREADS, 0, s->stream>>>(scan, n, batch_size, want_pos, rngs,
+                                                                         (int32_t *)work, pos_idx, pos_cap, neg_idx,
+                                                                         neg_cap, counts);
+    MRCNN_CHECK_LAUNCH("sample draws");
 }
 
 extern "C" void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
