@@ -337,8 +337,11 @@ static inline int dtype_ok(const mrcnn_shape_clause *c, mrcnn_dtype d) {
 static inline int match_extent(int s, int64_t coef, int64_t v, int64_t *val, uint32_t *bound) {
     if (s < 0) return v == coef;
     if (*bound >> s & 1) return v == coef * val[s];
-    if (coef != 1 && v % coef) return 0;
-    val[s] = v / coef, *bound |= 1u << s;
+    if (coef != 1) { // a multiple (2H): the division only then, it is slow
+        if (v % coef) return 0;
+        v /= coef;
+    }
+    val[s] = v, *bound |= 1u << s;
     return 1;
 }
 
