@@ -26,6 +26,7 @@ typedef struct mrcnn_rpn_head {
 typedef struct mrcnn_box_head {
     int fc6_w, fc6_b, fc7_w, fc7_b, cls_w, cls_b, bbox_w, bbox_b;
     int in_dim, fc_dim, num_classes; // num_classes includes background
+    bool pad_out; // the predictors compute padded outputs (as mrcnn_conv_layer's pad_out)
 } mrcnn_box_head;
 
 typedef struct mrcnn_mask_head {

@@ -56,8 +56,14 @@ typedef struct mrcnn_conv_layer {
     /* The output's channels may be padded to a multiple of the model's pad_align with
      * zero filters (mrcnn_conv_layer_out_channels): set only where every consumer of the
      * output takes its channel count from the shape and reads the first cout channels
-     * alone (a per-class gather by label), so a padding channel never acts as a class. */
+     * alone (a per-class gather by label), so a padding channel never acts as a class,
+     * or that takes them through mrcnn_channels_slice. */
     bool pad_out;
+    /* The input's channels may be padded likewise (mrcnn_conv_layer_in_channels): the
+     * caller passes x with zero channels after the real ones (mrcnn_channels_pad), the
+     * layer computes with a copy of its weight holding zero input channels after them.
+     * No dx: the one such layer (the stem) takes the images. */
+    bool pad_in;
 } mrcnn_conv_layer;
 
 /* Registers a conv layer "<name>.weight" (K, R, S, C) and "<name>.bias" (K); bn is
@@ -67,9 +73,32 @@ mrcnn_conv_layer mrcnn_conv_layer_add(mrcnn_model *m, const char *name, int cin,
 /* Reports a parameter's gradient final (once per step; frozen ones never). */
 void mrcnn_model_grad_ready(mrcnn_model *m, int param_index);
 void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l);
+/* c rounded up to a multiple of the model's pad_align. */
+int mrcnn_model_padded(const mrcnn_model *m, int c);
+/* A step-scoped zeroed (k, ...) fp32 copy of t (a weight, bias or their gradients, fp32)
+ * holding t's rows first: a layer's zero output rows after the real ones. The copy is
+ * exact on a GPU and on the CPU in fp32 (refused in its rounded-storage mode, whose cast
+ * rounds). _store copies the first rows back into t (the gradients a backward added). */
+mrcnn_tensor mrcnn_padded_rows(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k);
+void mrcnn_padded_rows_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor *t);
 /* The channels of the layer's output: cout, or with pad_out and a model pad_align above
  * 1, cout rounded up to a multiple of it (tensor-core shapes on a GPU). */
 int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *l);
+/* The channels of the layer's input: cin, or with pad_in likewise rounded up. */
+int mrcnn_conv_layer_in_channels(const mrcnn_model *m, const mrcnn_conv_layer *l);
+/* Channel padding for consumers that take a fixed channel count: y (..., kp) = x (..., k)
+ * followed by kp - k zero channels, in x's dtype; and y (..., k) = the first k channels of
+ * x (..., kp). No backend op copies channels with a stride, so both are GEMMs with the
+ * rows of a (kp, kp) identity (mrcnn_model_pad_eye): each output is one product by 1
+ * plus products by 0, an exact copy (fp32 compute, no TF32 by default) but for -0, which
+ * reads +0, and a non-finite value, which spreads NaN over its row. The slice's backward
+ * is the pad added into dx (mrcnn_channels_pad_add): the padding channels get zero. */
+mrcnn_tensor mrcnn_channels_pad(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int kp);
+void mrcnn_channels_pad_add(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y);
+mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int k);
+/* The (k, k) fp32 identity on the device, made at the first call for k (model init makes
+ * the ones its padded layers use when pad_align is above 1, so that no step uploads). */
+const mrcnn_tensor *mrcnn_model_pad_eye(mrcnn_model *m, int k);
 /* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
  * unless the layer is frozen, into its parameter gradients. y and dy have
  * mrcnn_conv_layer_out_channels channels; the parameters keep their (cout, ...) shapes:

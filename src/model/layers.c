@@ -111,24 +111,97 @@ void mrcnn_conv_layer_grad_ready(mrcnn_model *m, const mrcnn_conv_layer *l) {
     mrcnn_model_grad_ready(m, l->b);
 }
 
-int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *l) {
+int mrcnn_model_padded(const mrcnn_model *m, int c) {
     const int a = m->pad_align > 1 ? m->pad_align : 1;
-    return l->pad_out ? (l->cout + a - 1) / a * a : l->cout;
+    return (c + a - 1) / a * a;
 }
 
-static mrcnn_conv2d_desc layer_desc(const mrcnn_conv_layer *l, const mrcnn_tensor *x, int k) {
-    MRCNN_CHECK(x->ndim == 4 && x->shape[3] == l->cin,
-                "conv layer: input has %lld channels (rank %d) but the layer takes %d",
-                (long long)x->shape[x->ndim - 1], x->ndim, l->cin);
-    return mrcnn_conv2d_desc_make((int)x->shape[0], (int)x->shape[1], (int)x->shape[2], l->cin,
-                                  k, l->ks, l->stride, l->pad);
+int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *l) {
+    return l->pad_out ? mrcnn_model_padded(m, l->cout) : l->cout;
+}
+
+int mrcnn_conv_layer_in_channels(const mrcnn_model *m, const mrcnn_conv_layer *l) {
+    return l->pad_in ? mrcnn_model_padded(m, l->cin) : l->cin;
+}
+
+static mrcnn_conv2d_desc layer_desc(const mrcnn_model *m, const mrcnn_conv_layer *l, const mrcnn_tensor *x, int k) {
+    const int c = mrcnn_conv_layer_in_channels(m, l);
+    MRCNN_CHECK(x->ndim == 4 && x->shape[3] == c, "conv layer: input has %lld channels (rank %d) but the layer takes %d",
+                (long long)x->shape[x->ndim - 1], x->ndim, c);
+    return mrcnn_conv2d_desc_make((int)x->shape[0], (int)x->shape[1], (int)x->shape[2], c, k, l->ks, l->stride,
+                                  l->pad);
+}
+
+const mrcnn_tensor *mrcnn_model_pad_eye(mrcnn_model *m, int k) {
+    int i = 0;
+    while (i < MRCNN_MODEL_PAD_EYES && m->pad_eye[i].data && m->pad_eye[i].shape[0] != k) i++;
+    MRCNN_CHECK(i < MRCNN_MODEL_PAD_EYES, "channel padding: more than %d padded channel counts",
+                MRCNN_MODEL_PAD_EYES);
+    mrcnn_tensor *e = &m->pad_eye[i];
+    if (e->data) return e;
+    *e = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, m->be->device, 2, (int64_t[]){k, k});
+    e->data = m->be->mem.alloc(m->be, mrcnn_tensor_nbytes(e), "channel padding identity");
+    float *h = MRCNN_CALLOC((size_t)k * (size_t)k, sizeof(float), "channel padding identity");
+    for (int j = 0; j < k; j++) h[(size_t)j * (size_t)k + (size_t)j] = 1.0f;
+    m->be->mem.write(m->be, e, h);
+    free(h);
+    return e;
+}
+
+/* x (..., c) as rows (M, c). */
+static mrcnn_tensor as_rows(const mrcnn_tensor *x, int64_t c) {
+    return mrcnn_tensor_reshape(x, 2, (int64_t[]){mrcnn_tensor_numel(x) / c, c});
+}
+
+/* The first k rows of the (kp, kp) identity: (k, kp). */
+static mrcnn_tensor eye_rows(mrcnn_model *m, int k, int kp) {
+    const mrcnn_tensor *e = mrcnn_model_pad_eye(m, kp);
+    return mrcnn_tensor_view(e->data, e->dtype, e->device, 2, (int64_t[]){k, kp});
+}
+
+void mrcnn_channels_pad_add(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    const int64_t k = x->shape[x->ndim - 1], kp = y->shape[y->ndim - 1];
+    MRCNN_CHECK(kp >= k && mrcnn_tensor_numel(x) / k == mrcnn_tensor_numel(y) / kp,
+                "channel padding: %lld channels into %lld", (long long)k, (long long)kp);
+    if (!mrcnn_tensor_numel(x)) return;
+    // dx (M, kp) += dy (M, k) S with S = [I 0] (k, kp): the data gradient of the slice
+    mrcnn_tensor s = eye_rows(m, (int)k, (int)kp), xr = as_rows(x, k), yr = as_rows(y, kp);
+    m->be->nn.linear_backward(m->be, &yr, &s, &xr, &yr, NULL, NULL);
+}
+
+mrcnn_tensor mrcnn_channels_pad(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int kp) {
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = kp;
+    mrcnn_tensor y = mrcnn_ws_tensor(ws, x->dtype, x->ndim, shape); // zeroed: the pad adds into it
+    mrcnn_channels_pad_add(m, x, &y);
+    return y;
+}
+
+/* y (..., k) = the first k channels of x (..., kp), y allocated by the caller. */
+static void channels_slice_into(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    const int64_t kp = x->shape[x->ndim - 1], k = y->shape[y->ndim - 1];
+    MRCNN_CHECK(kp >= k && mrcnn_tensor_numel(x) / kp == mrcnn_tensor_numel(y) / k,
+                "channel slice: %lld channels of %lld", (long long)k, (long long)kp);
+    if (!mrcnn_tensor_numel(y)) return;
+    mrcnn_tensor s = eye_rows(m, (int)k, (int)kp), xr = as_rows(x, kp), yr = as_rows(y, k);
+    m->be->nn.linear_forward(m->be, &xr, &s, NULL, MRCNN_ACT_NONE, &yr);
+}
+
+mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int k) {
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = k;
+    mrcnn_tensor y = mrcnn_ws_tensor_uninit(ws, x->dtype, x->ndim, shape); // the GEMM writes it whole
+    channels_slice_into(m, x, &y);
+    return y;
 }
 
 /* A zeroed (k, ...) fp32 tensor whose first rows are a copy of t (a layer's weight,
  * bias or their gradients): KRSC keeps the output channel slowest, so the copy is a
  * prefix and the zero filters follow it. The copy is a cast fp32 -> fp32, exact on a
  * GPU and on the CPU in fp32; the CPU's rounded-storage mode would round it. */
-static mrcnn_tensor padded_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k) {
+mrcnn_tensor mrcnn_padded_rows(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k) {
     const mrcnn_backend *be = m->be;
     MRCNN_CHECK(be->device == MRCNN_DEVICE_GPU || be->storage == MRCNN_DTYPE_F32,
                 "conv layer: padded output channels (pad_align %d) need an exact copy of the weights, but "
@@ -143,8 +216,18 @@ static mrcnn_tensor padded_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor
     return p;
 }
 
+/* t (K, R, S, C) fp32 (a weight or its gradient) with zero input channels up to c: an
+ * exact copy as mrcnn_padded_rows', which the CPU's rounded-storage mode would round too. */
+static mrcnn_tensor padded_in_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int c) {
+    MRCNN_CHECK(m->be->device == MRCNN_DEVICE_GPU || m->be->storage == MRCNN_DTYPE_F32,
+                "conv layer: padded input channels (pad_align %d) need an exact copy of the weights, but the cpu "
+                "backend rounds in its rounded-storage mode (storage %s); use pad_align 1 there",
+                m->pad_align, mrcnn_dtype_name(m->be->storage));
+    return mrcnn_channels_pad(m, ws, t, c);
+}
+
 /* The first rows of a padded copy back into t (the gradients the backward added). */
-static void padded_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor *t) {
+void mrcnn_padded_rows_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor *t) {
     mrcnn_tensor head = mrcnn_tensor_view(p->data, p->dtype, p->device, t->ndim, t->shape);
     m->be->nn.cast(m->be, &head, t);
 }
@@ -152,15 +235,21 @@ static void padded_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor *t)
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act) {
     const int k = mrcnn_conv_layer_out_channels(m, l);
-    mrcnn_conv2d_desc d = layer_desc(l, x, k);
+    mrcnn_conv2d_desc d = layer_desc(m, l, x, k);
     // conv2d_forward overwrites y whole
     mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d), k});
     mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w), *b = mrcnn_arena_get(&m->params.values, l->b);
+    if (d.c != l->cin) {
+        mrcnn_tensor wp = padded_in_copy(m, ws, w, d.c);
+        m->be->nn.conv2d_forward(m->be, &d, x, &wp, b, act, &y);
+        mrcnn_ws_release(ws, &wp);
+        return y;
+    }
     if (k == l->cout) {
         m->be->nn.conv2d_forward(m->be, &d, x, w, b, act, &y);
         return y;
     }
-    mrcnn_tensor wp = padded_copy(m, ws, w, k), bp = padded_copy(m, ws, b, k);
+    mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), bp = mrcnn_padded_rows(m, ws, b, k);
     m->be->nn.conv2d_forward(m->be, &d, x, &wp, &bp, act, &y);
     mrcnn_ws_release(ws, &bp);
     mrcnn_ws_release(ws, &wp);
@@ -172,7 +261,7 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
                                const mrcnn_tensor *dy, mrcnn_tensor *dx) {
     if (l->frozen && !dx) return;
     const int k = mrcnn_conv_layer_out_channels(m, l);
-    mrcnn_conv2d_desc d = layer_desc(l, x, k);
+    mrcnn_conv2d_desc d = layer_desc(m, l, x, k);
     const mrcnn_tensor *g = dy;
     mrcnn_tensor dpre;
     if (act == MRCNN_ACT_RELU) {
@@ -183,19 +272,29 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
     mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w);
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen || !m->params.trainable[l->b] ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
-    if (k == l->cout) {
+    if (d.c != l->cin) {
+        /* As below for the input channels: the weight gradient through a padded copy that
+         * starts from the arena's, its real channels copied back, the padding's dropped. */
+        MRCNN_CHECK(!dx, "conv layer: a layer with padded input channels gives no input gradient");
+        mrcnn_tensor wp = padded_in_copy(m, ws, w, d.c), dwp = {0};
+        if (dw) dwp = padded_in_copy(m, ws, dw, d.c);
+        m->be->nn.conv2d_backward(m->be, &d, x, &wp, g, NULL, dw ? &dwp : NULL, db);
+        if (dw) channels_slice_into(m, &dwp, dw);
+        mrcnn_ws_release(ws, &dwp);
+        mrcnn_ws_release(ws, &wp);
+    } else if (k == l->cout) {
         m->be->nn.conv2d_backward(m->be, &d, x, w, g, dx, dw, db);
     } else {
         /* The gradients go through padded copies that start from the arena's, so the
          * backward adds into the same values as the unpadded layer does (accumulation
          * over calls and micro-batches included); the zero filters' gradients, zero
          * since dy's padding channels are, are dropped. */
-        mrcnn_tensor wp = padded_copy(m, ws, w, k), dwp = {0}, dbp = {0};
-        if (dw) dwp = padded_copy(m, ws, dw, k);
-        if (db) dbp = padded_copy(m, ws, db, k);
+        mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), dwp = {0}, dbp = {0};
+        if (dw) dwp = mrcnn_padded_rows(m, ws, dw, k);
+        if (db) dbp = mrcnn_padded_rows(m, ws, db, k);
         m->be->nn.conv2d_backward(m->be, &d, x, &wp, g, dx, dw ? &dwp : NULL, db ? &dbp : NULL);
-        if (dw) padded_store(m, &dwp, dw);
-        if (db) padded_store(m, &dbp, db);
+        if (dw) mrcnn_padded_rows_store(m, &dwp, dw);
+        if (db) mrcnn_padded_rows_store(m, &dbp, db);
         mrcnn_ws_release(ws, &dbp);
         mrcnn_ws_release(ws, &dwp);
         mrcnn_ws_release(ws, &wp);

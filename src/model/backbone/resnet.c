@@ -52,6 +52,8 @@ void mrcnn_resnet_build(mrcnn_model *m) {
     r->freeze_at = cfg->backbone_freeze_at;
     r->stem = mrcnn_conv_layer_add(m, "backbone.body.conv1", 3, stem_c, 7, 2, 3, unit_frozen(r, 0),
                                    "backbone.body.bn1");
+    // 3 channels miss a GPU's tensor-core convolutions: the forward pads the images
+    r->stem.pad_in = true;
     int cin = stem_c;
     char name[MRCNN_ARENA_NAME_LEN], bn[MRCNN_ARENA_NAME_LEN];
     for (int s = 0; s < 4; s++) {
@@ -93,7 +95,9 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
                 "backbone: images must be (N, H, W, 3) with H and W divisible by 32, got (%lld, %lld, "
                 "%lld, %lld)", (long long)images->shape[0], (long long)images->shape[1],
                 (long long)images->shape[2], (long long)images->shape[3]);
-    o->stem_conv = mrcnn_conv_layer_forward(m, ws, &r->stem, images, MRCNN_ACT_RELU);
+    const int c = mrcnn_conv_layer_in_channels(m, &r->stem);
+    o->stem_in = c == 3 ? *images : mrcnn_channels_pad(m, ws, images, c);
+    o->stem_conv = mrcnn_conv_layer_forward(m, ws, &r->stem, &o->stem_in, MRCNN_ACT_RELU);
     mrcnn_pool2d_desc pd = {(int)o->stem_conv.shape[0], (int)o->stem_conv.shape[1],
                             (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
     // maxpool2d_forward overwrites the output whole
@@ -196,7 +200,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
                                 (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};
         mrcnn_tensor dconv = mrcnn_ws_like(ws, &o->stem_conv);
         be->nn.maxpool2d_backward(be, &pd, &o->stem_conv, &dnext, &dconv);
-        mrcnn_conv_layer_backward(m, ws, &r->stem, images, &o->stem_conv, MRCNN_ACT_RELU, &dconv,
+        mrcnn_conv_layer_backward(m, ws, &r->stem, &o->stem_in, &o->stem_conv, MRCNN_ACT_RELU, &dconv,
                                   NULL);
         mrcnn_conv_layer_grad_ready(m, &r->stem);
     }

@@ -33,6 +33,7 @@ void mrcnn_box_head_build(mrcnn_model *m) {
     h->cls_w = add_linear(m, "roi_heads.box_predictor.cls_score", h->num_classes, h->fc_dim, &h->cls_b);
     h->bbox_w = add_linear(m, "roi_heads.box_predictor.bbox_pred", 4 * h->num_classes, h->fc_dim,
                            &h->bbox_b);
+    h->pad_out = true; // predictor_fwd
 }
 
 static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b,
@@ -61,14 +62,58 @@ static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, cons
     mrcnn_model_grad_ready(m, b);
 }
 
+/* The class logits' and box deltas' K and 4K outputs (81 and 324 with COCO's classes)
+ * miss a GPU's tensor-core GEMMs: the predictors compute them with zero weight rows up
+ * to a multiple of pad_align and take the first K out (mrcnn_channels_slice), since the
+ * losses, the per-class gather and detection read K values per row. */
+static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b) {
+    const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
+    const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
+    if (kp == k || x->shape[0] == 0) return linear_fwd(m, ws, x, w, b, MRCNN_ACT_NONE);
+    mrcnn_tensor wp = mrcnn_padded_rows(m, ws, W, kp);
+    mrcnn_tensor bp = mrcnn_padded_rows(m, ws, mrcnn_arena_get(&m->params.values, b), kp);
+    mrcnn_tensor yp = mrcnn_ws_act_uninit(ws, 2, (int64_t[]){x->shape[0], kp});
+    m->be->nn.linear_forward(m->be, x, &wp, &bp, MRCNN_ACT_NONE, &yp);
+    mrcnn_tensor y = mrcnn_channels_slice(m, ws, &yp, k);
+    mrcnn_ws_release(ws, &yp);
+    mrcnn_ws_release(ws, &bp);
+    mrcnn_ws_release(ws, &wp);
+    return y;
+}
+
+/* predictor_fwd's backward: dy's padding columns zero, the gradients through padded
+ * copies that start from the arena's (accumulation as the unpadded layer's), the zero
+ * rows' gradients dropped. */
+static void predictor_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b, const mrcnn_tensor *dy,
+                          mrcnn_tensor *dx) {
+    const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
+    const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
+    if (kp == k || x->shape[0] == 0) {
+        linear_bwd(m, ws, x, NULL, MRCNN_ACT_NONE, w, b, dy, dx);
+        return;
+    }
+    mrcnn_tensor *dw = mrcnn_arena_get(&m->params.grads, w), *db = mrcnn_arena_get(&m->params.grads, b);
+    mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp), wp = mrcnn_padded_rows(m, ws, W, kp);
+    mrcnn_tensor dwp = mrcnn_padded_rows(m, ws, dw, kp), dbp = mrcnn_padded_rows(m, ws, db, kp);
+    m->be->nn.linear_backward(m->be, x, &wp, &dyp, dx, &dwp, &dbp);
+    mrcnn_padded_rows_store(m, &dwp, dw);
+    mrcnn_padded_rows_store(m, &dbp, db);
+    mrcnn_ws_release(ws, &dbp);
+    mrcnn_ws_release(ws, &dwp);
+    mrcnn_ws_release(ws, &wp);
+    mrcnn_ws_release(ws, &dyp);
+    mrcnn_model_grad_ready(m, w);
+    mrcnn_model_grad_ready(m, b);
+}
+
 void mrcnn_box_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
                             mrcnn_box_head_out *out) {
     mrcnn_box_head *h = &m->box;
     out->x = mrcnn_tensor_reshape(x, 2, (int64_t[]){x->shape[0], h->in_dim});
     out->h6 = linear_fwd(m, ws, &out->x, h->fc6_w, h->fc6_b, MRCNN_ACT_RELU);
     out->h7 = linear_fwd(m, ws, &out->h6, h->fc7_w, h->fc7_b, MRCNN_ACT_RELU);
-    out->logits = linear_fwd(m, ws, &out->h7, h->cls_w, h->cls_b, MRCNN_ACT_NONE);
-    out->deltas = linear_fwd(m, ws, &out->h7, h->bbox_w, h->bbox_b, MRCNN_ACT_NONE);
+    out->logits = predictor_fwd(m, ws, &out->h7, h->cls_w, h->cls_b);
+    out->deltas = predictor_fwd(m, ws, &out->h7, h->bbox_w, h->bbox_b);
 }
 
 void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_out *out,
@@ -76,8 +121,8 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
                              mrcnn_tensor *dx) {
     mrcnn_box_head *h = &m->box;
     mrcnn_tensor dh7 = mrcnn_ws_like(ws, &out->h7), dh6 = mrcnn_ws_like(ws, &out->h6);
-    linear_bwd(m, ws, &out->h7, NULL, MRCNN_ACT_NONE, h->cls_w, h->cls_b, dlogits, &dh7);
-    linear_bwd(m, ws, &out->h7, NULL, MRCNN_ACT_NONE, h->bbox_w, h->bbox_b, ddeltas, &dh7);
+    predictor_bwd(m, ws, &out->h7, h->cls_w, h->cls_b, dlogits, &dh7);
+    predictor_bwd(m, ws, &out->h7, h->bbox_w, h->bbox_b, ddeltas, &dh7);
     linear_bwd(m, ws, &out->h6, &out->h7, MRCNN_ACT_RELU, h->fc7_w, h->fc7_b, &dh7, &dh6);
     mrcnn_tensor dx2;
     if (dx) dx2 = mrcnn_tensor_reshape(dx, 2, (int64_t[]){dx->shape[0], h->in_dim});

@@ -23,6 +23,33 @@ void mrcnn_rpn_head_build(mrcnn_model *m) {
     h->cls = mrcnn_conv_layer_add(m, "rpn.head.cls_logits", F, h->num_anchors, 1, 1, 0, false, "");
     h->bbox = mrcnn_conv_layer_add(m, "rpn.head.bbox_pred", F, 4 * h->num_anchors, 1, 1, 0, false,
                                    "");
+    /* A and 4A channels (3, 12) miss a GPU's tensor-core GEMMs: both convs compute padded
+     * outputs, and the targets, losses and proposals, which take A per location, read
+     * their first channels (mrcnn_channels_slice). */
+    h->cls.pad_out = true;
+    h->bbox.pad_out = true;
+}
+
+/* conv's output (N, h, w, cout), from its padded one when the layer pads. */
+static mrcnn_tensor head_out(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l, const mrcnn_tensor *t) {
+    mrcnn_tensor y = mrcnn_conv_layer_forward(m, ws, l, t, MRCNN_ACT_NONE);
+    if (y.shape[3] == l->cout) return y;
+    mrcnn_tensor s = mrcnn_channels_slice(m, ws, &y, l->cout);
+    mrcnn_ws_release(ws, &y);
+    return s;
+}
+
+/* The backward of head_out: dy's padding channels zero. */
+static void head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l, const mrcnn_tensor *t,
+                          const mrcnn_tensor *dy, mrcnn_tensor *dt) {
+    const int k = mrcnn_conv_layer_out_channels(m, l);
+    if (k == l->cout) {
+        mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, dy, dt);
+        return;
+    }
+    mrcnn_tensor dp = mrcnn_channels_pad(m, ws, dy, k);
+    mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, &dp, dt);
+    mrcnn_ws_release(ws, &dp);
 }
 
 void mrcnn_rpn_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_out *bb,
@@ -30,8 +57,8 @@ void mrcnn_rpn_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_o
     mrcnn_rpn_head *h = &m->rpn;
     for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
         out->t[l] = mrcnn_conv_layer_forward(m, ws, &h->conv, &bb->p[l], MRCNN_ACT_RELU);
-        out->logits[l] = mrcnn_conv_layer_forward(m, ws, &h->cls, &out->t[l], MRCNN_ACT_NONE);
-        out->deltas[l] = mrcnn_conv_layer_forward(m, ws, &h->bbox, &out->t[l], MRCNN_ACT_NONE);
+        out->logits[l] = head_out(m, ws, &h->cls, &out->t[l]);
+        out->deltas[l] = head_out(m, ws, &h->bbox, &out->t[l]);
     }
 }
 
@@ -41,9 +68,8 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
     mrcnn_rpn_head *h = &m->rpn;
     for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
         mrcnn_tensor dt = mrcnn_ws_like(ws, &out->t[l]);
-        mrcnn_conv_layer_backward(m, ws, &h->cls, &out->t[l], NULL, MRCNN_ACT_NONE, &dlogits[l], &dt);
-        mrcnn_conv_layer_backward(m, ws, &h->bbox, &out->t[l], NULL, MRCNN_ACT_NONE, &ddeltas[l],
-                                  &dt);
+        head_backward(m, ws, &h->cls, &out->t[l], &dlogits[l], &dt);
+        head_backward(m, ws, &h->bbox, &out->t[l], &ddeltas[l], &dt);
         if (!dp[l].data) dp[l] = mrcnn_ws_like(ws, &bb->p[l]);
         mrcnn_conv_layer_backward(m, ws, &h->conv, &bb->p[l], &out->t[l], MRCNN_ACT_RELU, &dt,
                                   &dp[l]);
