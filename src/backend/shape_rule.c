@@ -111,6 +111,8 @@ static void parse_dim(parser *ps, mrcnn_shape_clause *c, int first) {
     }
     if (!read_word(ps, word, sizeof word)) PARSE_FAIL(ps, "expected an extent (an integer, a symbol, 2H, ... or *n)");
     d->sym = (int8_t)find_sym(ps, word);
+    skip_space(ps);
+    if (!strncmp(ps->p, ">0", 2)) ps->p += 2, d->pos = 1;
 }
 
 /* spec [dtype] for the clause c. */
@@ -248,6 +250,10 @@ static void explain(const mrcnn_shape_rule *r, const mrcnn_shape_clause *c, cons
         int64_t v = d ? t->shape[off + i] : prod_from(t, nd), coef = d ? d->lit : 1;
         if (!d && s < 0) break;
         const char *what = d ? "dim" : "the dims from";
+        if (d && d->pos && v <= 0) {
+            snprintf(why, n, "%s must be > 0, dim %d is %lld", r->sym_names[s], off + i, (long long)v);
+            return;
+        }
         if (s < 0) {
             if (v == d->lit) continue;
             snprintf(why, n, "dim %d is %lld, the rule's %lld", off + i, (long long)v, (long long)d->lit);
@@ -353,8 +359,11 @@ static inline int match_dims(const mrcnn_shape_clause *c, const mrcnn_tensor *t,
     } else if (c->star >= 0 ? t->ndim < nd + 1 : t->ndim != nd) {
         return 0;
     }
-    for (int i = 0; i < nd; i++)
-        if (!match_extent(c->dims[i].sym, c->dims[i].lit, t->shape[off + i], val, bound)) return 0;
+    for (int i = 0; i < nd; i++) {
+        const mrcnn_shape_dim *d = &c->dims[i];
+        const int64_t v = t->shape[off + i];
+        if (!match_extent(d->sym, d->lit, v, val, bound) || (d->pos && v <= 0)) return 0;
+    }
     return c->star < 0 || match_extent(c->star, 1, prod_from(t, nd), val, bound);
 }
 

@@ -12,6 +12,7 @@
  *   dim     := 7                       that integer
  *            | N                       a symbol: bound by its first occurrence in rule
  *                                      order, equal at every later one
+ *            | N>0                     a symbol whose extent must be positive here
  *            | 2H                      an integer times a symbol (bound as extent / 2,
  *                                      which must divide)
  *            | ...                     (first only) any number of leading dimensions
@@ -37,6 +38,7 @@ enum { SR_ANY, SR_LIKE, SR_DIMS };
 
 typedef struct {
     int8_t sym;   // -1: the literal lit
+    int8_t pos;   // N>0: the extent must be positive
     int64_t lit;  // the literal, or the symbol's coefficient
 } mrcnn_shape_dim;
 

@@ -32,6 +32,9 @@ static void test_parse_errors(void **state) {
     compile("x any, y like x", xy, 2);
     compile("x (...,K) -> y += (K) fp32", xy, 2);
     assert_int_equal(g_rule.c[1].dtype, MRCNN_DTYPE_F32);
+    compile("x (N>0, C) -> y (N,C)", xy, 2);
+    assert_int_equal(g_rule.c[0].dims[0].pos, 1);
+    assert_int_equal(g_rule.c[1].dims[0].pos, 0);
     compile("x, y (*n) int32", xy, 2);
     assert_int_equal(g_rule.c[0].star, g_rule.c[1].star);
 
@@ -121,6 +124,9 @@ static void test_messages(void **state) {
                  ly4 = T(4, 6);
     EXPECT_FAIL(be->nn.linear_forward(be, &lx1, &lw, NULL, none, &ly),
                 "linear_forward x: shape (20) but expected (-1, ...): 1 dims, the rule's at least 2");
+    mrcnn_tensor lx0 = T(0, 20), ly0 = T(0, 6);
+    EXPECT_FAIL(be->nn.linear_forward(be, &lx0, &lw, NULL, none, &ly0),
+                "linear_forward x: shape (0, 20) but expected (-1, ...): N must be > 0, dim 0 is 0");
     EXPECT_FAIL(be->nn.linear_forward(be, &lx, &lwt, NULL, none, &ly),
                 "linear_forward w: shape (20, 6) but expected (-1, 20): in is 20 from x, but dim 1 is 6");
     EXPECT_FAIL(be->nn.linear_forward(be, &lx, &lw, &lb5, none, &ly), "linear_forward b: shape (5) but expected (6)");
@@ -321,17 +327,18 @@ static int rnd(int n) {
     return (int)(g_rng % (uint64_t)n);
 }
 
-/* One or two random edits: an extent +-1 or doubled, a dim dropped or added, two
- * extents swapped, an argument NULL. Extents stay >= 1 (an empty batch is not asked). */
+/* One or two random edits: an extent +-1, doubled or 0, a dim dropped or added, an
+ * argument NULL. */
 static void mutate(shp *t, int n) {
     shp *a = &t[rnd(n)];
     int k = a->ndim ? rnd(a->ndim) : 0;
-    switch (rnd(6)) {
+    switch (rnd(7)) {
     case 0: if (a->ndim) a->s[k] += 1; break;
     case 1: if (a->ndim && a->s[k] > 1) a->s[k] -= 1; break;
     case 2: if (a->ndim) a->s[k] *= 2; break;
     case 3: if (a->ndim > 1) a->ndim--; break;
     case 4: if (a->ndim < MRCNN_MAX_DIMS) a->s[a->ndim++] = 1 + rnd(2); break;
+    case 5: if (a->ndim) a->s[k] = 0; break;
     default: a->null = 1; break;
     }
 }
