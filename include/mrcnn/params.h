@@ -33,16 +33,39 @@ typedef struct mrcnn_params {
      * BN is added, so that a load never allocates what the model keeps (a load that
      * fails half-way leaves nothing the model points to freed or leaked). */
     float **fold_buf;
+    /* The weights as the layers compute with them (forward and data gradient), in the
+     * activation dtype (mrcnn_ws_act_dtype: a GPU backend's bf16/fp16): made from values
+     * by ONE cast of the whole arena per step (mrcnn_params_refresh), not one per layer
+     * call. Element j of values is element j of the copy (offsets scaled by the dtype's
+     * size, not re-aligned), so the cast is one flat call. base is NULL, and the layers
+     * read values itself, when that dtype is fp32 (the CPU backend; fp32 on a GPU). */
+    mrcnn_arena copy;
+    /* A copy even in fp32 (an exact fp32 -> fp32 cast): runs the copy's path where the
+     * compute dtype is fp32 (the CPU backend's tests); refused in the CPU's rounded-storage
+     * mode, whose cast rounds. Read at the next refresh. */
+    bool separate_copy;
     int n_cap;
-    const mrcnn_backend *be; // owner of both blocks once committed
+    const mrcnn_backend *be; // owner of the blocks once committed
 } mrcnn_params;
 
 void mrcnn_params_init(mrcnn_params *p);
 /* Registers a parameter; bn names the frozen BN folded into it at load ("" none). */
 int mrcnn_params_add(mrcnn_params *p, const char *name, int ndim, const int64_t *shape,
                      bool trainable, const char *bn);
-/* Allocates both arenas on the backend's device. */
+/* Allocates both arenas on the backend's device (and the compute copy when the
+ * backend's precision already asks for one). */
 void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be);
+/* The compute copy from the values: one be->nn.cast over the whole arena, nothing when
+ * the layers read the values themselves. Device work only (inside the captured step: a
+ * replay repeats it); the model's forward calls it at its start (mrcnn_model_run's
+ * first micro-batch, mrcnn_model_forward_features), so a load, an import, a resume or
+ * an SGD update is seen by the next forward. Allocates the copy on first use or when the
+ * precision changed since (a warm-up step, never a replayed one). */
+void mrcnn_params_refresh(mrcnn_params *p);
+/* Entry i as the layers compute with it: the copy's view after mrcnn_params_refresh, or
+ * the fp32 value when there is no copy. Weights only: biases, read once per output
+ * element, stay fp32 (the values). */
+mrcnn_tensor *mrcnn_params_compute(mrcnn_params *p, int i);
 /* Records the (k) per-output-channel scale folded into entry i (copied; NULL clears). */
 void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k);
 /* The SGD preconditioner of every element of the params arena (n = values.size / 4):

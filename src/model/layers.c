@@ -245,8 +245,8 @@ mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_
         mrcnn_ws_release(ws, &wp);
         return y;
     }
-    if (k == l->cout) {
-        m->be->nn.conv2d_forward(m->be, &d, x, w, b, act, &y);
+    if (k == l->cout) { // the weights in the compute dtype, cast once per step (params.h)
+        m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_params_compute(&m->params, l->w), b, act, &y);
         return y;
     }
     mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), bp = mrcnn_padded_rows(m, ws, b, k);
@@ -283,7 +283,7 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         mrcnn_ws_release(ws, &dwp);
         mrcnn_ws_release(ws, &wp);
     } else if (k == l->cout) {
-        m->be->nn.conv2d_backward(m->be, &d, x, w, g, dx, dw, db);
+        m->be->nn.conv2d_backward(m->be, &d, x, mrcnn_params_compute(&m->params, l->w), g, dx, dw, db);
     } else {
         /* The gradients go through padded copies that start from the arena's, so the
          * backward adds into the same values as the unpadded layer does (accumulation

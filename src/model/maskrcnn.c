@@ -78,6 +78,7 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     MRCNN_CHECK(b->images.ndim == 4 && b->images.data,
                 "model: the batch's images are not a (N, H, W, 3) device tensor");
     const mrcnn_model_anchors *a = model_anchors(m, (int)b->images.shape[1], (int)b->images.shape[2]);
+    mrcnn_params_refresh(&m->params); // the weights may have changed since the last forward
     run_features(m, ws, &b->images, a, st);
     int32_t *hw = MRCNN_MALLOC((size_t)st->n_images * 2 * sizeof(int32_t), "image sizes");
     for (int i = 0; i < 2 * st->n_images; i++) hw[i] = b->image_hw[i];
@@ -213,6 +214,8 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
                 "train step: micro-batch slot %d was not staged (mrcnn_model_stage first)", slot);
     const mrcnn_staged *sg = &m->staged[slot];
     memset(st, 0, sizeof *st);
+    // once per step, inside its captured region: a later micro-batch sees the same weights
+    if (slot == 0) mrcnn_params_refresh(&m->params);
     run_features(m, ws, &sg->images, sg->anchors, st);
     st->image_hw_dev = sg->image_hw;
     st->gt = sg->gt;

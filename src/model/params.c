@@ -1,6 +1,7 @@
 /* The parameter registry: every weight a named view in one params arena, with a
  * grads arena of the same layout, so gradients all-reduce as a few large buckets
- * and one fused update touches every weight. */
+ * and one fused update touches every weight; and, where the layers compute in a
+ * 16-bit dtype, a copy of the arena in it made by one cast per step. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
 
@@ -40,11 +41,78 @@ static void commit_on(mrcnn_arena *a, const mrcnn_backend *be) {
     be->mem.zero(be, &all);
 }
 
+/* The layers' dtype, the activations' (a GPU backend's storage dtype, fp32 on the CPU,
+ * whose rounded-storage mode computes in fp32): one rule, mrcnn_ws_act_dtype's. */
+static mrcnn_dtype compute_dtype(const mrcnn_params *p) {
+    mrcnn_ws ws = {.be = p->be};
+    return mrcnn_ws_act_dtype(&ws);
+}
+
+static void copy_drop(mrcnn_params *p) {
+    if (p->copy.base) p->be->mem.free(p->be, p->copy.base);
+    mrcnn_arena_free(&p->copy);
+}
+
+/* p->copy laid out as values in dtype dt, element for element, and allocated. The
+ * offsets scale with the element size (a 256-byte aligned fp32 offset is a 128-byte
+ * aligned bf16 one), so one flat cast fills every entry. */
+static void copy_make(mrcnn_params *p, mrcnn_dtype dt) {
+    const mrcnn_arena *v = &p->values;
+    const size_t es = mrcnn_dtype_size(dt);
+    mrcnn_arena *c = &p->copy;
+    mrcnn_arena_init(c, "params (compute copy)", p->be->device);
+    c->entries = MRCNN_CALLOC((size_t)(v->n_entries ? v->n_entries : 1), sizeof *c->entries, "compute copy entries");
+    c->cap_entries = v->n_entries;
+    c->size = v->size / sizeof(float) * es;
+    c->base = p->be->mem.alloc(p->be, c->size ? c->size : 1, c->name);
+    for (int i = 0; i < v->n_entries; i++) {
+        const mrcnn_arena_entry *e = &v->entries[i];
+        mrcnn_arena_entry *d = &c->entries[i];
+        memcpy(d->name, e->name, sizeof d->name);
+        d->offset = e->offset / sizeof(float) * es;
+        d->tensor = mrcnn_tensor_view(c->base + d->offset, dt, c->device, e->tensor.ndim, e->tensor.shape);
+    }
+    c->n_entries = v->n_entries;
+}
+
+/* The copy the backend's precision asks for: made, remade in another dtype, or dropped. */
+static void copy_fit(mrcnn_params *p) {
+    const mrcnn_dtype dt = compute_dtype(p);
+    if (dt == MRCNN_DTYPE_F32 && !p->separate_copy) {
+        copy_drop(p);
+        return;
+    }
+    MRCNN_CHECK(dt != MRCNN_DTYPE_F32 || p->be->device == MRCNN_DEVICE_GPU || p->be->storage == MRCNN_DTYPE_F32,
+                "params: a separate fp32 copy of the weights needs an exact cast, but the cpu backend's cast rounds "
+                "in its rounded-storage mode (storage %s)",
+                mrcnn_dtype_name(p->be->storage));
+    if (p->copy.base && p->copy.n_entries == p->values.n_entries &&
+        (p->copy.n_entries == 0 || p->copy.entries[0].tensor.dtype == dt))
+        return;
+    copy_drop(p);
+    copy_make(p, dt);
+}
+
 void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be) {
     mrcnn_arena_init_like(&p->grads, "grads", &p->values, MRCNN_DTYPE_F32);
     commit_on(&p->values, be);
     commit_on(&p->grads, be);
     p->be = be;
+    copy_fit(p);
+}
+
+void mrcnn_params_refresh(mrcnn_params *p) {
+    MRCNN_CHECK(p->be, "params: refreshed before mrcnn_params_commit");
+    copy_fit(p);
+    if (!p->copy.base) return;
+    const int64_t n = (int64_t)(p->values.size / sizeof(float));
+    mrcnn_tensor src = mrcnn_tensor_view(p->values.base, MRCNN_DTYPE_F32, p->values.device, 1, &n);
+    mrcnn_tensor dst = mrcnn_tensor_view(p->copy.base, p->copy.entries[0].tensor.dtype, p->copy.device, 1, &n);
+    p->be->nn.cast(p->be, &src, &dst);
+}
+
+mrcnn_tensor *mrcnn_params_compute(mrcnn_params *p, int i) {
+    return mrcnn_arena_get(p->copy.base ? &p->copy : &p->values, i);
 }
 
 void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k) {
@@ -86,12 +154,14 @@ void mrcnn_params_free(mrcnn_params *p) {
     if (p->be) {
         if (p->values.base) p->be->mem.free(p->be, p->values.base);
         if (p->grads.base) p->be->mem.free(p->be, p->grads.base);
+        copy_drop(p);
     }
     for (int i = 0; p->fold_buf && i < p->values.n_entries; i++) free(p->fold_buf[i]);
     free(p->fold_buf);
     free(p->fold_scale);
     mrcnn_arena_free(&p->values);
     mrcnn_arena_free(&p->grads);
+    mrcnn_arena_free(&p->copy);
     free(p->trainable);
     free(p->bn);
     memset(p, 0, sizeof *p);

@@ -38,7 +38,7 @@ void mrcnn_box_head_build(mrcnn_model *m) {
 
 static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b,
                                mrcnn_activation act) {
-    mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
+    mrcnn_tensor *W = mrcnn_params_compute(&m->params, w); // cast once per step (params.h)
     mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 2, (int64_t[]){x->shape[0], W->shape[0]});
     if (x->shape[0] > 0)
         m->be->nn.linear_forward(m->be, x, W, mrcnn_arena_get(&m->params.values, b), act, &y);
@@ -55,7 +55,7 @@ static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, cons
         m->be->nn.relu_backward(m->be, y, dy, &dpre);
         g = &dpre;
     }
-    m->be->nn.linear_backward(m->be, x, mrcnn_arena_get(&m->params.values, w), g, dx,
+    m->be->nn.linear_backward(m->be, x, mrcnn_params_compute(&m->params, w), g, dx,
                            mrcnn_arena_get(&m->params.grads, w), mrcnn_arena_get(&m->params.grads, b));
     if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
     mrcnn_model_grad_ready(m, w);

@@ -46,7 +46,7 @@ void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x
     }
     out->up = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){R, 2 * S, 2 * S, h->dim});
     if (R > 0) {
-        m->be->nn.deconv2x2_forward(m->be, cur, mrcnn_arena_get(&m->params.values, h->deconv_w),
+        m->be->nn.deconv2x2_forward(m->be, cur, mrcnn_params_compute(&m->params, h->deconv_w),
                                  mrcnn_arena_get(&m->params.values, h->deconv_b), MRCNN_ACT_RELU,
                                  &out->up);
         out->logits = mrcnn_conv_layer_forward(m, ws, &h->logits, &out->up, MRCNN_ACT_NONE);
@@ -68,7 +68,7 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     be->nn.relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
     mrcnn_tensor dcur = mrcnn_ws_like(ws, last);
-    be->nn.deconv2x2_backward(be, last, mrcnn_arena_get(&m->params.values, h->deconv_w), &dpre, &dcur,
+    be->nn.deconv2x2_backward(be, last, mrcnn_params_compute(&m->params, h->deconv_w), &dpre, &dcur,
                            mrcnn_arena_get(&m->params.grads, h->deconv_w),
                            mrcnn_arena_get(&m->params.grads, h->deconv_b));
     if (ready) {
