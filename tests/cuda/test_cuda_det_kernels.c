@@ -4,7 +4,7 @@
  * same bytes: det.proposals (fp32 and bf16 logits, ties, NaN and infinite logits, an
  * empty level, and the 8 x 800x1216 bench shape), the batched balanced sampler at the
  * RPN's shape, mrcnn_cuda_topk, mrcnn_cuda_nms (with classes and tied scores) and
- * det.detect_boxes. Both use the same order keys and
+ * det.detect_boxes (under and past its candidate cap, with tied scores). Both use the same order keys and
  * the same decode, so even NaNs land alike; test_cuda_detect compares each with the
  * host. Without a GPU, or in a GPU=0 build, it prints "skip [gpu]: ..." and exits 77. */
 #include <math.h>
@@ -209,8 +209,10 @@ static void test_nms_same_body(void) {
     free(b), free(s), free(cls);
 }
 
-static void test_detect_boxes_same_body(void) {
-    const int N = 4, K = 11, D = 100;
+/* K classes with background; R rois, 4 images. repeat > 0: row r's logits are row
+ * r % repeat's, so that scores tie across rows (and at the candidate cap's cut). */
+static void detect_case(int K, float score_thresh, int repeat) {
+    const int N = 4, D = 100;
     const int64_t R = 4000;
     float *rois = malloc((size_t)R * 20), *bx = random_boxes(R, 1216, 800);
     for (int64_t r = 0; r < R; r++) {
@@ -218,6 +220,8 @@ static void test_detect_boxes_same_body(void) {
         memcpy(rois + 5 * r + 1, bx + 4 * r, 16);
     }
     float *lg = tied_logits(R * K, 0), *dl = malloc((size_t)R * K * 16);
+    if (repeat > 0)
+        for (int64_t r = repeat; r < R; r++) memcpy(lg + r * K, lg + (r % repeat) * K, (size_t)K * 4);
     test_fill_uniform(dl, R * K * 4, -0.5f, 0.5f, g_seed++);
     const int32_t hw[8] = {800, 1216, 800, 1216, 640, 1000, 800, 1216};
     void *d_rois = up(rois, (size_t)R * 20), *d_lg = up(lg, (size_t)R * K * 4), *d_dl = up(dl, (size_t)R * K * 16);
@@ -226,7 +230,7 @@ static void test_detect_boxes_same_body(void) {
     mrcnn_tensor t_lg = dev(d_lg, MRCNN_DTYPE_F32, 2, (int64_t[]){R, K});
     mrcnn_tensor t_dl = dev(d_dl, MRCNN_DTYPE_F32, 2, (int64_t[]){R, K * 4});
     mrcnn_tensor t_hw = dev(d_hw, MRCNN_DTYPE_I32, 2, (int64_t[]){N, 2});
-    mrcnn_detect_desc d = {.n_images = N, .num_classes = K, .max_detections = D, .score_thresh = 0.05f,
+    mrcnn_detect_desc d = {.n_images = N, .num_classes = K, .max_detections = D, .score_thresh = score_thresh,
                            .nms_thresh = 0.5f, .min_size = 1e-2f, .coder = {10.0f, 10.0f, 5.0f, 5.0f, 4.135166645f}};
     const size_t sz[4] = {(size_t)N * D * 20, (size_t)N * D * 4, (size_t)N * D * 4, 4};
     void *got[2][4];
@@ -244,7 +248,8 @@ static void test_detect_boxes_same_body(void) {
     }
     const char *what[4] = {"detect_boxes boxes", "detect_boxes scores", "detect_boxes labels", "detect_boxes count"};
     for (int q = 0; q < 4; q++) expect_same_bytes(got[0][q], got[1][q], sz[q], 4, what[q]);
-    printf("  detect_boxes: %g detections alike\n", (double)*(float *)got[1][3]);
+    printf("  detect_boxes, %d classes, %lld candidates per image: %g detections alike\n", K,
+           (long long)(R / N * (K - 1)), (double)*(float *)got[1][3]);
     for (int m = 0; m < 2; m++)
         for (int q = 0; q < 4; q++) free(got[m][q]);
     G->mem.free(G, d_rois), G->mem.free(G, d_lg), G->mem.free(G, d_dl), G->mem.free(G, d_hw);
@@ -293,6 +298,11 @@ static void test_sampler_same_body(void) {
         for (int q = 0; q < 3; q++) free(got[m][q]);
     G->mem.free(G, dl), G->mem.free(G, dr);
     free(labels), free(u);
+}
+
+static void test_detect_boxes_same_body(void) {
+    detect_case(11, 0.05f, 0);
+    detect_case(21, 0.0f, 7); // 20,000 candidates per image: past the cap, ties at its cut
 }
 
 GUARDED_TEST(test_proposals_same)

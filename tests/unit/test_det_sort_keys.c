@@ -6,7 +6,8 @@
  * host's order: value descending, lower index first on ties (proposals.c top_k,
  * nms.c by_score), with ties across many entries, -0 beside +0, infinities, an empty
  * FPN level and levels smaller than k. The balanced sampler's compaction likewise, by an
- * exclusive scan of packed counts. No GPU needed. */
+ * exclusive scan of packed counts, and detect_boxes' compaction to its candidate cap.
+ * No GPU needed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -224,6 +225,70 @@ static void test_sample_compaction(void **state) {
     free(labels), free(work), free(scan);
 }
 
+/* The NMS's view of slots: their candidates in stable score order (descending, lower
+ * slot first), as cu_nms_batched's sort sees them. */
+static void nms_view(const float *cs, const int32_t *slot_cand, int n, int32_t *out) {
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    int32_t *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+    for (int j = 0; j < n; j++) v[j] = cs[slot_cand[j]];
+    host_order(v, n, idx);
+    for (int j = 0; j < n; j++) out[j] = slot_cand[idx[j]];
+    free(v), free(idx);
+}
+
+/* detect_boxes' compaction, over the cap with ties at the cut and dropped candidates:
+ * the batch sort's take (k_det_keys, k_det_take in infer_ops.cu) against the legacy
+ * k_det_compact's rule (above the cap-th score, then the first ties, in candidate order):
+ * the same number per image and, through the NMS's stable sort, the same candidates in
+ * the same order. */
+static void test_detect_compaction(void **state) {
+    (void)state;
+    const int n_images = 3, cap = 50;
+    const int64_t C = 700;
+    float *cs = malloc((size_t)C * sizeof *cs);
+    int32_t *ci = malloc((size_t)C * sizeof *ci), *vals = malloc((size_t)C * sizeof *vals);
+    uint64_t *keys = malloc((size_t)C * sizeof *keys);
+    int32_t count[3] = {0, 0, 0}, slot_new[3 * 50], slot_old[50], a[50], b[50];
+    for (int64_t t = 0; t < C; t++) {
+        const uint32_t u = next_u32();
+        ci[t] = (int32_t)(u % 4) - 1; // -1: dropped
+        if (t >= 150 && ci[t] == 2) ci[t] = 1; // image 2 under the cap
+        cs[t] = ci[t] < 0 ? -INFINITY : 0.05f + 0.125f * (float)(u / 4 % 8); // 8 values: ties at every cut
+    }
+    for (int64_t t = 0; t < C; t++) { // k_det_keys
+        const int img = ci[t] >= 0 && ci[t] < n_images ? ci[t] : -1;
+        keys[t] = det_sort_key((uint32_t)(img >= 0 ? img : n_images), cs[t]);
+        vals[t] = (int32_t)t;
+        if (img >= 0) count[img]++;
+    }
+    radix_sort(keys, vals, C, det_sort_end_bit(n_images + 1));
+    for (int img = 0; img < n_images; img++) {
+        const int n = count[img] < cap ? count[img] : cap;
+        for (int j = 0; j < n; j++) slot_new[img * cap + j] = vals[det_segment_start(count, img) + j]; // k_det_take
+        /* the legacy rule */
+        int m = 0;
+        float *mine = malloc((size_t)C * sizeof *mine);
+        for (int64_t t = 0; t < C; t++)
+            if (ci[t] == img) mine[m++] = cs[t];
+        int32_t *ord = malloc((size_t)(m ? m : 1) * sizeof *ord);
+        host_order(mine, m, ord);
+        const float T = m > cap ? mine[ord[cap - 1]] : -INFINITY;
+        int above = 0;
+        for (int q = 0; q < m; q++) above += mine[q] > T;
+        int n_old = 0, ties = 0;
+        for (int64_t t = 0; t < C && n_old < cap; t++)
+            if (ci[t] == img && (m <= cap || cs[t] > T || (cs[t] == T && ties++ < cap - above))) slot_old[n_old++] = (int32_t)t;
+        free(mine), free(ord);
+        if (n != n_old) fail_msg("image %d: %d candidates kept, the legacy rule keeps %d", img, n, n_old);
+        nms_view(cs, slot_new + img * cap, n, a);
+        nms_view(cs, slot_old, n, b);
+        for (int j = 0; j < n; j++)
+            if (a[j] != b[j]) fail_msg("image %d, NMS rank %d: candidate %d, the legacy compaction's %d", img, j, a[j], b[j]);
+    }
+    assert_true(count[0] > cap && count[1] > cap && count[2] < cap); // both branches ran
+    free(cs), free(ci), free(vals), free(keys);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_bit),
@@ -231,6 +296,7 @@ int main(void) {
         cmocka_unit_test(test_proposals_order),
         cmocka_unit_test(test_nms_order),
         cmocka_unit_test(test_sample_compaction),
+        cmocka_unit_test(test_detect_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

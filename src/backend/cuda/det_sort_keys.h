@@ -62,6 +62,14 @@ MRCNN_HD int64_t det_sorted_pos(int img, int64_t per_image, int64_t part_first, 
     return (int64_t)img * per_image + part_first + t;
 }
 
+/* The first entry of segment seg in a batch sorted by segment, counts[0 .. seg) entries
+ * before it (the segments of dropped entries sort after every counted one). */
+MRCNN_HD int64_t det_segment_start(const int32_t *counts, int seg) {
+    int64_t s = 0;
+    for (int i = 0; i < seg; i++) s += counts[i];
+    return s;
+}
+
 /* The balanced sampler's compaction as one exclusive scan over the batch: entry p's
  * packed count is positives (label > 0) in the high 32 bits, negatives (label 0) in the
  * low 32, so one sum counts both; per image (n entries, fewer than 2^31) neither field

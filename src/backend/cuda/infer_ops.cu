@@ -6,11 +6,14 @@
  * may differ from the host's by an ulp or two.
  *
  * detect_boxes: one thread per (row, foreground class) scores, decodes, clips and
- * filters a candidate; one block per image compacts its candidates in (row, class)
- * order, keeping the MRCNN_DETECT_MAX_CANDIDATES highest-scoring when there are more (a
- * radix select on the score bits, ties in candidate order); cu_nms_batched runs every
- * image's NMS at once and stops at max_detections; one thread per output row gathers
- * the kept candidates, compacted over the batch. Nothing waits for the device.
+ * filters a candidate; the candidates are compacted per image, keeping the
+ * MRCNN_DETECT_MAX_CANDIDATES highest-scoring when there are more (ties in candidate
+ * order): by default one stable radix sort of the batch's candidates by (image, score)
+ * (cu_det_sort, det_sort_keys.h) and a take of each image's first ones;
+ * MRCNN_DET_KERNELS=legacy: one block per image (a radix select on the score bits and
+ * an ordered compaction). cu_nms_batched runs every image's NMS at once and stops at
+ * max_detections; one thread per output row gathers the kept candidates, compacted over
+ * the batch. Nothing waits for the device.
  * Temporaries come from the CU_SCRATCH_GEMM slot, carved once per call. */
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -18,6 +21,7 @@
 
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "det_sort_keys.h"
 #include "detect_internal.h"
 #include "mrcnn/box_math.h"
 
@@ -129,11 +133,11 @@ __global__ void k_det_candidates(int64_t R, int K, const void *logits, int lt, c
 typedef cub::BlockScan<int, COMPACT_THREADS> compact_scan;
 typedef cub::BlockReduce<int, COMPACT_THREADS> compact_reduce;
 
-/* Block `img`: image img's candidates into its cap slots in candidate order (so the
- * NMS sort's index tie-break is the host's), scores of unused slots -inf, n_valid[img]
- * their number. Over cap: those scoring above T plus the first ties at T, T the cap-th
- * highest score (a 32-step radix select on the bits; scores are >= 0, whose bits order
- * as the values). */
+/* Legacy (MRCNN_DET_KERNELS=legacy). Block `img`: image img's candidates into its cap
+ * slots in candidate order (so the NMS sort's index tie-break is the host's), scores of
+ * unused slots -inf, n_valid[img] their number. Over cap: those scoring above T plus the
+ * first ties at T, T the cap-th highest score (a 32-step radix select on the bits;
+ * scores are >= 0, whose bits order as the values). */
 __global__ void k_det_compact(int64_t C, int K, int cap, const float *cs, const float *cb, const int32_t *ci,
                               float *ss, float *sb, int32_t *sl, int32_t *n_valid) {
     __shared__ union {
@@ -198,6 +202,46 @@ __global__ void k_det_compact(int64_t C, int K, int cap, const float *cs, const 
     if (threadIdx.x == 0) n_valid[img] = n;
 }
 
+/* The default compaction's keys, one thread per candidate t (no grid stride, so that
+ * every lane reaches the vote): key (its image, or n_images when dropped, which sorts
+ * after every image; its score), value t; each image's candidates counted, one atomic
+ * per (warp, image). */
+__global__ void k_det_keys(int64_t C, int n_images, const float *cs, const int32_t *ci, uint64_t *keys, int32_t *vals,
+                           int32_t *img_count) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int img = -1;
+    if (t < C) {
+        const int c = ci[t];
+        img = c >= 0 && c < n_images ? c : -1;
+        keys[t] = det_sort_key((uint32_t)(img >= 0 ? img : n_images), cs[t]);
+        vals[t] = (int32_t)t;
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, img);
+    if (img >= 0 && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&img_count[img], __popc(peers));
+}
+
+/* Slot j of image img: rank j of the image's candidates in the sorted batch (score
+ * descending, candidate order among ties), the first min(count, cap); score -inf past
+ * them. The set is the legacy compaction's (above the cap-th score, then the first
+ * ties), in another slot order, but the NMS's stable sort puts equal scores in slot
+ * order, which here is candidate order as there: the same boxes come out. */
+__global__ void k_det_take(int n_images, int cap, int K, const int32_t *img_count, const int32_t *sorted,
+                           const float *cs, const float *cb, float *ss, float *sb, int32_t *sl, int32_t *n_valid) {
+    CU_GRID_STRIDE(q, (int64_t)n_images * cap) {
+        const int img = (int)(q / cap), j = (int)(q % cap);
+        const int n = img_count[img] < cap ? img_count[img] : cap;
+        if (j < n) {
+            const int64_t t = sorted[det_segment_start(img_count, img) + j];
+            ss[q] = cs[t];
+            for (int k = 0; k < 4; k++) sb[q * 4 + k] = cb[t * 4 + k];
+            sl[q] = (int)(t % (K - 1)) + 1;
+        } else {
+            ss[q] = -INFINITY;
+        }
+        if (j == 0) n_valid[img] = n;
+    }
+}
+
 /* Output row t: the kept candidates of the images end to end (at most D each), padding
  * rows after (image -1, zeros, label -1); count the total. */
 __global__ void k_det_gather(int n, int D, int cap, const int32_t *keep, const int32_t *kept, const float *sb,
@@ -249,10 +293,15 @@ static void cu_detect_boxes(const mrcnn_backend *be, const mrcnn_detect_desc *d,
     }
     const int cap = (int)(C < MRCNN_DETECT_MAX_CANDIDATES ? (C > 0 ? C : 1) : MRCNN_DETECT_MAX_CANDIDATES);
     const size_t nc = (size_t)N * cap;
+    MRCNN_CHECK(C < 2147483647LL, "detect_boxes: %lld candidates, at most 2^31 - 1", (long long)C);
+    /* the compaction's sort (and its per-image counts) and the NMS share slot 9: stream
+     * order runs them apart */
+    const size_t sort_bytes = C > 0 ? cu_det_sort_bytes(C, (int64_t)N + 1) + al256((size_t)N * 4) : 0;
+    const size_t nms_bytes = cu_nms_work_bytes(N, cap);
     const size_t sz[10] = {al256((size_t)C * 4),     al256((size_t)C * 16), al256((size_t)C * 4),
                            al256(nc * 4),            al256(nc * 16),        al256(nc * 4),
                            al256((size_t)N * 4),     al256(nc * 4),         al256((size_t)N * 4),
-                           al256(cu_nms_work_bytes(N, cap))};
+                           al256(sort_bytes > nms_bytes ? sort_bytes : nms_bytes)};
     size_t total = 0;
     for (int i = 0; i < 10; i++) total += sz[i];
     char *p = (char *)cu_scratch(s, CU_SCRATCH_GEMM, total);
@@ -266,8 +315,23 @@ static void cu_detect_boxes(const mrcnn_backend *be, const mrcnn_detect_desc *d,
             R, K, logits->data, (int)logits->dtype, deltas->data, (int)deltas->dtype, (const float *)rois->data,
             (const int32_t *)image_hw->data, N, d->coder, d->score_thresh, d->min_size, cs, cb, ci);
         MRCNN_CHECK_LAUNCH("detect_boxes candidates");
-        k_det_compact<<<(unsigned)N, COMPACT_THREADS, 0, s->stream>>>(C, K, cap, cs, cb, ci, ss, sb, sl, nv);
-        MRCNN_CHECK_LAUNCH("detect_boxes compact");
+        if (cu_det_kernels_legacy()) {
+            k_det_compact<<<(unsigned)N, COMPACT_THREADS, 0, s->stream>>>(C, K, cap, cs, cb, ci, ss, sb, sl, nv);
+            MRCNN_CHECK_LAUNCH("detect_boxes compact");
+        } else {
+            int32_t *img_count = (int32_t *)slot[9];
+            void *sort_work = (char *)slot[9] + al256((size_t)N * 4);
+            uint64_t *keys;
+            int32_t *vals;
+            cu_det_sort_inputs(sort_work, C, &keys, &vals);
+            MRCNN_CHECK_CUDA(cudaMemsetAsync(img_count, 0, (size_t)N * 4, s->stream));
+            k_det_keys<<<(unsigned)((C + IT - 1) / IT), IT, 0, s->stream>>>(C, N, cs, ci, keys, vals, img_count);
+            MRCNN_CHECK_LAUNCH("detect_boxes keys");
+            const int32_t *sorted = cu_det_sort(be, sort_work, C, (int64_t)N + 1);
+            k_det_take<<<cu_blocks((int64_t)nc, IT), IT, 0, s->stream>>>(N, cap, K, img_count, sorted, cs, cb, ss, sb,
+                                                                          sl, nv);
+            MRCNN_CHECK_LAUNCH("detect_boxes take");
+        }
         cu_nms_batched(be, N, cap, sb, ss, sl, nv, d->nms_thresh, D, slot[9], keep, kept);
     } else {
         MRCNN_CHECK_CUDA(cudaMemsetAsync(kept, 0, (size_t)N * sizeof(int32_t), s->stream));
