@@ -7,6 +7,7 @@
 #ifndef MRCNN_CUDA_DETECT_INTERNAL_H
 #define MRCNN_CUDA_DETECT_INTERNAL_H
 
+#include "mrcnn/test_hooks.h"
 #include <stdint.h>
 
 #include "mrcnn/backend.h"
@@ -17,18 +18,18 @@ extern "C" {
 #endif
 
 /* iou (n, m) of a (n, 4) against b (m, 4), as mrcnn_box_iou (bit-identical). */
-void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m, float *iou);
+MRCNN_TEST_HOOK void mrcnn_cuda_box_iou(const mrcnn_backend *be, const float *a, int64_t n, const float *b, int64_t m, float *iou);
 
 /* As mrcnn_box_encode / mrcnn_box_decode / mrcnn_box_clip (same order of operations;
  * logf/expf may differ from the host's by an ulp). */
-void mrcnn_cuda_box_encode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, const float *targets,
+MRCNN_TEST_HOOK void mrcnn_cuda_box_encode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, const float *targets,
                            const float *boxes, float *deltas);
-void mrcnn_cuda_box_decode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, int k, const float *deltas,
+MRCNN_TEST_HOOK void mrcnn_cuda_box_decode(const mrcnn_backend *be, const mrcnn_box_coder *c, int64_t n, int k, const float *deltas,
                            const float *boxes, float *out);
-void mrcnn_cuda_box_clip(const mrcnn_backend *be, int64_t n, float *boxes, int img_h, int img_w);
+MRCNN_TEST_HOOK void mrcnn_cuda_box_clip(const mrcnn_backend *be, int64_t n, float *boxes, int img_h, int img_w);
 
 /* As mrcnn_matcher_match: iou (g, n) -> matches (n). */
-void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, int64_t n, float high, float low,
+MRCNN_TEST_HOOK void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, int64_t n, float high, float low,
                               int allow_low_quality, int32_t *matches);
 
 /* As mrcnn_batched_nms (idxs NULL: plain NMS) for n <= MRCNN_CUDA_NMS_MAX boxes: keep (n)
@@ -36,7 +37,7 @@ void mrcnn_cuda_matcher_match(const mrcnn_backend *be, const float *iou, int g, 
  * (one device int64) their number; keep rows past the count are -1. A one-image call of
  * the batched kernels below. */
 #define MRCNN_CUDA_NMS_MAX 16384 // 5 levels x 2000 pre-NMS boxes fit
-void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
+MRCNN_TEST_HOOK void mrcnn_cuda_nms(const mrcnn_backend *be, const float *boxes, const float *scores, const int32_t *idxs, int64_t n,
                     float thresh, int64_t *keep, int64_t *count);
 
 /* Batched NMS, one launch of each kernel for all images: image i's candidates are rows
@@ -56,14 +57,14 @@ void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, const float 
 
 /* As mrcnn_mask_targets: gt_masks (n_gt, img_h, img_w) uint8, boxes (n, 4), gt_index (n)
  * -> targets (n, m, m). gt_index is not range-checked on the device. */
-void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
+MRCNN_TEST_HOOK void mrcnn_cuda_mask_targets(const mrcnn_backend *be, const uint8_t *gt_masks, int n_gt, int img_h, int img_w,
                              const float *boxes, const int32_t *gt_index, int n, int m, float *targets);
 
 /* As mrcnn_sample_balanced for one image, with the same Philox draws (rng points to the
  * stream's mrcnn_rng in device memory): labels (n) -> pos_idx (capacity min(n, (int)(batch *
  * fraction))) and neg_idx (capacity batch_size) ascending, counts (2 device int64:
  * n_pos, n_neg). n < 2^31. A one-image call of cu_sample_balanced_batched. */
-void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
+MRCNN_TEST_HOOK void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const int32_t *labels, int64_t n, int batch_size,
                                 float positive_fraction, const mrcnn_rng *rng, int64_t *pos_idx, int64_t *neg_idx,
                                 int64_t *counts);
 
@@ -84,7 +85,7 @@ void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images, const int
  * lower index first on ties. values (rows, k) and indices (rows, k) get min(n, k)
  * entries per row (rows past that untouched). k <= MRCNN_CUDA_TOPK_MAX. */
 #define MRCNN_CUDA_TOPK_MAX 16384
-void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t n, int k, float *values,
+MRCNN_TEST_HOOK void mrcnn_cuda_topk(const mrcnn_backend *be, const float *x, int rows, int64_t n, int k, float *values,
                      int64_t *indices);
 
 /* The proposals' first stage in one launch over all (image, level) pairs (topk.cu):
@@ -136,12 +137,12 @@ const int32_t *cu_det_sort(const mrcnn_backend *be, void *work, int64_t n, int64
  * offsets[i + 1]) (offsets (n_masks + 1) int64, device); n_runs = offsets[n_masks], the
  * length of cnts (given so that no host round trip is needed). Pixels past the runs'
  * total are 0. */
-void mrcnn_cuda_rle_decode(const mrcnn_backend *be, int n_masks, int h, int w, const uint32_t *cnts,
+MRCNN_TEST_HOOK void mrcnn_cuda_rle_decode(const mrcnn_backend *be, int n_masks, int h, int w, const uint32_t *cnts,
                            const int64_t *offsets, int64_t n_runs, uint8_t *masks);
 
 /* As mrcnn_anchors_grid; cell (n_cell, 4) is a HOST array (n_cell <= 16), anchors
  * (grid_h, grid_w, n_cell, 4) device memory. */
-void mrcnn_cuda_anchors_grid(const mrcnn_backend *be, const float *cell, int n_cell, int grid_h, int grid_w,
+MRCNN_TEST_HOOK void mrcnn_cuda_anchors_grid(const mrcnn_backend *be, const float *cell, int n_cell, int grid_h, int grid_w,
                              int stride_h, int stride_w, float *anchors);
 
 /* As mrcnn_gather_class_deltas / _masks and their backward passes, with the logits in
