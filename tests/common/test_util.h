@@ -26,8 +26,9 @@ void mrcnn_test_catch_end(void);
         }                                                                          \
         mrcnn_test_catch_end();                                                    \
         if (!failed_) fail_msg("expected a failure from: %s", #stmt);              \
-        if ((needle) && !strstr(mrcnn_test_msg, (needle)))                         \
-            fail_msg("failure message '%s' lacks '%s'", mrcnn_test_msg, (const char *)(needle)); \
+        const char *needle_ = (needle);                                            \
+        if (needle_ && !strstr(mrcnn_test_msg, needle_))                           \
+            fail_msg("failure message '%s' lacks '%s'", mrcnn_test_msg, needle_);  \
     } while (0)
 
 /* Uniform in [lo, hi) from a fixed-seed stream. */
