@@ -88,17 +88,10 @@ int mrcnn_conv_layer_out_channels(const mrcnn_model *m, const mrcnn_conv_layer *
 int mrcnn_conv_layer_in_channels(const mrcnn_model *m, const mrcnn_conv_layer *l);
 /* Channel padding for consumers that take a fixed channel count: y (..., kp) = x (..., k)
  * followed by kp - k zero channels, in x's dtype; and y (..., k) = the first k channels of
- * x (..., kp). No backend op copies channels with a stride, so both are GEMMs with the
- * rows of a (kp, kp) identity (mrcnn_model_pad_eye): each output is one product by 1
- * plus products by 0, an exact copy (fp32 compute, no TF32 by default) but for -0, which
- * reads +0, and a non-finite value, which spreads NaN over its row. The slice's backward
- * is the pad added into dx (mrcnn_channels_pad_add): the padding channels get zero. */
+ * x (..., kp). Both are one nn.channel_copy: exact copies (-0 and non-finite values
+ * included). The slice's backward is the pad (zero gradient into the padding channels). */
 mrcnn_tensor mrcnn_channels_pad(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int kp);
-void mrcnn_channels_pad_add(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y);
 mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int k);
-/* The (k, k) fp32 identity on the device, made at the first call for k (model init makes
- * the ones its padded layers use when pad_align is above 1, so that no step uploads). */
-const mrcnn_tensor *mrcnn_model_pad_eye(mrcnn_model *m, int k);
 /* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
  * unless the layer is frozen, into its parameter gradients. y and dy have
  * mrcnn_conv_layer_out_channels channels; the parameters keep their (cout, ...) shapes:

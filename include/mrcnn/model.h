@@ -33,7 +33,6 @@ typedef struct mrcnn_model_anchors {
     uint64_t used;                          // the cache's clock at its last use
 } mrcnn_model_anchors;
 #define MRCNN_MODEL_ANCHOR_CACHE 8
-#define MRCNN_MODEL_PAD_EYES 6 // distinct padded channel counts
 
 /* One staged micro-batch (mrcnn_model_stage): everything the device half reads, as views
  * into one device buffer that persists across steps. Its layout is a function of the
@@ -82,13 +81,11 @@ struct mrcnn_model { // typedef in layers.h
      * channels), so that a GPU's GEMMs and convolutions see multiples of 8; checkpoints,
      * weight import and the parameters keep the users' shapes, and the outputs' readers
      * see the real channels (mrcnn_channels_slice, or the label's channel alone). 1: no
-     * padding, the CPU backend's default; 8 on a GPU. Set it before any step (model init
-     * uploads the identities the slices use for it; another value uploads at first use).
+     * padding, the CPU backend's default; 8 on a GPU. Set it before any step.
      * On the CPU backend (fp32 only: its rounded-storage mode refuses it) padding changes
      * only the summation order: bit-identical on OpenBLAS's Sandybridge kernels, not on its
      * Haswell and Zen ones (tests/model/test_pad_logits, test_pad_shapes). */
     int pad_align;
-    mrcnn_tensor pad_eye[MRCNN_MODEL_PAD_EYES]; // (k, k) fp32 identities (mrcnn_model_pad_eye)
     /* Reduces counts (3) fp32 (sampled anchors, ROIs, fg ROIs of this rank's batch) over
      * ranks in place, on the device (NULL: one rank), once per step before any loss. The
      * loss normalizers are the results, so 2 ranks x 1 image equal 1 rank x 2 images and

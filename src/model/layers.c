@@ -132,67 +132,44 @@ static mrcnn_conv2d_desc layer_desc(const mrcnn_model *m, const mrcnn_conv_layer
                                   l->pad);
 }
 
-const mrcnn_tensor *mrcnn_model_pad_eye(mrcnn_model *m, int k) {
-    int i = 0;
-    while (i < MRCNN_MODEL_PAD_EYES && m->pad_eye[i].data && m->pad_eye[i].shape[0] != k) i++;
-    MRCNN_CHECK(i < MRCNN_MODEL_PAD_EYES, "channel padding: more than %d padded channel counts",
-                MRCNN_MODEL_PAD_EYES);
-    mrcnn_tensor *e = &m->pad_eye[i];
-    if (e->data) return e;
-    *e = mrcnn_tensor_view(NULL, MRCNN_DTYPE_F32, m->be->device, 2, (int64_t[]){k, k});
-    e->data = m->be->mem.alloc(m->be, mrcnn_tensor_nbytes(e), "channel padding identity");
-    float *h = MRCNN_CALLOC((size_t)k * (size_t)k, sizeof(float), "channel padding identity");
-    for (int j = 0; j < k; j++) h[(size_t)j * (size_t)k + (size_t)j] = 1.0f;
-    m->be->mem.write(m->be, e, h);
-    free(h);
-    return e;
-}
-
 /* x (..., c) as rows (M, c). */
 static mrcnn_tensor as_rows(const mrcnn_tensor *x, int64_t c) {
     return mrcnn_tensor_reshape(x, 2, (int64_t[]){mrcnn_tensor_numel(x) / c, c});
 }
 
-/* The first k rows of the (kp, kp) identity: (k, kp). */
-static mrcnn_tensor eye_rows(mrcnn_model *m, int k, int kp) {
-    const mrcnn_tensor *e = mrcnn_model_pad_eye(m, kp);
-    return mrcnn_tensor_view(e->data, e->dtype, e->device, 2, (int64_t[]){k, kp});
-}
-
-void mrcnn_channels_pad_add(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    const int64_t k = x->shape[x->ndim - 1], kp = y->shape[y->ndim - 1];
-    MRCNN_CHECK(kp >= k && mrcnn_tensor_numel(x) / k == mrcnn_tensor_numel(y) / kp,
-                "channel padding: %lld channels into %lld", (long long)k, (long long)kp);
-    if (!mrcnn_tensor_numel(x)) return;
-    // dx (M, kp) += dy (M, k) S with S = [I 0] (k, kp): the data gradient of the slice
-    mrcnn_tensor s = eye_rows(m, (int)k, (int)kp), xr = as_rows(x, k), yr = as_rows(y, kp);
-    m->be->nn.linear_backward(m->be, &yr, &s, &xr, &yr, NULL, NULL);
+/* y's rows from x's (the first channels, or all of x's and zeros after), in one pass. */
+static void channels_copy(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y, const char *what) {
+    const int64_t c = x->shape[x->ndim - 1], d = y->shape[y->ndim - 1];
+    MRCNN_CHECK(c > 0 && d > 0 && mrcnn_tensor_numel(x) / c == mrcnn_tensor_numel(y) / d,
+                "%s: %lld channels to %lld, %lld and %lld elements", what, (long long)c, (long long)d,
+                (long long)mrcnn_tensor_numel(x), (long long)mrcnn_tensor_numel(y));
+    mrcnn_tensor xr = as_rows(x, c), yr = as_rows(y, d);
+    m->be->nn.channel_copy(m->be, &xr, &yr);
 }
 
 mrcnn_tensor mrcnn_channels_pad(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int kp) {
+    MRCNN_CHECK(kp >= x->shape[x->ndim - 1], "channel padding: %lld channels into %d",
+                (long long)x->shape[x->ndim - 1], kp);
     int64_t shape[MRCNN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shape[x->ndim - 1] = kp;
-    mrcnn_tensor y = mrcnn_ws_tensor(ws, x->dtype, x->ndim, shape); // zeroed: the pad adds into it
-    mrcnn_channels_pad_add(m, x, &y);
+    mrcnn_tensor y = mrcnn_ws_tensor_uninit(ws, x->dtype, x->ndim, shape); // the copy writes the zeros too
+    channels_copy(m, x, &y, "channel padding");
     return y;
 }
 
 /* y (..., k) = the first k channels of x (..., kp), y allocated by the caller. */
 static void channels_slice_into(mrcnn_model *m, const mrcnn_tensor *x, mrcnn_tensor *y) {
-    const int64_t kp = x->shape[x->ndim - 1], k = y->shape[y->ndim - 1];
-    MRCNN_CHECK(kp >= k && mrcnn_tensor_numel(x) / kp == mrcnn_tensor_numel(y) / k,
-                "channel slice: %lld channels of %lld", (long long)k, (long long)kp);
-    if (!mrcnn_tensor_numel(y)) return;
-    mrcnn_tensor s = eye_rows(m, (int)k, (int)kp), xr = as_rows(x, kp), yr = as_rows(y, k);
-    m->be->nn.linear_forward(m->be, &xr, &s, NULL, MRCNN_ACT_NONE, &yr);
+    MRCNN_CHECK(y->shape[y->ndim - 1] <= x->shape[x->ndim - 1], "channel slice: %lld channels of %lld",
+                (long long)y->shape[y->ndim - 1], (long long)x->shape[x->ndim - 1]);
+    channels_copy(m, x, y, "channel slice");
 }
 
 mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int k) {
     int64_t shape[MRCNN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shape[x->ndim - 1] = k;
-    mrcnn_tensor y = mrcnn_ws_tensor_uninit(ws, x->dtype, x->ndim, shape); // the GEMM writes it whole
+    mrcnn_tensor y = mrcnn_ws_tensor_uninit(ws, x->dtype, x->ndim, shape); // the copy writes it whole
     channels_slice_into(m, x, &y);
     return y;
 }

@@ -25,15 +25,6 @@ void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be
     mrcnn_box_head_build(m);
     mrcnn_mask_head_build(m);
     mrcnn_params_commit(&m->params, be);
-    // the identities channel padding uses, uploaded now rather than inside a step
-    const mrcnn_conv_layer *padded[] = {&m->resnet.stem, &m->rpn.cls, &m->rpn.bbox};
-    for (int i = 0; i < 3; i++) {
-        const int c = mrcnn_conv_layer_in_channels(m, padded[i]), k = mrcnn_conv_layer_out_channels(m, padded[i]);
-        if (c != padded[i]->cin) mrcnn_model_pad_eye(m, c);
-        if (k != padded[i]->cout) mrcnn_model_pad_eye(m, k);
-    }
-    for (int k = m->num_classes; k <= 4 * m->num_classes; k += 3 * m->num_classes) // the box predictors
-        if (mrcnn_model_padded(m, k) != k) mrcnn_model_pad_eye(m, mrcnn_model_padded(m, k));
     m->grad_reported = MRCNN_CALLOC((size_t)mrcnn_params_count(&m->params), sizeof(bool), "grad reports");
 }
 
@@ -50,8 +41,6 @@ void mrcnn_model_free(mrcnn_model *m) {
         free(m->anchors[i].host);
     }
     if (m->hint_probe.data) be->mem.free(be, m->hint_probe.data);
-    for (int i = 0; i < MRCNN_MODEL_PAD_EYES; i++)
-        if (m->pad_eye[i].data) be->mem.free(be, m->pad_eye[i].data);
     for (int s = 0; s < 4; s++) free(m->resnet.blocks[s]);
     free(m->grad_reported);
     mrcnn_params_free(&m->params);

@@ -492,6 +492,46 @@ static void case_nn_cast(ctx *c) {
     }
 }
 
+/* ---- channel copy: exact values, checked against the copy written out here, -0's sign
+ * too (check compares values, and -0 == +0); NaN and inf pass. Slice (D < C), pad
+ * (D > C, the zeros written over a non-zero y), same width, no rows; fp32 -> bf16 rounds
+ * once as cast (u_bf16 |x|) ---- */
+
+static void channel_copy_one(ctx *c, int64_t m, int64_t C, int64_t D, mrcnn_dtype yt) {
+    const int64_t ny = m * D, k = C < D ? C : D;
+    float *x = rnd_special(c, m * C), *y0 = rnd(c, ny, -1, 1);
+    if (m * C >= 4) x[3] = -0.0f;
+    mrcnn_tensor tx = devf(c, x, 2, (int64_t[]){m, C}), ty;
+    if (yt == MRCNN_DTYPE_F32) ty = devf(c, y0, 2, (int64_t[]){m, D});
+    else ty = dev(c, yt, hmalloc(c, (size_t)(ny + 1) * sizeof(uint16_t)), 2, (int64_t[]){m, D});
+    c->be->nn.channel_copy(c->be, &tx, &ty);
+    float *got = down(c, &ty);
+    if (yt != MRCNN_DTYPE_F32) {
+        const uint16_t *h = (const uint16_t *)got;
+        got = hmalloc(c, (size_t)(ny + 1) * sizeof *got);
+        for (int64_t i = 0; i < ny; i++) got[i] = mrcnn_bf16_to_f32(h[i]);
+    }
+    double *ref = hmalloc(c, (size_t)(ny + 1) * sizeof *ref), *b = hmalloc(c, (size_t)(ny + 1) * sizeof *b);
+    float sign_fail = 0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < D; j++) {
+            const int64_t i = r * D + j;
+            const float v = j < k ? x[r * C + j] : 0.0f;
+            ref[i] = v, b[i] = yt == MRCNN_DTYPE_F32 ? 0 : 0x1p-8 * fabs(ref[i]);
+            sign_fail += got[i] == 0 && signbit(got[i]) != signbit(v);
+        }
+    check(c, 0, got, ref, b, ny);
+    double zero = 0;
+    check(c, 0, &sign_fail, &zero, &zero, 1);
+}
+
+/* The box predictors' 96 -> 91 and the RPN's 16 -> 12 slices, the stem's 3 -> 8 pad. */
+static void case_nn_channel_copy(ctx *c) {
+    static const int64_t cd[][3] = {{37, 96, 91}, {5, 3, 8}, {7, 16, 12}, {4, 12, 12}, {0, 8, 3}, {1, 1, 8}};
+    for (int i = 0; i < 6; i++) channel_copy_one(c, cd[i][0], cd[i][1], cd[i][2], MRCNN_DTYPE_F32);
+    channel_copy_one(c, 9, 8, 3, MRCNN_DTYPE_BF16);
+}
+
 /* ---- losses (fp32 scalars): each term costs c_t fp32 operations with relative error
  * u, exp and log1p within 1 ulp and condition 1 here, so a term is within c_t u of its
  * value; summing n terms adds gamma_n: bound = gamma_{n + c_t} sum |w_i l_i| / norm.

@@ -71,6 +71,9 @@ static void test_cpu_transposed(void **state) {
     mrcnn_tensor bg = tz(1, kb);
     EXPECT_FAIL(be->nn.bias_grad(be, &x, &bg), "bias_grad db: shape (4) but expected (3)");
 
+    /* channel copy: y's rows against x's (2 rows of 3 channels into 3 rows of 2) */
+    EXPECT_FAIL(be->nn.channel_copy(be, &a, &b), "channel_copy y: shape (3, 2) but expected (2, -1)");
+
     /* a device tensor handed to the CPU */
     mrcnn_tensor xg = x;
     xg.device = MRCNN_DEVICE_GPU;

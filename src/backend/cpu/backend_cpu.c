@@ -115,6 +115,30 @@ static void cpu_cast(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tenso
     }
 }
 
+/* Element i of a host float tensor as float, and a float stored into one (round to
+ * nearest even below fp32); the dtypes are checked in front (backend_validate.c). */
+static float load_float(const mrcnn_tensor *t, int64_t i) {
+    if (t->dtype == MRCNN_DTYPE_F32) return ((const float *)t->data)[i];
+    if (t->dtype == MRCNN_DTYPE_F16) return mrcnn_f16_to_f32(((const uint16_t *)t->data)[i]);
+    return mrcnn_bf16_to_f32(((const uint16_t *)t->data)[i]);
+}
+
+static void store_float(mrcnn_tensor *t, int64_t i, float v) {
+    if (t->dtype == MRCNN_DTYPE_F32) ((float *)t->data)[i] = v;
+    else if (t->dtype == MRCNN_DTYPE_F16) ((uint16_t *)t->data)[i] = mrcnn_f32_to_f16(v);
+    else ((uint16_t *)t->data)[i] = mrcnn_f32_to_bf16(v);
+}
+
+/* Stores each value as it is, also in rounded-storage mode: a copy of a value the
+ * storage precision holds needs no rounding, and a weight copied in fp32 must stay exact. */
+static void cpu_channel_copy(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    const int64_t m = x->shape[0], c = x->shape[1], d = y->shape[1], k = c < d ? c : d;
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j < k; j++) store_float(y, r * d + j, load_float(x, r * c + j));
+        for (int64_t j = k; j < d; j++) store_float(y, r * d + j, 0.0f);
+    }
+}
+
 static void cpu_destroy(mrcnn_backend *be) { free(be); }
 
 /* ---- convolutions ---- */
@@ -467,6 +491,7 @@ mrcnn_backend *mrcnn_backend_cpu_create_generic(void) {
     be->nn.linear_forward = cpu_linear_forward;
     be->nn.linear_backward = cpu_linear_backward;
     be->nn.bias_grad = cpu_bias_grad;
+    be->nn.channel_copy = cpu_channel_copy;
     be->loss.bce_logits = cpu_bce_logits;
     be->loss.softmax_ce = cpu_softmax_ce;
     be->loss.smooth_l1 = cpu_smooth_l1;

@@ -1,5 +1,5 @@
-/* Elementwise and pooling kernels: casts, accumulation, bias + ReLU, bias gradient,
- * relu, add, max-pool and the FPN upsample + add. Backward kernels gather (each
+/* Elementwise and pooling kernels: casts, accumulation, channel copies, bias + ReLU,
+ * bias gradient, relu, add, max-pool and the FPN upsample + add. Backward kernels gather (each
  * output element summed by one thread in a fixed order), so results are
  * deterministic and need no atomics.
  *
@@ -149,6 +149,26 @@ void cu_accumulate(cu_state *s, const void *x, mrcnn_dtype xt, void *y, mrcnn_dt
     if (ew_vec(s, EW_ACC, x, xt, NULL, yt, y, yt, n, "accumulate (vector)")) return;
     k_accumulate<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(x, xt, y, yt, n);
     MRCNN_CHECK_LAUNCH("accumulate");
+}
+
+/* ---- channel copy ----------------------------------------------------------------------- */
+
+/* One thread per element of y (M, D): a load and a store, no arithmetic on the value,
+ * so -0 and non-finite values pass as they are. */
+__global__ void k_channel_copy(const void *x, int xt, int64_t c, void *y, int yt, int64_t m, int64_t d) {
+    CU_GRID_STRIDE(i, m * d) {
+        const int64_t r = i / d, j = i - r * d;
+        cu_store(y, i, yt, j < c ? cu_load(x, r * c + j, xt) : 0.0f);
+    }
+}
+
+/* nn.channel_copy: shapes, float dtypes and devices are checked in front (backend_validate.c). */
+static void cu_channel_copy(const mrcnn_backend *be, const mrcnn_tensor *x, mrcnn_tensor *y) {
+    const int64_t m = y->shape[0], d = y->shape[1];
+    if (m * d == 0) return;
+    k_channel_copy<<<cu_blocks(m * d, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(
+        x->data, x->dtype, x->shape[1], y->data, y->dtype, m, d);
+    MRCNN_CHECK_LAUNCH("channel_copy");
 }
 
 /* ---- bias + activation, bias gradient --------------------------------------------------- */
@@ -527,4 +547,5 @@ void cu_fill_elementwise_ops(mrcnn_backend *be) {
     be->nn.upsample_add_forward = cu_upsample_add_forward;
     be->nn.upsample_add_backward = cu_upsample_add_backward;
     be->nn.bias_grad = cu_bias_grad_op;
+    be->nn.channel_copy = cu_channel_copy;
 }
