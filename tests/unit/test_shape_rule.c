@@ -423,7 +423,9 @@ static void test_all_wrapped(void **state) {
 #include "mrcnn/backend_ops.def"
 #undef BE_OP
 #undef BE_OPR
-    assert_int_equal(n, 19); // the 18 checked entries of before the rules (12 by rule, 6 by hand), channel_copy
+    // a floor, so a new checked entry needs no edit here: the 19 checked when it was written (the 18
+    // of before the rules, 12 by rule and 6 by hand, and channel_copy) must stay checked
+    if (n < 19) fail_msg("only %d entries are CHECK or HANDCHECK in backend_ops.def; 19 were", n);
     mrcnn_backend_destroy(be);
 }
 
