@@ -242,7 +242,7 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
     const mrcnn_tensor *g = dy;
     mrcnn_tensor dpre;
     if (act == MRCNN_ACT_RELU) {
-        dpre = mrcnn_ws_like(ws, dy);
+        dpre = mrcnn_ws_tensor_uninit(ws, dy->dtype, dy->ndim, dy->shape); // relu_backward writes it all
         m->be->nn.relu_backward(m->be, y, dy, &dpre);
         g = &dpre;
     }

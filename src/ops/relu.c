@@ -9,10 +9,12 @@ void MRCNN_OP(relu_forward)(int64_t n, const real *x, real *y) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
 }
 
+/* dx is written, not added to: each caller's dx is a fresh buffer that only this op
+ * fills, so the accumulate form cost a zeroing pass and a read of dx besides. */
 void MRCNN_OP(relu_backward)(int64_t n, const real *y, const real *dy, real *dx) {
     MRCNN_CHECK(n >= 0, "relu_backward: count %lld is negative", (long long)n);
     MRCNN_CHECK(n == 0 || (y && dy && dx), "relu_backward: NULL argument");
 #pragma omp parallel for schedule(static) if (n >= OPS_OMP_MIN)
     for (int64_t i = 0; i < n; i++)
-        if (y[i] > 0) dx[i] += dy[i];
+        dx[i] = y[i] > 0 ? dy[i] : 0;
 }

@@ -303,15 +303,18 @@ static void case_nn_relu_forward(ctx *c) {
     }
 }
 
-/* dx += dy (y > 0): one addition, gamma_1 (|dx0| + |dy|) before the rounding to p. */
+/* dx = dy where y > 0, else 0, written over what dx held (dx0, which must not show
+ * through): a copy, so only the rounding to p, bounded as one term of |dy|. */
 static void case_nn_relu_backward(ctx *c) {
     FOR_ELEM(n) {
         float *y = rnd(c, n, -1, 1), *dy = rnd(c, n, -1, 1), *dx0 = rnd(c, n, -1, 1);
         mrcnn_tensor ty = devf(c, y, 1, &n), tdy = devf(c, dy, 1, &n), tdx = devf(c, dx0, 1, &n);
         c->be->nn.relu_backward(c->be, &ty, &tdy, &tdx);
         double *ref = dbl(c, dx0, n, 0), *s = dbl(c, dx0, n, 1);
-        for (int64_t i = 0; i < n; i++)
-            if (y[i] > 0) ref[i] += dy[i], s[i] += fabs(dy[i]);
+        for (int64_t i = 0; i < n; i++) {
+            ref[i] = y[i] > 0 ? dy[i] : 0;
+            s[i] = fabs(ref[i]);
+        }
         check(c, 1, down(c, &tdx), ref, bilinear_bound(c, s, ref, n, 1), n);
     }
 }

@@ -92,16 +92,16 @@ static __device__ __forceinline__ float ew_apply(int op, float y, float x, float
     case EW_RELU: return x > 0.0f ? x : 0.0f;         // y = relu(x)
     case EW_ADD: return x + z;                        // y = x + z
     case EW_ADD_RELU: { float v = x + z; return v > 0.0f ? v : 0.0f; }
-    default: return z > 0.0f ? y + x : y;             // relu backward: dx += dy where y > 0 (z = y)
+    default: return z > 0.0f ? x : 0.0f;              // relu backward: dx = dy where y > 0, else 0 (z = y)
     }
 }
 
 /* y = op(y, x, z) over n elements of one dtype dt, all three 16-byte aligned (z may
- * be NULL for ops that do not read it; y is read only for EW_ACC and EW_RELU_BWD). */
+ * be NULL for ops that do not read it; y is read only for EW_ACC). */
 __global__ void k_ew_vec(int op, const void *x, const void *z, void *y, int dt, int64_t n) {
     const int per = dt == MRCNN_DTYPE_F32 ? 4 : 8;
     const int64_t nv = n / per;
-    const int read_y = op == EW_ACC || op == EW_RELU_BWD;
+    const int read_y = op == EW_ACC;
     CU_GRID_STRIDE(v, nv) {
         float fx[CU_VEC_MAX], fz[CU_VEC_MAX], fy[CU_VEC_MAX];
         cu_vload(x, v, dt, fx);
@@ -281,7 +281,7 @@ __global__ void k_relu_fwd(const void *x, int xt, void *y, int yt, int64_t n) {
 
 __global__ void k_relu_bwd(const void *y, int yt, const void *dy, int dyt, void *dx, int dxt, int64_t n) {
     CU_GRID_STRIDE(i, n) {
-        if (cu_load(y, i, yt) > 0.0f) cu_store(dx, i, dxt, cu_load(dx, i, dxt) + cu_load(dy, i, dyt));
+        cu_store(dx, i, dxt, cu_load(y, i, yt) > 0.0f ? cu_load(dy, i, dyt) : 0.0f);
     }
 }
 

@@ -163,9 +163,9 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             }
             // earlier blocks of this stage train; before it, only if an earlier unit does
             bool want_dx = b > 0 || mrcnn_resnet_needs_input_grad(m, s + 1);
-            // the fused join's ReLU backward, masked by its output (relu_backward adds
-            // into dsum, so it starts zeroed)
-            mrcnn_tensor dsum = mrcnn_ws_like(ws, &dy);
+            // the fused join's ReLU backward, masked by its output (relu_backward writes
+            // all of dsum, so it is not zeroed first)
+            mrcnn_tensor dsum = mrcnn_ws_tensor_uninit(ws, dy.dtype, dy.ndim, dy.shape);
             be->nn.relu_backward(be, &o->block_out[s][b], &dy, &dsum);
             mrcnn_tensor da2 = mrcnn_ws_like(ws, &o->block_a2[s][b]);
             mrcnn_conv_layer_backward(m, ws, &k->conv3, &o->block_a2[s][b], NULL, MRCNN_ACT_NONE,

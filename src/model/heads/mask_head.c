@@ -64,7 +64,7 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     mrcnn_tensor dup = mrcnn_ws_like(ws, &out->up);
     mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
     if (ready) mrcnn_conv_layer_grad_ready(m, &h->logits);
-    mrcnn_tensor dpre = mrcnn_ws_like(ws, &out->up);
+    mrcnn_tensor dpre = mrcnn_ws_tensor_uninit(ws, out->up.dtype, out->up.ndim, out->up.shape); // written whole
     be->nn.relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
     mrcnn_tensor dcur = mrcnn_ws_like(ws, last);
