@@ -339,6 +339,19 @@ static int read_image_checked(const coco_dataset *ds, const coco_image *im, cons
     return ok;
 }
 
+/* A --strict violation found while writing: every rank has stopped writing when this
+ * returns or fails, so the failing rank's clean-up (on_fail) removes a staging folder no
+ * other rank still adds files to. The ranks without one wait in a barrier the failing
+ * rank's abort ends. */
+static void strict_agree(const coco_report *wrep) {
+    int bad = wrep->strict_failed;
+    MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (!bad) return;
+    if (wrep->strict_failed) mrcnn_failf("", "", __FILE__, __LINE__, "%s", wrep->strict_msg);
+    MRCNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    MRCNN_CHECK(0, "another rank found bad input under --strict"); // not reached: its abort ends this one
+}
+
 /* This rank's shards (s = rank, rank + size, ...) into the staging folder; cnt (3 x
  * num_shards): images, annotations and bytes each shard holds. */
 static void write_shards(const coco_args *a, const coco_dataset *ds, const coco_layout *l, const char *staging, int rank,
@@ -448,9 +461,10 @@ int prep_cmd_coco(int argc, char **argv) {
     /* A failed write is reported once, as one line with the system's reason (PREP_H5),
      * not also as HDF5's stack of 30 entries. */
     mrcnn_h5_quiet_begin();
-    coco_report wrep = {.strict = a.strict, .print = 1};
+    coco_report wrep = {.strict = a.strict, .print = 1, .defer_strict = 1};
     int64_t *cnt = MRCNN_CALLOC((size_t)num_shards * 3, sizeof(int64_t), "shard counts");
     write_shards(&a, &ds, &lay, staging, rank, size, tty, &wrep, cnt);
+    strict_agree(&wrep);
 
     /* 4. Counts from every rank; rank 0 writes the index and the summary. */
     MRCNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cnt, (int)(3 * num_shards), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));

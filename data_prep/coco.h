@@ -38,6 +38,12 @@ typedef struct {
     int64_t count[ISSUE_COUNT];
     int strict;
     int print; // print messages (rank 0 for parse-time issues; every rank for its own files)
+    /* 1: a --strict violation is recorded (the first one's message) instead of failing at
+     * once, so that every rank stops writing before the failing one removes the staging
+     * folder; the caller fails with strict_msg after agreeing across ranks. */
+    int defer_strict;
+    int strict_failed;
+    char strict_msg[1200];
 } coco_report;
 
 const char *coco_issue_name(coco_issue k);

@@ -37,8 +37,15 @@ void coco_report_issue(coco_report *r, coco_issue k, const char *fmt, ...) {
     /* An image without annotations is normal data (COCO train2017 has ~1000), not bad
      * input: kept and flagged, and counted, also under --strict. */
     const int normal = k == ISSUE_IMAGE_NO_ANNOTATIONS;
-    if (r->strict && k != ISSUE_ANN_OF_SKIPPED_IMAGE && !normal)
-        mrcnn_failf("", "", __FILE__, __LINE__, "bad input (--strict makes it fatal): %s: %s", k_issue_names[k], msg);
+    if (r->strict && k != ISSUE_ANN_OF_SKIPPED_IMAGE && !normal) {
+        if (!r->defer_strict)
+            mrcnn_failf("", "", __FILE__, __LINE__, "bad input (--strict makes it fatal): %s: %s", k_issue_names[k], msg);
+        if (!r->strict_failed)
+            snprintf(r->strict_msg, sizeof r->strict_msg, "bad input (--strict makes it fatal): %s: %s", k_issue_names[k],
+                     msg);
+        r->strict_failed = 1;
+        return;
+    }
     if (!r->print) return;
     if (r->count[k] <= MESSAGES_PER_KIND)
         fprintf(stderr, "mrcnn-prep coco: %s: %s: %s\n", normal ? "note" : "warning", k_issue_names[k], msg);
