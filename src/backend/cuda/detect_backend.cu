@@ -18,6 +18,7 @@
 
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "det_grid.h"
 #include "detect_internal.h"
 #include "mrcnn/box_math.h"
 
@@ -387,8 +388,9 @@ __global__ void k_roi_match(const float *props, const int32_t *prop_counts, int 
     }
 }
 
-/* One thread: each image's first output row and first fg row (the exclusive prefix of
- * its sampled counts: valid rows first, in image order), and the batch's counts. */
+/* Legacy (MRCNN_DET_KERNELS=legacy), one thread: each image's first output row and
+ * first fg row (the exclusive prefix of its sampled counts: valid rows first, in image
+ * order), and the batch's counts. */
 __global__ void k_roi_prefix(const int64_t *cnt, int n_images, int32_t *off, int32_t *foff, float *n_rois,
                              float *n_fg) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -405,17 +407,6 @@ __global__ void k_roi_prefix(const int64_t *cnt, int n_images, int32_t *off, int
     *n_fg = (float)f;
 }
 
-/* Entries of sorted a[0..n) below v. */
-static __device__ int64_t count_below(const int64_t *a, int64_t n, int64_t v) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = (lo + hi) >> 1;
-        if (a[mid] < v) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
 typedef struct {
     float *rois;
     int32_t *labels, *box_labels;
@@ -423,66 +414,108 @@ typedef struct {
     int32_t *fg_labels, *fg_gt;
 } roi_out;
 
-/* One block per image: the sampled candidates in ascending candidate order (the host's
- * sorted selection; a positive's row is its rank among the image's positives plus the
- * negatives below it, and vice versa), and the positives again as fg rows in order. */
-__global__ void k_roi_rows(const float *props, int P, const float *gt_boxes, int G, const int32_t *lab,
-                           const int32_t *match, const int64_t *pos, int pos_cap, const int64_t *neg, int neg_cap,
-                           const int64_t *cnt, const int32_t *off, const int32_t *foff, mrcnn_box_coder coder,
-                           roi_out out) {
-    const int img = blockIdx.x, C = P + G;
-    const int64_t kp = cnt[2 * img], kn = cnt[2 * img + 1];
-    const int64_t *ps = pos + (int64_t)img * pos_cap, *ns = neg + (int64_t)img * neg_cap;
+/* Sampled entry t of image img (t < kp: positive t, else negative t - kp) into its row:
+ * off + its rank in ascending candidate order (the host's sorted selection), and a
+ * positive again as fg row foff + t. */
+static __device__ __forceinline__ void roi_row_write(int img, int64_t t, const float *props, int P,
+                                                     const float *gt_boxes, int G, const int32_t *lab,
+                                                     const int32_t *match, const int64_t *ps, int64_t kp,
+                                                     const int64_t *ns, int64_t kn, int32_t off, int32_t foff,
+                                                     const mrcnn_box_coder &coder, const roi_out &out) {
+    const int C = P + G;
     const float *gb = gt_boxes + (int64_t)img * G * 4;
-    for (int64_t t = threadIdx.x; t < kp + kn; t += blockDim.x) {
-        const int positive = t < kp;
-        const int64_t a = positive ? t : t - kp;
-        const int64_t cidx = positive ? ps[a] : ns[a];
-        const int64_t rank = a + (positive ? count_below(ns, kn, cidx) : count_below(ps, kp, cidx));
-        const int64_t r = off[img] + rank;
-        const float *box = cidx < P ? props + ((int64_t)img * P + cidx) * 4 : gb + 4 * (cidx - P);
-        const int32_t l = lab[(int64_t)img * C + cidx], m = match[(int64_t)img * C + cidx];
-        out.rois[5 * r] = (float)img;
-        for (int k = 0; k < 4; k++) out.rois[5 * r + 1 + k] = box[k];
-        out.labels[r] = l;
-        out.box_labels[r] = positive ? l : -1;
-        float tg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (positive) mrcnn_box_encode_one(&coder, gb + 4 * m, box, tg);
-        for (int k = 0; k < 4; k++) {
-            out.reg_t[4 * r + k] = tg[k];
-            out.reg_w[4 * r + k] = positive ? 1.0f : 0.0f;
-        }
-        if (positive) {
-            const int64_t f = foff[img] + a;
-            out.fg_rois[5 * f] = (float)img;
-            for (int k = 0; k < 4; k++) out.fg_rois[5 * f + 1 + k] = box[k];
-            out.fg_labels[f] = l;
-            out.fg_gt[f] = img * G + m;
-        }
+    const int positive = t < kp;
+    const int64_t a = positive ? t : t - kp;
+    const int64_t cidx = positive ? ps[a] : ns[a];
+    const int64_t r = off + det_roi_rank(ps, kp, ns, kn, t);
+    const float *box = cidx < P ? props + ((int64_t)img * P + cidx) * 4 : gb + 4 * (cidx - P);
+    const int32_t l = lab[(int64_t)img * C + cidx], m = match[(int64_t)img * C + cidx];
+    out.rois[5 * r] = (float)img;
+    for (int k = 0; k < 4; k++) out.rois[5 * r + 1 + k] = box[k];
+    out.labels[r] = l;
+    out.box_labels[r] = positive ? l : -1;
+    float tg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (positive) mrcnn_box_encode_one(&coder, gb + 4 * m, box, tg);
+    for (int k = 0; k < 4; k++) {
+        out.reg_t[4 * r + k] = tg[k];
+        out.reg_w[4 * r + k] = positive ? 1.0f : 0.0f;
+    }
+    if (positive) {
+        const int64_t f = foff + a;
+        out.fg_rois[5 * f] = (float)img;
+        for (int k = 0; k < 4; k++) out.fg_rois[5 * f + 1 + k] = box[k];
+        out.fg_labels[f] = l;
+        out.fg_gt[f] = img * G + m;
     }
 }
 
 /* Padding rows past the batch's counts: image -1, labels -1, zero targets and weights. */
+static __device__ __forceinline__ void roi_pad_row(int64_t t, const roi_out &out) {
+    out.rois[5 * t] = -1.0f;
+    for (int k = 0; k < 4; k++) {
+        out.rois[5 * t + 1 + k] = 0.0f;
+        out.reg_t[4 * t + k] = 0.0f;
+        out.reg_w[4 * t + k] = 0.0f;
+    }
+    out.labels[t] = -1;
+    out.box_labels[t] = -1;
+}
+
+static __device__ __forceinline__ void roi_pad_fg_row(int64_t t, const roi_out &out) {
+    out.fg_rois[5 * t] = -1.0f;
+    for (int k = 0; k < 4; k++) out.fg_rois[5 * t + 1 + k] = 0.0f;
+    out.fg_labels[t] = -1;
+    out.fg_gt[t] = -1;
+}
+
+/* Legacy (MRCNN_DET_KERNELS=legacy), one block per image: its sampled entries. */
+__global__ void k_roi_rows(const float *props, int P, const float *gt_boxes, int G, const int32_t *lab,
+                           const int32_t *match, const int64_t *pos, int pos_cap, const int64_t *neg, int neg_cap,
+                           const int64_t *cnt, const int32_t *off, const int32_t *foff, mrcnn_box_coder coder,
+                           roi_out out) {
+    const int img = blockIdx.x;
+    const int64_t kp = cnt[2 * img], kn = cnt[2 * img + 1];
+    const int64_t *ps = pos + (int64_t)img * pos_cap, *ns = neg + (int64_t)img * neg_cap;
+    for (int64_t t = threadIdx.x; t < kp + kn; t += blockDim.x)
+        roi_row_write(img, t, props, P, gt_boxes, G, lab, match, ps, kp, ns, kn, off[img], foff[img], coder, out);
+}
+
+/* Legacy: padding rows past the batch's counts (k_roi_prefix's totals). */
 __global__ void k_roi_pad(int n_rows, int n_fg_rows, const int32_t *off, const int32_t *foff, int n_images,
                           roi_out out) {
     const int r0 = off[n_images], f0 = foff[n_images];
     const int span = n_rows > n_fg_rows ? n_rows : n_fg_rows;
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < span; t += gridDim.x * blockDim.x) {
-        if (t >= r0 && t < n_rows) {
-            out.rois[5 * (int64_t)t] = -1.0f;
-            for (int k = 0; k < 4; k++) {
-                out.rois[5 * (int64_t)t + 1 + k] = 0.0f;
-                out.reg_t[4 * (int64_t)t + k] = 0.0f;
-                out.reg_w[4 * (int64_t)t + k] = 0.0f;
-            }
-            out.labels[t] = -1;
-            out.box_labels[t] = -1;
-        }
-        if (t >= f0 && t < n_fg_rows) {
-            out.fg_rois[5 * (int64_t)t] = -1.0f;
-            for (int k = 0; k < 4; k++) out.fg_rois[5 * (int64_t)t + 1 + k] = 0.0f;
-            out.fg_labels[t] = -1;
-            out.fg_gt[t] = -1;
+        if (t >= r0 && t < n_rows) roi_pad_row(t, out);
+        if (t >= f0 && t < n_fg_rows) roi_pad_fg_row(t, out);
+    }
+}
+
+/* The default: one launch for the prefix, the rows and the padding, grid (slots, image)
+ * with max(S, F) slots per image. Slot t of image img writes sampled entry t (kp + kn <= S
+ * entries) at the image's offset (det_roi_offsets: a sum over the images before it, read
+ * where needed instead of by a one-thread kernel), padding row img * S + t past the
+ * batch's rows and fg padding row img * F + t past its fg rows (det_pad_row); slot
+ * (0, 0) writes the batch's counts. */
+__global__ void k_roi_rows_grid(const float *props, int P, const float *gt_boxes, int G, const int32_t *lab,
+                                const int32_t *match, const int64_t *pos, int pos_cap, const int64_t *neg, int S,
+                                int F, const int64_t *cnt, int n_images, mrcnn_box_coder coder, roi_out out,
+                                float *n_rois, float *n_fg) {
+    const int img = blockIdx.y;
+    int32_t off, foff, rows, fg_rows;
+    det_roi_offsets(cnt, img, &off, &foff);
+    det_roi_offsets(cnt, n_images, &rows, &fg_rows);
+    const int64_t kp = cnt[2 * img], kn = cnt[2 * img + 1];
+    const int64_t *ps = pos + (int64_t)img * pos_cap, *ns = neg + (int64_t)img * S;
+    const int span = S > F ? S : F;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < span; t += (int64_t)gridDim.x * blockDim.x) {
+        if (t < kp + kn) roi_row_write(img, t, props, P, gt_boxes, G, lab, match, ps, kp, ns, kn, off, foff, coder, out);
+        const int64_t pr = det_pad_row(img, t, S, rows), pf = det_pad_row(img, t, F, fg_rows);
+        if (pr >= 0) roi_pad_row(pr, out);
+        if (pf >= 0) roi_pad_fg_row(pf, out);
+        if (img == 0 && t == 0) {
+            *n_rois = (float)rows;
+            *n_fg = (float)fg_rows;
         }
     }
 }
@@ -545,6 +578,14 @@ static void cu_det_roi_sample(const mrcnn_backend *be, const mrcnn_roi_sample_de
         MRCNN_CHECK_LAUNCH("roi_sample match");
         cu_sample_balanced_batched(be, N, lab, C, S, d->positive_fraction, (const mrcnn_rng *)rngs->data, work, pos,
                                    pos_cap, neg, S, cnt);
+        if (!cu_det_kernels_legacy()) {
+            const int span = S > F ? S : F;
+            k_roi_rows_grid<<<dim3(cu_blocks(span, DT), (unsigned)N), DT, 0, s->stream>>>(
+                (const float *)proposals->data, P, (const float *)gt->boxes.data, G, lab, match, pos, pos_cap, neg, S,
+                F, cnt, N, d->coder, out, (float *)n_rois->data, (float *)n_fg->data);
+            MRCNN_CHECK_LAUNCH("roi_sample rows");
+            continue;
+        }
         k_roi_prefix<<<1, 1, 0, s->stream>>>(cnt, N, off, foff, (float *)n_rois->data, (float *)n_fg->data);
         MRCNN_CHECK_LAUNCH("roi_sample prefix");
         k_roi_rows<<<(unsigned)N, DT, 0, s->stream>>>((const float *)proposals->data, P,

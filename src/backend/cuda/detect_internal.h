@@ -69,8 +69,9 @@ MRCNN_TEST_HOOK void mrcnn_cuda_sample_balanced(const mrcnn_backend *be, const i
                                 int64_t *counts);
 
 /* The sampler over a batch (by default the compaction is one scan over the whole batch,
- * the draws one block per image; MRCNN_DET_KERNELS=legacy: one block per image for
- * both): image i's labels are
+ * the draws a block per (side, image), all of a block's draws at once (det_grid.h);
+ * MRCNN_DET_KERNELS=legacy: one block per image for both, serial draws): image i's
+ * labels are
  * labels[i * n .. (i + 1) * n), its stream rngs[i] (n_images structs in device memory:
  * the (N, MRCNN_RNG_WORDS) int32 tensor of detect_ops.h, read by the kernel);
  * pos_idx (n_images, pos_cap) and neg_idx (n_images, neg_cap) int64 ascending, counts
@@ -115,10 +116,12 @@ void cu_proposals_topk_decode(const mrcnn_backend *be, int n_images, const cu_de
                               float *cand_boxes, float *cand_scores, int32_t *cand_levels, int32_t *n_valid);
 
 /* Which kernels sort the detection ops' candidates (topk.cu): by default one stable
- * radix sort over the whole batch (cub::DeviceRadixSort on det_sort_keys.h's keys);
- * MRCNN_DET_KERNELS=legacy: the former block per (image, level) or per image (radix
- * select and bitonic sorts in shared memory), kept so that a GPU check can compare the
- * two. Same results either way. Read at each call, so a test can switch it; any other
+ * radix sort over the whole batch (cub::DeviceRadixSort on det_sort_keys.h's keys), the
+ * NMS's greedy pass a 64-box word at a time, the sampler's draws in parallel and the ROI
+ * rows in one grid (det_grid.h); MRCNN_DET_KERNELS=legacy: the former block per (image,
+ * level) or per image (radix select and bitonic sorts in shared memory, box-by-box
+ * greedy pass, serial draws, a one-thread prefix), kept so that a GPU check can compare
+ * the two. Same results either way. Read at each call, so a test can switch it; any other
  * value than "legacy" or "sort" fails. */
 int cu_det_kernels_legacy(void);
 

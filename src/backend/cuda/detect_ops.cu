@@ -10,6 +10,7 @@
 
 #include "cuda_dtype.cuh"
 #include "cuda_internal.h"
+#include "det_grid.h"
 #include "det_sort_keys.h"
 #include "mrcnn/box_math.h"
 #include "detect_internal.h"
@@ -305,6 +306,56 @@ __global__ void k_nms_reduce(const int *order, int cap, const int32_t *n_valid, 
     if (threadIdx.x == 0) count[img] = kept;
 }
 
+/* The default greedy pass, one block per image still (the pass is sequential per
+ * image), with a shorter chain: warp 0 settles a word in registers (det_nms_word: one
+ * step per kept box, reading the diagonal words from shared memory) and writes its
+ * kept rows in parallel (det_nms_rank), where the legacy thread 0 read each kept box's
+ * row from global memory in turn; the next word's diagonal is loaded while the block
+ * ORs the kept boxes' masks into the later words, one barrier fewer per word. The same
+ * boxes in the same order, the same stop at max_keep. */
+__global__ void k_nms_reduce_words(const int *order, int cap, const int32_t *n_valid, const unsigned long long *mask,
+                                   int max_keep, int32_t *keep, int32_t *count) {
+    __shared__ unsigned long long removed[NMS_MAX_WORDS];
+    __shared__ uint64_t diag[64];
+    __shared__ uint64_t word_kept;
+    const int img = blockIdx.x;
+    const int nv = nms_valid_of(n_valid, img, cap);
+    const int blocks = (cap + 63) / 64, nvb = (nv + 63) / 64;
+    const int *ord = order + (int64_t)img * cap;
+    const unsigned long long *mk = mask + (int64_t)img * cap * blocks;
+    int32_t *kp = keep + (int64_t)img * cap;
+    for (int w = threadIdx.x; w < blocks; w += blockDim.x) removed[w] = 0;
+    if (threadIdx.x < 64) diag[threadIdx.x] = (int)threadIdx.x < nv ? mk[(int64_t)threadIdx.x * blocks] : 0ULL;
+    __syncthreads();
+    int kept = 0; // the same in every thread
+    for (int cb = 0; cb < nvb; cb++) {
+        if (threadIdx.x < 32) {
+            const int lim = nv - cb * 64 < 64 ? nv - cb * 64 : 64;
+            const int64_t budget = max_keep > 0 ? (int64_t)max_keep - kept : 64;
+            const uint64_t bits = det_nms_word(removed[cb], diag, lim, budget);
+            for (int c = threadIdx.x; c < 64; c += 32)
+                if ((bits >> c) & 1u) kp[kept + det_nms_rank(bits, c)] = ord[cb * 64 + c];
+            if (threadIdx.x == 0) word_kept = bits;
+        }
+        __syncthreads(); // word_kept written, diag read
+        const uint64_t bits = word_kept;
+        kept += det_popc64(bits);
+        if (max_keep > 0 && kept >= max_keep) break; // the same in every thread
+        if (threadIdx.x < 64 && cb + 1 < nvb) {
+            const int r = (cb + 1) * 64 + threadIdx.x;
+            diag[threadIdx.x] = r < nv ? mk[(int64_t)r * blocks + cb + 1] : 0ULL;
+        }
+        for (int w = cb + 1 + threadIdx.x; w < nvb; w += blockDim.x) {
+            unsigned long long acc = 0;
+            for (uint64_t m = bits; m; m &= m - 1) acc |= mk[(int64_t)(cb * 64 + det_ctz64(m)) * blocks + w];
+            removed[w] |= acc;
+        }
+        __syncthreads(); // removed[cb + 1] and diag ready; word_kept read
+    }
+    for (int i = kept + threadIdx.x; i < cap; i += blockDim.x) kp[i] = -1;
+    if (threadIdx.x == 0) count[img] = kept;
+}
+
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /* order (legacy), the suppression masks, then the batch sort's work. */
@@ -351,8 +402,12 @@ extern "C" void cu_nms_batched(const mrcnn_backend *be, int n_images, int cap, c
     k_nms_mask<<<dim3((unsigned)blocks, (unsigned)blocks, (unsigned)n_images), 64, 0, s->stream>>>(
         boxes, idxs, order, cap, n_valid, thresh, mask);
     MRCNN_CHECK_LAUNCH("nms mask");
-    k_nms_reduce<<<(unsigned)n_images, NMS_REDUCE_THREADS, 0, s->stream>>>(order, cap, n_valid, mask, max_keep, keep,
-                                                                          count);
+    if (cu_det_kernels_legacy())
+        k_nms_reduce<<<(unsigned)n_images, NMS_REDUCE_THREADS, 0, s->stream>>>(order, cap, n_valid, mask, max_keep,
+                                                                              keep, count);
+    else
+        k_nms_reduce_words<<<(unsigned)n_images, NMS_REDUCE_THREADS, 0, s->stream>>>(order, cap, n_valid, mask,
+                                                                                    max_keep, keep, count);
     MRCNN_CHECK_LAUNCH("nms reduce");
 }
 
@@ -444,9 +499,8 @@ static __device__ void sample_choose(int32_t *cand, int64_t m, int64_t k, const 
 static __device__ void sample_draw(int img, int64_t np, int64_t nn, int batch_size, int64_t want_pos,
                                    const mrcnn_rng *rngs, int32_t *pos, int32_t *neg, int64_t *pos_idx, int pos_cap,
                                    int64_t *neg_idx, int neg_cap, int64_t *counts) {
-    const int64_t kp = np < want_pos ? np : want_pos;
-    const int64_t want_neg = batch_size - kp;
-    const int64_t kn = nn < want_neg ? nn : want_neg;
+    int64_t kp, kn;
+    det_sample_take(np, nn, batch_size, want_pos, &kp, &kn);
     const mrcnn_rng rng = rngs[img]; // device data: the host staged this batch's streams
     sample_choose(pos, np, kp, &rng, 0, pos_idx + (int64_t)img * pos_cap);
     __syncthreads();
@@ -520,15 +574,47 @@ __global__ void k_sample_scatter(const int32_t *labels, int64_t n, int64_t total
     }
 }
 
-/* One block per image: its totals from the scan, then the draws. */
+#define FY_MAX 4096 // draws a block holds in shared memory; more take the serial path
+
+/* k of cand[0..m) (k < m, k <= FY_MAX) as sample_choose draws them, without its serial
+ * swaps: every draw at once (counter-based Philox: draw i depends on i alone), every
+ * position's source at once (det_fy_source), then the same ascending rank sort. cand is
+ * only read. Every thread of the block calls it. */
+static __device__ void sample_choose_parallel(const int32_t *cand, int64_t m, int64_t k, const mrcnn_rng *rng,
+                                              uint64_t base, int64_t *out) {
+    __shared__ int32_t draw[FY_MAX], val[FY_MAX];
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
+        draw[i] = (int32_t)(i + (int64_t)mrcnn_rng_below(rng, base + (uint64_t)i, (uint32_t)(m - i)));
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) val[i] = cand[det_fy_source(draw, i)];
+    __syncthreads();
+    for (int64_t a = threadIdx.x; a < k; a += blockDim.x) {
+        const int32_t v = val[a];
+        int64_t rank = 0;
+        for (int64_t b = 0; b < k; b++) rank += val[b] < v;
+        out[rank] = v;
+    }
+}
+
+/* The default draws, grid (side, image): block (0, img) draws image img's positives,
+ * block (1, img) its negatives (their number needs only the positives' count, which the
+ * scan gives), each by sample_choose_parallel; the legacy block per image drew both in
+ * turn, one serial swap at a time. */
 __global__ void k_sample_draws(const uint64_t *scan, int64_t n, int batch_size, int64_t want_pos,
                                const mrcnn_rng *rngs, int32_t *work, int64_t *pos_idx, int pos_cap, int64_t *neg_idx,
                                int neg_cap, int64_t *counts) {
-    const int img = (int)blockIdx.x;
+    const int side = (int)blockIdx.x, img = (int)blockIdx.y;
     const uint64_t c = scan[(int64_t)(img + 1) * n] - scan[(int64_t)img * n];
-    int32_t *pos = work + (int64_t)img * 2 * n, *neg = pos + n;
-    sample_draw(img, det_count_pos(c), det_count_neg(c), batch_size, want_pos, rngs, pos, neg, pos_idx, pos_cap,
-                neg_idx, neg_cap, counts);
+    int64_t kp, kn;
+    det_sample_take(det_count_pos(c), det_count_neg(c), batch_size, want_pos, &kp, &kn);
+    int32_t *cand = work + (int64_t)img * 2 * n + (side ? n : 0);
+    const int64_t m = side ? det_count_neg(c) : det_count_pos(c), k = side ? kn : kp;
+    int64_t *out = side ? neg_idx + (int64_t)img * neg_cap : pos_idx + (int64_t)img * pos_cap;
+    const mrcnn_rng rng = rngs[img];
+    const uint64_t base = side ? (uint64_t)1 << 40 : 0;
+    if (k < m && k <= FY_MAX) sample_choose_parallel(cand, m, k, &rng, base, out);
+    else sample_choose(cand, m, k, &rng, base, out); // k == m: a copy; k > FY_MAX: the serial draws
+    if (threadIdx.x == 0) counts[2 * img + side] = k;
 }
 
 /* CUB's temporary bytes for an in-place exclusive scan of n uint64: a host-side query,
@@ -597,7 +683,7 @@ extern "C" void cu_sample_balanced_batched(const mrcnn_backend *be, int n_images
                                                                                      (int32_t *)work);
         MRCNN_CHECK_LAUNCH("sample scatter");
     }
-    k_sample_draws<<<(unsigned)n_images, SAMPLE_THREADS, 0, s->stream>>>(scan, n, batch_size, want_pos, rngs,
+    k_sample_draws<<<dim3(2, (unsigned)n_images), SAMPLE_THREADS, 0, s->stream>>>(scan, n, batch_size, want_pos, rngs,
                                                                          (int32_t *)work, pos_idx, pos_cap, neg_idx,
                                                                          neg_cap, counts);
     MRCNN_CHECK_LAUNCH("sample draws");
