@@ -66,7 +66,18 @@ void mrcnn_roi_align_desc_check(const mrcnn_roi_align_desc *d);
     /* dfeats[l] (N, H_l, W_l, C) += the adjoint of forward applied to dy (R, out_h, out_w, C);       \
      * a NULL dfeats[l] is skipped. */                                                                 \
     void NAME(backward)(const mrcnn_roi_align_desc *d, int64_t r, const REAL *rois, const REAL *dy,    \
-                        REAL *const *dfeats);
+                        REAL *const *dfeats);                                                          \
+    /* The same adjoint by gather, without a write shared between bins: every (roi, bin)'s \
+     * taps merged per pixel are listed, sorted by pixel (stably), and each pixel's list is \
+     * summed per channel and added to dfeats in one rounding. Deterministic; equal to       \
+     * backward up to the order of the sum (its rounding bound: tests/ops/test_roi_align_gather.c). */ \
+    void NAME(backward_gather)(const mrcnn_roi_align_desc *d, int64_t r, const REAL *rois,            \
+                               const REAL *dy, REAL *const *dfeats);
+
+/* MRCNN_ROI_BWD: which backward the backends run, read at every call: unset, empty or
+ * "scatter" (0: per-element adds, atomics on the GPU), "gather" (1: backward_gather's
+ * sorted lists; on the GPU for sampling_ratio 1..4, else the scatter). Anything else fails. */
+int mrcnn_roi_align_bwd_gather(void);
 
 #define MRCNN_ROI_ALIGN_NAME_F32(x) mrcnn_roi_align_##x
 #define MRCNN_ROI_ALIGN_NAME_F64(x) mrcnn_roi_align_##x##_f64

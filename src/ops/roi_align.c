@@ -3,9 +3,12 @@
  * same clamping at the borders, averaged. The level, frame, sampling points and taps
  * are box_math.h's, shared with the CUDA kernel. Compiled for float and double (ops_real.h).
  * Backward scatters into the features; threads split the channels, so every feature
- * element has one writer and the result does not depend on the thread count. */
+ * element has one writer and the result does not depend on the thread count. The
+ * backward by gather lists the contributions, sorts them by pixel and sums each pixel's
+ * list (the CUDA backend's gather kernels do the same with the same listing). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -27,12 +30,9 @@ typedef struct {
     real w[4];
 } roi_sample;
 
-/* The sampling points of one roi for every bin, bin-major (ph, pw, iy, ix) as the
- * reference kernel visits them; a point outside the map gets zero weights. Returns the
- * roi's frame (grid size and divisor per bin), level and image through f, lvl, img; 0
- * when the row is padding or the roi is empty (RS(roi_frame_make) says when). */
-static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sample **buf, int64_t *cap,
-                       RS(roi_frame) *f, int *lvl, int *img) {
+/* The roi's frame (grid size and divisor per bin), level and image through f, lvl, img;
+ * 0 when the row is padding or the roi is empty (RS(roi_frame_make) says when). */
+static int roi_locate(const mrcnn_roi_align_desc *d, const real *roi, RS(roi_frame) *f, int *lvl, int *img) {
     if (roi[0] < 0) return 0;
     /* The level in float, as torchvision; a non-finite box gets some level and is then
      * found empty by the frame. */
@@ -40,6 +40,17 @@ static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sampl
                                   d->canonical_scale, d->first_level, d->n_levels);
     if (!RS(roi_frame_make)(roi + 1, (real)d->spatial_scale[l], d->aligned, d->out_h, d->out_w, d->sampling_ratio, f))
         return 0;
+    *lvl = l;
+    *img = (int)roi[0];
+    return 1;
+}
+
+/* roi_locate, and the sampling points of the roi for every bin, bin-major (ph, pw, iy,
+ * ix) as the reference kernel visits them; a point outside the map gets zero weights. */
+static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sample **buf, int64_t *cap,
+                       RS(roi_frame) *f, int *lvl, int *img) {
+    int l;
+    if (!roi_locate(d, roi, f, &l, img)) return 0;
     const int H = d->level_h[l], W = d->level_w[l];
     int64_t need = (int64_t)d->out_h * d->out_w * f->gh * f->gw;
     if (need > *cap) {
@@ -62,7 +73,6 @@ static int roi_prepare(const mrcnn_roi_align_desc *d, const real *roi, roi_sampl
                 }
             }
     *lvl = l;
-    *img = (int)roi[0];
     return 1;
 }
 
@@ -184,4 +194,140 @@ void MRCNN_OP(roi_align_backward)(const mrcnn_roi_align_desc *d, int64_t r, cons
         }
         free(buf);
     }
+}
+
+/* ---- backward by gather ------------------------------------------------------------------ */
+
+#ifndef MRCNN_OPS_F64
+/* Type-independent: compiled with the float op only. */
+int mrcnn_roi_align_bwd_gather(void) {
+    const char *v = getenv("MRCNN_ROI_BWD");
+    if (!v || !*v || !strcmp(v, "scatter")) return 0;
+    MRCNN_CHECK(!strcmp(v, "gather"), "MRCNN_ROI_BWD=%s: must be scatter or gather", v);
+    return 1;
+}
+#endif
+
+/* The contributions of the backward by gather, in listing order: the feature pixel each
+ * reaches (an index over the pixels of every level with a gradient), the dy row it reads
+ * (roi * bins + bin) and its weight (merged taps over the bin's count). */
+typedef struct {
+    int64_t *key, *row; // (n)
+    real *w;            // (n)
+    int64_t n, cap;
+} roi_contribs;
+
+static void contribs_reserve(roi_contribs *c, int64_t more) {
+    if (c->n + more <= c->cap) return;
+    int64_t cap = c->cap ? c->cap : 1024;
+    while (cap < c->n + more) cap *= 2;
+    c->key = MRCNN_REALLOC(c->key, (size_t)cap * sizeof(int64_t), "roi_align gather keys");
+    c->row = MRCNN_REALLOC(c->row, (size_t)cap * sizeof(int64_t), "roi_align gather rows");
+    c->w = MRCNN_REALLOC(c->w, (size_t)cap * sizeof(real), "roi_align gather weights");
+    c->cap = cap;
+}
+
+/* Phase 1: every roi's bins, each bin's taps merged per pixel (box_math.h, the listing
+ * the CUDA kernel makes), in (roi, bin, first-seen) order. base[l]: the index of level
+ * l's first pixel, -1 for a level without a gradient. */
+static void gather_list(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const int64_t *base,
+                        roi_contribs *c) {
+    const int64_t bins = (int64_t)d->out_h * d->out_w;
+    int64_t *pix = NULL;
+    real *w = NULL;
+    int64_t cap = 0;
+    for (int64_t i = 0; i < r; i++) {
+        RS(roi_frame) f;
+        int l, b;
+        if (!roi_locate(d, rois + 5 * i, &f, &l, &b) || base[l] < 0) continue;
+        const int H = d->level_h[l], W = d->level_w[l];
+        const int64_t per_bin = 4 * (int64_t)f.gh * f.gw;
+        if (per_bin > cap) {
+            cap = per_bin;
+            pix = MRCNN_REALLOC(pix, (size_t)cap * sizeof(int64_t), "roi_align gather taps");
+            w = MRCNN_REALLOC(w, (size_t)cap * sizeof(real), "roi_align gather tap weights");
+        }
+        const int64_t img0 = base[l] + (int64_t)b * H * W;
+        for (int ph = 0; ph < d->out_h; ph++)
+            for (int pw = 0; pw < d->out_w; pw++) {
+                const int n = RS(roi_bin_merged_taps)(&f, H, W, ph, pw, pix, w);
+                contribs_reserve(c, n);
+                for (int j = 0; j < n; j++, c->n++) {
+                    c->key[c->n] = img0 + pix[j];
+                    c->row[c->n] = i * bins + (int64_t)ph * d->out_w + pw;
+                    c->w[c->n] = w[j];
+                }
+            }
+    }
+    free(pix);
+    free(w);
+}
+
+/* Phase 2: a stable counting sort by pixel. Pixel p's contributions end up in
+ * [begin[p], begin[p + 1]) of row and w, in listing order. begin (n_pix + 1). */
+static void gather_sort(const roi_contribs *c, int64_t n_pix, int64_t *begin, int64_t *row, real *w) {
+    memset(begin, 0, (size_t)(n_pix + 1) * sizeof(int64_t));
+    for (int64_t e = 0; e < c->n; e++) begin[c->key[e] + 1]++;
+    for (int64_t p = 0; p < n_pix; p++) begin[p + 1] += begin[p];
+    int64_t *next = MRCNN_MALLOC((size_t)(n_pix + 1) * sizeof(int64_t), "roi_align gather cursors");
+    memcpy(next, begin, (size_t)(n_pix + 1) * sizeof(int64_t));
+    for (int64_t e = 0; e < c->n; e++) {
+        const int64_t k = next[c->key[e]]++;
+        row[k] = c->row[e];
+        w[k] = c->w[e];
+    }
+    free(next);
+}
+
+/* Phase 3: each pixel's list summed per channel in list order, then added to dfeats in
+ * one rounding. A pixel is one thread's, so there is no shared write and the result does
+ * not depend on the thread count. */
+static void gather_sum(const mrcnn_roi_align_desc *d, const int64_t *base, const int64_t *begin, const int64_t *row,
+                       const real *w, int64_t n, const real *dy, real *const *dfeats) {
+    const int C = d->channels;
+#pragma omp parallel if (n * C >= OPS_OMP_MIN)
+    {
+        real *acc = MRCNN_MALLOC((size_t)C * sizeof(real), "roi_align gather accumulator");
+        for (int l = 0; l < d->n_levels; l++) {
+            if (base[l] < 0) continue;
+            const int64_t n_pix = (int64_t)d->n_images * d->level_h[l] * d->level_w[l];
+            const int64_t *seg = begin + base[l];
+#pragma omp for schedule(dynamic, 256)
+            for (int64_t p = 0; p < n_pix; p++) {
+                if (seg[p] == seg[p + 1]) continue;
+                for (int c = 0; c < C; c++) acc[c] = 0;
+                for (int64_t k = seg[p]; k < seg[p + 1]; k++) {
+                    const real *gy = dy + row[k] * C, wk = w[k];
+                    for (int c = 0; c < C; c++) acc[c] += gy[c] * wk;
+                }
+                real *g = dfeats[l] + p * C;
+                for (int c = 0; c < C; c++) g[c] += acc[c];
+            }
+        }
+        free(acc);
+    }
+}
+
+void MRCNN_OP(roi_align_backward_gather)(const mrcnn_roi_align_desc *d, int64_t r, const real *rois, const real *dy,
+                                     real *const *dfeats) {
+    roi_align_check(d, r, rois, dy);
+    MRCNN_CHECK(dfeats, "roi_align_backward: NULL gradient list");
+    int64_t base[MRCNN_ROI_MAX_LEVELS], n_pix = 0;
+    for (int l = 0; l < d->n_levels; l++) {
+        base[l] = dfeats[l] ? n_pix : -1;
+        if (dfeats[l]) n_pix += (int64_t)d->n_images * d->level_h[l] * d->level_w[l];
+    }
+    roi_contribs c = {0};
+    gather_list(d, r, rois, base, &c);
+    int64_t *begin = MRCNN_MALLOC((size_t)(n_pix + 1) * sizeof(int64_t), "roi_align gather segments");
+    int64_t *row = MRCNN_MALLOC((size_t)(c.n + 1) * sizeof(int64_t), "roi_align gather sorted rows");
+    real *w = MRCNN_MALLOC((size_t)(c.n + 1) * sizeof(real), "roi_align gather sorted weights");
+    gather_sort(&c, n_pix, begin, row, w);
+    free(c.key);
+    free(c.row);
+    free(c.w);
+    gather_sum(d, base, begin, row, w, c.n, dy, dfeats);
+    free(begin);
+    free(row);
+    free(w);
 }

@@ -1,7 +1,8 @@
 /* The CPU backend's ROIAlign entries: the float op (src/ops/roi_align.c); outputs
  * rounded to the storage precision as every CPU op. Descriptor, shapes, devices and
  * layout are checked in front of the entries (backend_validate.c); what is left here is
- * what this backend adds: fp32 data, since the CPU op computes on floats. */
+ * what this backend adds: fp32 data, since the CPU op computes on floats. The backward
+ * is the scatter or, with MRCNN_ROI_BWD=gather, the gather (roi_align.h). */
 #include "mrcnn/backend.h"
 #include "mrcnn/check.h"
 #include "mrcnn/half.h"
@@ -32,7 +33,10 @@ void mrcnn_cpu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align
     mrcnn_tensor_check_dtype(dy, "roi_align output gradient", MRCNN_DTYPE_F32);
     float *g[MRCNN_ROI_MAX_LEVELS];
     for (int l = 0; l < d->n_levels; l++) g[l] = dfeats[l].data;
-    mrcnn_roi_align_backward(d, rois->shape[0], rois->data, dy->data, g);
+    if (mrcnn_roi_align_bwd_gather())
+        mrcnn_roi_align_backward_gather(d, rois->shape[0], rois->data, dy->data, g);
+    else
+        mrcnn_roi_align_backward(d, rois->shape[0], rois->data, dy->data, g);
     if (be->storage != MRCNN_DTYPE_F32)
         for (int l = 0; l < d->n_levels; l++)
             mrcnn_round_array(dfeats[l].data, (size_t)mrcnn_tensor_numel(&dfeats[l]), be->storage);

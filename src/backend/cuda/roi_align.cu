@@ -15,7 +15,20 @@
  * running sum), so a pixel that k bin-contributions reach carries about sqrt(k) such
  * roundings instead of one; each thread first sums its bin's taps per distinct pixel
  * in fp32, so k counts bins, not sampling points. MRCNN_ROI_BWD_SCRATCH_MB=100000 gives
- * the exact path back (op benchmark: both variants). */
+ * the exact path back (op benchmark: both variants).
+ * MRCNN_ROI_BWD=gather (roi_align.h; default scatter until the op benchmark on a GPU
+ * shows the gather is not slower) takes the backward without atomics, for every dtype
+ * and no scratch budget: phase 1 lists each (roi, bin)'s taps merged per pixel (box_math.h,
+ * the listing the CPU's mrcnn_roi_align_backward_gather makes), phase 2 sorts them by
+ * pixel (CUB's stable radix sort: within a pixel, listing order, as the CPU's counting
+ * sort), phase 3 sums each pixel's run per channel in fp32 and adds it in one rounding.
+ * Deterministic run to run, and a pixel that k bins reach carries one rounding instead
+ * of k. Applies to sampling_ratio 1..4 (fixed taps per bin: 4 sr^2 slots per bin, 24
+ * bytes each, from the CU_SCRATCH_GEMM scratch); adaptive sampling scatters. */
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +43,10 @@ typedef struct {
     const void *f[MRCNN_ROI_MAX_LEVELS]; // (N, H_l, W_l, C) each
     float *g[MRCNN_ROI_MAX_LEVELS];      // fp32 gradient targets, NULL: skipped
     void *gh[MRCNN_ROI_MAX_LEVELS];      // fp16/bf16 targets for storage atomics (k_roi_align_bwd_half)
+    void *gd[MRCNN_ROI_MAX_LEVELS];      // gather targets, any dtype (gdt), NULL: skipped
+    int gdt[MRCNN_ROI_MAX_LEVELS];
+    uint32_t gbase[MRCNN_ROI_MAX_LEVELS]; // gather: key of the level's first pixel (levels with gd only)
+    uint32_t gpix[MRCNN_ROI_MAX_LEVELS];  // gather: the level's pixels, N * H_l * W_l
     int h[MRCNN_ROI_MAX_LEVELS], w[MRCNN_ROI_MAX_LEVELS];
     float scale[MRCNN_ROI_MAX_LEVELS];
     int n_levels, first_level, canonical_level, n_images, c, out_h, out_w, sampling_ratio, aligned;
@@ -244,8 +261,171 @@ static void cu_roi_align_forward(const mrcnn_backend *be, const mrcnn_roi_align_
     MRCNN_CHECK_LAUNCH("roi_align_forward");
 }
 
+/* ---- backward by gather (MRCNN_ROI_BWD=gather) ------------------------------------------- */
+
+#define RA_GATHER_MAX_SR 4                                   // sampling_ratio the gather takes
+#define RA_GATHER_CAP (4 * RA_GATHER_MAX_SR * RA_GATHER_MAX_SR) // taps of a bin at most
+
+/* Phase 1, one thread per (roi, bin): the bin's taps merged per pixel (box_math.h, the
+ * listing src/ops/roi_align.c makes) into the bin's `slots` entries: key = the pixel over
+ * all gathered levels, value = (roi * bins + bin) << 32 | the weight's bits. Unused slots,
+ * padding rows, empty rois and levels without a gradient get the key `sentinel`, which
+ * sorts last and is never summed. */
+__global__ void k_roi_gather_list(ra_args a, const float *rois, int64_t r, int slots, uint32_t sentinel,
+                                  uint32_t *keys, uint64_t *vals) {
+    const int64_t n_bins = r * a.out_h * a.out_w;
+    CU_GRID_STRIDE(i, n_bins) {
+        const int pw = (int)(i % a.out_w);
+        const int64_t t = i / a.out_w;
+        const int ph = (int)(t % a.out_h);
+        const int64_t ri = t / a.out_h;
+        uint32_t *k = keys + i * slots;
+        uint64_t *v = vals + i * slots;
+        int n = 0;
+        ra_roi o;
+        if (ra_prepare(&a, rois + 5 * ri, &o) && a.gd[o.level]) {
+            int64_t pix[RA_GATHER_CAP];
+            float w[RA_GATHER_CAP];
+            const int H = a.h[o.level], W = a.w[o.level];
+            n = mrcnn_roi_bin_merged_taps(&o.f, H, W, ph, pw, pix, w);
+            const int64_t img0 = (int64_t)a.gbase[o.level] + (int64_t)o.img * H * W;
+            for (int j = 0; j < n; j++) {
+                k[j] = (uint32_t)(img0 + pix[j]);
+                v[j] = (uint64_t)i << 32 | __float_as_uint(w[j]);
+            }
+        }
+        for (int j = n; j < slots; j++) {
+            k[j] = sentinel;
+            v[j] = 0;
+        }
+    }
+}
+
+/* Phase 3, one thread per (pixel run, channel), channels fastest: the run's entries
+ * (sorted stably, so in listing order) summed in fp32 and added to the gradient in one
+ * rounding. A run is one pixel's, so no two threads write one element: no atomics. */
+__global__ void k_roi_gather_sum(ra_args a, const uint32_t *uniq, const int *counts, const int *offs,
+                                 const int *n_runs, const uint64_t *vals, const void *dy, int dyt, uint32_t sentinel) {
+    const int64_t total = (int64_t)*n_runs * a.c;
+    CU_GRID_STRIDE(t, total) {
+        const int64_t run = t / a.c;
+        const int c = (int)(t % a.c);
+        const uint32_t key = uniq[run];
+        if (key == sentinel) continue;
+        int l = 0; // the key's level: every key below the sentinel has one
+        while (l < a.n_levels - 1 && !(a.gd[l] && key >= a.gbase[l] && key - a.gbase[l] < a.gpix[l])) l++;
+        float acc = 0.0f;
+        for (int e = offs[run], end = offs[run] + counts[run]; e < end; e++) {
+            const uint64_t v = vals[e];
+            const float gy = cu_load(dy, (int64_t)(v >> 32) * a.c + c, dyt);
+            acc = __fadd_rn(acc, __fmul_rn(gy, __uint_as_float((uint32_t)v)));
+        }
+        const int64_t at = (int64_t)(key - a.gbase[l]) * a.c + c;
+        cu_store(a.gd[l], at, a.gdt[l], __fadd_rn(cu_load(a.gd[l], at, a.gdt[l]), acc));
+    }
+}
+
+static size_t ra_al256(size_t b) { return (b + 255) / 256 * 256; }
+
+/* Phase 2 and the runs: CUB's stable radix sort of (key, value) by key over end_bit
+ * bits, then the runs of equal keys (unique key, length) and their offsets. Buffers from
+ * the scratch: keys and values double-buffered; after the sort the idle halves hold the
+ * runs. Returns the sorted values; uniq/counts/offs/n_runs through the pointers. */
+typedef struct {
+    cub::DoubleBuffer<uint32_t> keys;
+    cub::DoubleBuffer<uint64_t> vals;
+    int *n_runs;
+    void *temp;
+    size_t t_sort, t_rle, t_scan;
+} ra_gather_work;
+
+static size_t ra_gather_bytes(int n, int end_bit, ra_gather_work *g) {
+    cub::DoubleBuffer<uint32_t> k(NULL, NULL);
+    cub::DoubleBuffer<uint64_t> v(NULL, NULL);
+    g->t_sort = g->t_rle = g->t_scan = 0;
+    MRCNN_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(NULL, g->t_sort, k, v, n, 0, end_bit));
+    MRCNN_CHECK_CUDA(cub::DeviceRunLengthEncode::Encode(NULL, g->t_rle, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                                        (int *)NULL, (int *)NULL, n));
+    MRCNN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(NULL, g->t_scan, (const int *)NULL, (int *)NULL, n));
+    size_t t = g->t_sort > g->t_rle ? g->t_sort : g->t_rle;
+    t = t > g->t_scan ? t : g->t_scan;
+    const size_t m = (size_t)n;
+    return 2 * ra_al256(m * 4) + 2 * ra_al256(m * 8) + ra_al256(sizeof(int)) + ra_al256(t);
+}
+
+static void ra_gather_carve(char *w, int n, ra_gather_work *g) {
+    const size_t m = (size_t)n;
+    g->keys = cub::DoubleBuffer<uint32_t>((uint32_t *)w, (uint32_t *)(w + ra_al256(m * 4)));
+    w += 2 * ra_al256(m * 4);
+    g->vals = cub::DoubleBuffer<uint64_t>((uint64_t *)w, (uint64_t *)(w + ra_al256(m * 8)));
+    w += 2 * ra_al256(m * 8);
+    g->n_runs = (int *)w;
+    g->temp = w + ra_al256(sizeof(int));
+}
+
+/* The gather's targets and key ranges; the number of gathered pixels (0: none). */
+static int64_t ra_gather_levels(const mrcnn_roi_align_desc *d, mrcnn_tensor *dfeats, ra_args *a) {
+    int64_t n_pix = 0;
+    for (int l = 0; l < d->n_levels; l++) {
+        if (!dfeats[l].data) continue;
+        const int64_t np = (int64_t)d->n_images * d->level_h[l] * d->level_w[l];
+        if (n_pix + np >= (int64_t)UINT32_MAX) return -1;
+        a->gd[l] = dfeats[l].data;
+        a->gdt[l] = (int)dfeats[l].dtype;
+        a->gbase[l] = (uint32_t)n_pix;
+        a->gpix[l] = (uint32_t)np;
+        n_pix += np;
+    }
+    return n_pix;
+}
+
+/* The backward by gather; returns 0, having done nothing, where it does not apply
+ * (adaptive sampling or a sampling_ratio over RA_GATHER_MAX_SR, whose taps per bin have no
+ * fixed bound; counts past 32-bit keys or CUB's int sizes): the caller scatters. */
+static int cu_roi_align_backward_gather(const mrcnn_backend *be, const mrcnn_roi_align_desc *d,
+                                        const mrcnn_tensor *rois, const mrcnn_tensor *dy, mrcnn_tensor *dfeats) {
+    if (d->sampling_ratio < 1 || d->sampling_ratio > RA_GATHER_MAX_SR) return 0;
+    cu_state *s = cu_st(be);
+    int64_t r;
+    ra_args a = ra_args_make(d, rois, &r);
+    const int64_t n_pix = ra_gather_levels(d, dfeats, &a);
+    const int slots = 4 * d->sampling_ratio * d->sampling_ratio;
+    const int64_t n_bins = r * a.out_h * a.out_w, n64 = n_bins * slots;
+    if (n_pix < 0 || n_bins >= (1LL << 32) || n64 >= INT_MAX) return 0;
+    if (n64 == 0 || n_pix == 0) return 1;
+    const int n = (int)n64;
+    const uint32_t sentinel = (uint32_t)n_pix; // keys lie in [0, n_pix]
+    int end_bit = 1;
+    while (end_bit < 32 && (1LL << end_bit) <= n_pix) end_bit++;
+    ra_gather_work g;
+    const size_t bytes = ra_gather_bytes(n, end_bit, &g);
+    ra_gather_carve((char *)cu_scratch(s, CU_SCRATCH_GEMM, bytes), n, &g);
+    k_roi_gather_list<<<cu_blocks(n_bins, CU_THREADS), CU_THREADS, 0, s->stream>>>(
+        a, (const float *)rois->data, r, slots, sentinel, g.keys.Current(), g.vals.Current());
+    MRCNN_CHECK_LAUNCH("roi_align_backward gather: list");
+    MRCNN_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(g.temp, g.t_sort, g.keys, g.vals, n, 0, end_bit, s->stream));
+    MRCNN_CHECK_LAUNCH("roi_align_backward gather: sort");
+    /* The idle halves after the sort: unique keys in the keys', run lengths and offsets in
+     * the values' (8 bytes per entry: two ints). */
+    uint32_t *uniq = g.keys.Alternate();
+    int *counts = (int *)g.vals.Alternate(), *offs = counts + n;
+    MRCNN_CHECK_CUDA(cub::DeviceRunLengthEncode::Encode(g.temp, g.t_rle, g.keys.Current(), uniq, counts, g.n_runs, n,
+                                                        s->stream));
+    MRCNN_CHECK_CUDA(cub::DeviceScan::ExclusiveSum(g.temp, g.t_scan, counts, offs, n, s->stream));
+    MRCNN_CHECK_LAUNCH("roi_align_backward gather: runs");
+    /* The run count stays on the device (no read: graph capture): a grid that strides
+     * over it, sized for the largest count (every entry its own pixel), capped at 8192
+     * blocks (about 60 per SM on an H100/H200). */
+    const unsigned blocks = cu_blocks(n64 * a.c, CU_THREADS) < 8192 ? cu_blocks(n64 * a.c, CU_THREADS) : 8192;
+    k_roi_gather_sum<<<blocks, CU_THREADS, 0, s->stream>>>(a, uniq, counts, offs, g.n_runs, g.vals.Current(),
+                                                          dy->data, dy->dtype, sentinel);
+    MRCNN_CHECK_LAUNCH("roi_align_backward gather: sum");
+    return 1;
+}
+
 static void cu_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_desc *d, const mrcnn_tensor *rois,
                                   const mrcnn_tensor *dy, mrcnn_tensor *dfeats) {
+    if (mrcnn_roi_align_bwd_gather() && cu_roi_align_backward_gather(be, d, rois, dy, dfeats)) return;
     cu_state *s = cu_st(be);
     int64_t r;
     ra_args a = ra_args_make(d, rois, &r);
