@@ -429,6 +429,12 @@ static void bench_roi_align(int r, int out) {
         add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
         unsetenv("MRCNN_ROI_BWD_SCRATCH_MB");
     }
+    /* The backward without atomics (list, sort by pixel, sum per pixel): the default
+     * becomes gather once this row is not slower than the bwd row above. */
+    setenv("MRCNN_ROI_BWD", "gather", 1);
+    snprintf(name, sizeof name, "roi_align %dx%d x%d bwd gather (no atomics)", out, out, r);
+    add_result(name, time_ms(roi_bwd, &c), bytes, 0, 0);
+    unsetenv("MRCNN_ROI_BWD");
     for (int l = 0; l < 4; l++) {
         dev_free(&c.feats[l]);
         dev_free(&c.dfeats[l]);

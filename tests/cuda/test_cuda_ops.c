@@ -1032,6 +1032,10 @@ static void test_step_ops_body(void) {
  * takes here), fp16 keeps 1e-2. */
 static void roi_case_budget(int sampling, int aligned, const char *budget_mb);
 static void roi_case(int sampling, int aligned) { roi_case_budget(sampling, aligned, NULL); }
+/* MRCNN_ROI_BWD for both backends' backward (NULL: unset, the scatter). "gather": the
+ * CPU's gather against the GPU's (adaptive sampling: the GPU scatters), every dtype in one
+ * rounding per element, so the default tolerance. */
+static const char *g_roi_bwd = NULL;
 
 static void roi_case_budget(int sampling, int aligned, const char *budget_mb) {
     const int n = 2, c = 8, levels = 4;
@@ -1089,15 +1093,17 @@ static void roi_case_budget(int sampling, int aligned, const char *budget_mb) {
     tp_expect(&y, sampling > 0 ? "roi_align" : "roi_align adaptive");
     tpair dy = TP(P, "dy", r, 7, 7, c);
     tp_fill(&dy, -1, 1);
+    if (g_roi_bwd) setenv("MRCNN_ROI_BWD", g_roi_bwd, 1);
     C->nn.roi_align_backward(C, &d, &rois.c, &dy.c, dfc);
     if (budget_mb) setenv("MRCNN_ROI_BWD_SCRATCH_MB", budget_mb, 1);
     G->nn.roi_align_backward(G, &d, &rois.g, &dy.g, dfg);
     G->mem.sync(G);
     if (budget_mb) unsetenv("MRCNN_ROI_BWD_SCRATCH_MB");
-    const double t = budget_mb && P == MRCNN_DTYPE_BF16 ? 5e-2 : tol();
-    char op[64];
-    snprintf(op, sizeof op, "roi_align_bwd%s%s%s", sampling > 0 ? "" : " adaptive", budget_mb ? " budget " : "",
-             budget_mb ? budget_mb : "");
+    if (g_roi_bwd) unsetenv("MRCNN_ROI_BWD");
+    const double t = budget_mb && !g_roi_bwd && P == MRCNN_DTYPE_BF16 ? 5e-2 : tol();
+    char op[80];
+    snprintf(op, sizeof op, "roi_align_bwd%s%s%s%s", sampling > 0 ? "" : " adaptive", g_roi_bwd ? " gather" : "",
+             budget_mb ? " budget " : "", budget_mb ? budget_mb : "");
     for (int l = 0; l < levels; l++) tp_expect_tol(&df[l], t, op);
     for (int l = 0; l < levels; l++) {
         tp_free(&f[l]);
@@ -1119,6 +1125,15 @@ static void test_roi_align_body(void) {
          * then the largest only). */
         roi_case_budget(2, 0, "0");
         roi_case_budget(0, 1, "0.05");
+        /* The backward by gather, which ignores the scratch budget: sampling 1..4 on
+         * the GPU's gather kernels, adaptive on its scatter. */
+        g_roi_bwd = "gather";
+        roi_case(2, 0);
+        roi_case(4, 1);
+        roi_case(1, 0);
+        roi_case_budget(2, 1, "0");
+        roi_case(0, 1);
+        g_roi_bwd = NULL;
     }
 }
 
