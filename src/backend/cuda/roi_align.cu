@@ -329,8 +329,8 @@ static size_t ra_al256(size_t b) { return (b + 255) / 256 * 256; }
 
 /* Phase 2 and the runs: CUB's stable radix sort of (key, value) by key over end_bit
  * bits, then the runs of equal keys (unique key, length) and their offsets. Buffers from
- * the scratch: keys and values double-buffered; after the sort the idle halves hold the
- * runs. Returns the sorted values; uniq/counts/offs/n_runs through the pointers. */
+ * one scratch block: keys and values double-buffered (after the sort the idle halves hold
+ * the runs), the run count, CUB's temp (the largest of its three calls' needs). */
 typedef struct {
     cub::DoubleBuffer<uint32_t> keys;
     cub::DoubleBuffer<uint64_t> vals;
