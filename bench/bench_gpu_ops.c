@@ -132,11 +132,11 @@ static void conv_fwd_bias_relu(void *c_) {
 }
 static void conv_bwd_data(void *c_) {
     conv_ctx *c = c_;
-    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, &c->dx, NULL, NULL);
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, NULL, NULL);
 }
 static void conv_bwd_filter(void *c_) {
     conv_ctx *c = c_;
-    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, NULL, &c->dw, NULL);
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &c->dw, NULL);
 }
 
 /* useful_c: input channels that carry data (the stem's 3 of a padded 4 or 8). */
@@ -185,7 +185,7 @@ static void lin_fwd(void *c_) {
 }
 static void lin_bwd(void *c_) {
     lin_ctx *c = c_;
-    be->nn.linear_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+    be->nn.linear_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw, &c->db);
 }
 static void deconv_fwd(void *c_) {
     lin_ctx *c = c_;
@@ -193,7 +193,7 @@ static void deconv_fwd(void *c_) {
 }
 static void deconv_bwd(void *c_) {
     lin_ctx *c = c_;
-    be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db);
+    be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw, &c->db);
 }
 
 static void bench_linear(int n, int in, int out) {

@@ -22,6 +22,9 @@ extern "C" {
 #endif
 
 typedef enum { MRCNN_ACT_NONE = 0, MRCNN_ACT_RELU = 1 } mrcnn_activation;
+/* How a backward op stores its input gradient dx: added to what dx holds, or written
+ * over it (the op is the buffer's only writer, so it need not be zeroed first). */
+typedef enum { MRCNN_GRAD_ADD = 0, MRCNN_GRAD_WRITE = 1 } mrcnn_grad_mode;
 
 /* The host's round trips to the device, counted by every backend in the same terms,
  * so that the CPU backend shows what a step would cost on a GPU (a device-resident

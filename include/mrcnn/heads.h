@@ -76,7 +76,7 @@ typedef struct mrcnn_box_head_out {
 } mrcnn_box_head_out;
 void mrcnn_box_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
                             mrcnn_box_head_out *out);
-/* dx may be NULL (no gradient to the pooled features). */
+/* dx may be NULL (no gradient to the pooled features); it is written, not added to. */
 void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_out *out,
                              const mrcnn_tensor *dlogits, const mrcnn_tensor *ddeltas,
                              mrcnn_tensor *dx);
@@ -103,7 +103,8 @@ typedef struct mrcnn_mask_head_out {
 void mrcnn_mask_head_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x,
                              mrcnn_mask_head_out *out);
 /* ready: each parameter's gradient is final after its part (else the caller calls
- * mrcnn_mask_head_grads_ready once every chunk of rows has added its part). */
+ * mrcnn_mask_head_grads_ready once every chunk of rows has added its part). dx is
+ * written, not added to. */
 void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_head_out *out,
                               const mrcnn_tensor *dlogits, mrcnn_tensor *dx, bool ready);
 void mrcnn_mask_head_grads_ready(mrcnn_model *m);

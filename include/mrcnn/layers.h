@@ -92,7 +92,7 @@ int mrcnn_conv_layer_in_channels(const mrcnn_model *m, const mrcnn_conv_layer *l
  * included). The slice's backward is the pad (zero gradient into the padding channels). */
 mrcnn_tensor mrcnn_channels_pad(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int kp);
 mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int k);
-/* Conv layer helpers: y = act(conv(x) + b); backward adds into dx (NULL: skip) and,
+/* Conv layer helpers: y = act(conv(x) + b); backward writes or adds dx (dx_mode; NULL: skip) and,
  * unless the layer is frozen, into its parameter gradients. y and dy have
  * mrcnn_conv_layer_out_channels channels; the parameters keep their (cout, ...) shapes:
  * a padded layer computes with a step-scoped copy holding zero rows after them. */
@@ -100,7 +100,7 @@ mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_
                                       const mrcnn_tensor *x, mrcnn_activation act);
 void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
-                               const mrcnn_tensor *dy, mrcnn_tensor *dx);
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode);
 
 #ifdef __cplusplus
 }

@@ -74,12 +74,20 @@ static void v_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d
     be->unchecked->nn.conv2d_forward(be, d, x, w, b, act, y);
 }
 
+static void check_dx_mode(mrcnn_grad_mode m, const char *op) {
+    MRCNN_CHECK(m == MRCNN_GRAD_ADD || m == MRCNN_GRAD_WRITE, "%s: unknown dx mode %d", op, (int)m);
+}
+
 static void v_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
-                              const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                              const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_activation act,
+                              const mrcnn_tensor *y, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode, mrcnn_tensor *dw,
                               mrcnn_tensor *db) {
     int64_t xs[4], ws[4], ys[4];
     conv_shapes(d, xs, ws, ys);
     check_float(be, dy, "conv2d_backward dy", 4, ys);
+    check_act(act, "conv2d_backward");
+    if (act == MRCNN_ACT_RELU) check_float(be, y, "conv2d_backward y", 4, ys);
+    check_dx_mode(dx_mode, "conv2d_backward");
     if (dx) {
         check_float(be, w, "conv2d_backward w", 4, ws);
         check_float(be, dx, "conv2d_backward dx", 4, xs);
@@ -89,7 +97,7 @@ static void v_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
         check_float(be, dw, "conv2d_backward dw", 4, ws);
     }
     check_opt(be, db, "conv2d_backward db", 1, &ws[0]);
-    be->unchecked->nn.conv2d_backward(be, d, x, w, dy, dx, dw, db);
+    be->unchecked->nn.conv2d_backward(be, d, x, w, dy, act, y, dx, dx_mode, dw, db);
 }
 
 /* ---- pooling ---- */
@@ -159,7 +167,8 @@ static void v_roi_align_backward(const mrcnn_backend *be, const mrcnn_roi_align_
  * business. A level array or a descriptor has no notation: such an entry is HANDCHECK. */
 #define TR_T(x) ts_[n_++] = (x);
 #define TR_I(x)                                                                                                        \
-    if (_Generic((x), mrcnn_activation: 1, default: 0)) check_act((mrcnn_activation)(x), r_->op);
+    if (_Generic((x), mrcnn_activation: 1, default: 0)) check_act((mrcnn_activation)(x), r_->op);                      \
+    if (_Generic((x), mrcnn_grad_mode: 1, default: 0)) check_dx_mode((mrcnn_grad_mode)(x), r_->op);
 #define TR_F(x)
 #define TR_P(x)
 #define TR_SZ(x)

@@ -233,19 +233,16 @@ mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_
     return y;
 }
 
+/* act = RELU: the ReLU's backward is fused into conv2d_backward (masked by y). dx_mode:
+ * WRITE where this layer is dx's only writer (an uninitialised buffer), ADD where
+ * another gradient is added to it. */
 void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
-                               const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+                               const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode) {
     if (l->frozen && !dx) return;
+    const mrcnn_backend *be = m->be;
     const int k = mrcnn_conv_layer_out_channels(m, l);
     mrcnn_conv2d_desc d = layer_desc(m, l, x, k);
-    const mrcnn_tensor *g = dy;
-    mrcnn_tensor dpre;
-    if (act == MRCNN_ACT_RELU) {
-        dpre = mrcnn_ws_tensor_uninit(ws, dy->dtype, dy->ndim, dy->shape); // relu_backward writes it all
-        m->be->nn.relu_backward(m->be, y, dy, &dpre);
-        g = &dpre;
-    }
     mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w);
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen || !m->params.trainable[l->b] ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
@@ -255,12 +252,12 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         MRCNN_CHECK(!dx, "conv layer: a layer with padded input channels gives no input gradient");
         mrcnn_tensor wp = padded_in_copy(m, ws, w, d.c), dwp = {0};
         if (dw) dwp = padded_in_copy(m, ws, dw, d.c);
-        m->be->nn.conv2d_backward(m->be, &d, x, &wp, g, NULL, dw ? &dwp : NULL, db);
+        be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, NULL, dx_mode, dw ? &dwp : NULL, db);
         if (dw) channels_slice_into(m, &dwp, dw);
         mrcnn_ws_release(ws, &dwp);
         mrcnn_ws_release(ws, &wp);
     } else if (k == l->cout) {
-        m->be->nn.conv2d_backward(m->be, &d, x, mrcnn_params_compute(&m->params, l->w), g, dx, dw, db);
+        be->nn.conv2d_backward(be, &d, x, mrcnn_params_compute(&m->params, l->w), dy, act, y, dx, dx_mode, dw, db);
     } else {
         /* The gradients go through padded copies that start from the arena's, so the
          * backward adds into the same values as the unpadded layer does (accumulation
@@ -269,12 +266,11 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), dwp = {0}, dbp = {0};
         if (dw) dwp = mrcnn_padded_rows(m, ws, dw, k);
         if (db) dbp = mrcnn_padded_rows(m, ws, db, k);
-        m->be->nn.conv2d_backward(m->be, &d, x, &wp, g, dx, dw ? &dwp : NULL, db ? &dbp : NULL);
+        be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, dx, dx_mode, dw ? &dwp : NULL, db ? &dbp : NULL);
         if (dw) mrcnn_padded_rows_store(m, &dwp, dw);
         if (db) mrcnn_padded_rows_store(m, &dbp, db);
         mrcnn_ws_release(ws, &dbp);
         mrcnn_ws_release(ws, &dwp);
         mrcnn_ws_release(ws, &wp);
     }
-    if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
 }

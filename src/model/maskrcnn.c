@@ -179,7 +179,7 @@ static void mask_chunk_backward(void *ctx) {
     mrcnn_tensor dlogits = mrcnn_ws_like(c->ws, &out->logits);
     mrcnn_tensor dg = rows_range(&st->mask_dg, a, b), labels = rows_range(&st->fg_labels_dev, a, b);
     m->be->det.gather_class_masks_backward(m->be, &dg, &labels, &dlogits);
-    mrcnn_tensor dx = mrcnn_ws_like(c->ws, &out->x);
+    mrcnn_tensor dx = grad_buffer(c->ws, &out->x); // the head writes it whole
     mrcnn_mask_head_backward(m, c->ws, out, &dlogits, &dx, c->ready);
     mrcnn_roi_align_desc d = mask_pooler(m, st);
     mrcnn_tensor rois = rows_range(&st->fg_rois_dev, a, b);
@@ -261,7 +261,7 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
         if (!trimmed) mrcnn_mask_head_grads_ready(m);
     }
     if (st->n_rois > 0) {
-        mrcnn_tensor dx = mrcnn_ws_like(ws, &st->box_x);
+        mrcnn_tensor dx = grad_buffer(ws, &st->box_x); // the head writes it whole
         mrcnn_box_head_backward(m, ws, &st->box, &st->dcls, &st->ddeltas, &dx);
         mrcnn_roi_align_desc d = box_pooler(m, st);
         m->be->nn.roi_align_backward(m->be, &d, &st->rois_dev, &dx, dp);

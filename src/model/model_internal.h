@@ -39,6 +39,12 @@ static inline mrcnn_tensor model_upload(mrcnn_ws *ws, mrcnn_dtype dt, int ndim, 
     return t;
 }
 
+/* A gradient buffer shaped like t for an op that writes it whole (dx_mode WRITE): not
+ * zeroed (poisoned on the CPU, so an element left unwritten shows as NaN). */
+static inline mrcnn_tensor grad_buffer(mrcnn_ws *ws, const mrcnn_tensor *t) {
+    return mrcnn_ws_tensor_uninit(ws, t->dtype, t->ndim, t->shape);
+}
+
 /* ---- between the assembly's files (maskrcnn*.c) ---- */
 
 /* The FPN levels' sizes gh, gw (MRCNN_FPN_LEVELS) of an H x W batch without running the

@@ -209,8 +209,8 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
     tp_fill(&dx, -1, 1);
     tp_fill(&dw, -1, 1);
     tp_fill(&db, -1, 1);
-    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
-    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, MRCNN_ACT_NONE, NULL, &dx.c, MRCNN_GRAD_ADD, &dw.c, &db.c);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, MRCNN_ACT_NONE, NULL, &dx.g, MRCNN_GRAD_ADD, &dw.g, &db.g);
     char op[64];
     snprintf(op, sizeof op, "conv_bwd %s", label);
     tp_expect(&dx, op);
@@ -218,15 +218,15 @@ static void conv_case(mrcnn_conv2d_desc d, const char *label) {
     tp_expect(&db, op);
     /* Each output alone (the others NULL). */
     tp_fill(&dw, -1, 1);
-    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, NULL);
-    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, NULL);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &dw.c, NULL);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &dw.g, NULL);
     tp_expect(&dw, op);
     /* Weight and bias gradients without dx: how the model calls the stem (the images
      * take no gradient) and every first layer of a trainable stage after a frozen one. */
     tp_fill(&dw, -1, 1);
     tp_fill(&db, -1, 1);
-    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, NULL, &dw.c, &db.c);
-    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, NULL, &dw.g, &db.g);
+    C->nn.conv2d_backward(C, &d, &x.c, &w.c, &dy.c, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &dw.c, &db.c);
+    G->nn.conv2d_backward(G, &d, &x.g, &w.g, &dy.g, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &dw.g, &db.g);
     snprintf(op, sizeof op, "conv_bwd %s no dx", label);
     tp_expect(&dw, op);
     tp_expect(&db, op);
@@ -327,8 +327,8 @@ static void test_deconv2x2_body(void) {
         tp_fill(&dx, -1, 1);
         tp_fill(&dw, -1, 1);
         tp_fill(&db, -1, 1);
-        C->nn.deconv2x2_backward(C, &x.c, &wt.c, &dy.c, &dx.c, &dw.c, &db.c);
-        G->nn.deconv2x2_backward(G, &x.g, &wt.g, &dy.g, &dx.g, &dw.g, &db.g);
+        C->nn.deconv2x2_backward(C, &x.c, &wt.c, &dy.c, MRCNN_ACT_NONE, NULL, &dx.c, MRCNN_GRAD_ADD, &dw.c, &db.c);
+        G->nn.deconv2x2_backward(G, &x.g, &wt.g, &dy.g, MRCNN_ACT_NONE, NULL, &dx.g, MRCNN_GRAD_ADD, &dw.g, &db.g);
         tp_expect(&dx, "deconv2x2_bwd");
         tp_expect(&dw, "deconv2x2_bwd");
         tp_expect(&db, "deconv2x2_bwd");
@@ -365,8 +365,8 @@ static void test_linear_body(void) {
         tp_fill(&dx, -1, 1);
         tp_fill(&dw, -1, 1);
         tp_fill(&db, -1, 1);
-        C->nn.linear_backward(C, &x.c, &w.c, &dy.c, &dx.c, &dw.c, &db.c);
-        G->nn.linear_backward(G, &x.g, &w.g, &dy.g, &dx.g, &dw.g, &db.g);
+        C->nn.linear_backward(C, &x.c, &w.c, &dy.c, MRCNN_ACT_NONE, NULL, &dx.c, MRCNN_GRAD_ADD, &dw.c, &db.c);
+        G->nn.linear_backward(G, &x.g, &w.g, &dy.g, MRCNN_ACT_NONE, NULL, &dx.g, MRCNN_GRAD_ADD, &dw.g, &db.g);
         tp_expect(&dx, "linear_bwd");
         tp_expect(&dw, "linear_bwd");
         tp_expect(&db, "linear_bwd");

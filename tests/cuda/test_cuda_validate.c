@@ -58,7 +58,8 @@ static void test_layouts(void **state) {
                   yt[4] = {2, 4, 4, 3};
     mrcnn_tensor x = tf(4, xs), xnchw = tf(4, xt), w = tf(4, ws), y = tf(4, ys), ynchw = tf(4, yt);
     EXPECT_FAIL(G->nn.conv2d_forward(G, &d, &xnchw, &w, NULL, MRCNN_ACT_NONE, &y), "conv2d_forward x: shape (2, 3, 7, 5)");
-    EXPECT_FAIL(G->nn.conv2d_backward(G, &d, &x, &w, &ynchw, &x, NULL, NULL), "conv2d_backward dy: shape (2, 4, 4, 3)");
+    EXPECT_FAIL(G->nn.conv2d_backward(G, &d, &x, &w, &ynchw, MRCNN_ACT_NONE, NULL, &x, MRCNN_GRAD_ADD,
+                                      NULL, NULL), "conv2d_backward dy: shape (2, 4, 4, 3)");
 
     /* deconv: x (1, 3, 4, 3), w (K, 2, 2, C) = (5, 2, 2, 3) -> y (1, 6, 8, 5) */
     const int64_t dxs[4] = {1, 3, 4, 3}, dws[4] = {5, 2, 2, 3}, dwt[4] = {5, 3, 2, 2}, dyt[4] = {1, 8, 6, 5};
@@ -67,7 +68,8 @@ static void test_layouts(void **state) {
     mrcnn_tensor dy = tf(4, dys);
     EXPECT_FAIL(G->nn.deconv2x2_forward(G, &dx, &dwkcrs, NULL, MRCNN_ACT_NONE, &dy),
                 "deconv2x2_forward w: shape (5, 3, 2, 2)");
-    EXPECT_FAIL(G->nn.deconv2x2_backward(G, &dx, &dw, &dyhw, &dx, NULL, NULL), "deconv2x2_backward dy: shape (1, 8, 6, 5)");
+    EXPECT_FAIL(G->nn.deconv2x2_backward(G, &dx, &dw, &dyhw, MRCNN_ACT_NONE, NULL, &dx, MRCNN_GRAD_ADD,
+                                         NULL, NULL), "deconv2x2_backward dy: shape (1, 8, 6, 5)");
 
     /* elementwise: the second operand transposed */
     const int64_t as[2] = {2, 3}, at[2] = {3, 2};
@@ -95,7 +97,8 @@ static void test_layouts(void **state) {
     const int64_t lxs[2] = {4, 6}, lws[2] = {5, 6}, lwt[2] = {6, 5}, lys[2] = {4, 5}, lyt[2] = {5, 4};
     mrcnn_tensor lx = tf(2, lxs), lw = tf(2, lws), lwio = tf(2, lwt), ly = tf(2, lys), lyt_ = tf(2, lyt);
     EXPECT_FAIL(G->nn.linear_forward(G, &lx, &lwio, NULL, MRCNN_ACT_NONE, &ly), "linear_forward w: shape (6, 5)");
-    EXPECT_FAIL(G->nn.linear_backward(G, &lx, &lw, &lyt_, &lx, NULL, NULL), "linear_backward dy: shape (5, 4)");
+    EXPECT_FAIL(G->nn.linear_backward(G, &lx, &lw, &lyt_, MRCNN_ACT_NONE, NULL, &lx, MRCNN_GRAD_ADD,
+                                      NULL, NULL), "linear_backward dy: shape (5, 4)");
 
     /* bias gradient: db (K) against dy's last extent, K = 3 */
     const int64_t k2[1] = {2};
@@ -152,7 +155,8 @@ static void test_cuda_own_checks(void **state) {
     mrcnn_tensor x = tf(4, xs), w = tf(4, ws), yh = tdev(MRCNN_DTYPE_F16, 4, ys);
     EXPECT_FAIL(G->nn.conv2d_forward(G, &d, &x, &w, NULL, MRCNN_ACT_NONE, &yh), "differs from x dtype");
     mrcnn_tensor xh = tdev(MRCNN_DTYPE_F16, 4, xs), y = tf(4, ys);
-    EXPECT_FAIL(G->nn.conv2d_backward(G, &d, &x, &w, &y, &xh, NULL, NULL), "dx dtype");
+    EXPECT_FAIL(G->nn.conv2d_backward(G, &d, &x, &w, &y, MRCNN_ACT_NONE, NULL, &xh, MRCNN_GRAD_ADD,
+                                      NULL, NULL), "dx dtype");
 
     /* a 2x2 window with pad 2: windows wholly in the padding */
     mrcnn_pool2d_desc pd = {1, 4, 6, 2, 2, 2, 2};

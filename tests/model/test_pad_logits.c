@@ -113,7 +113,7 @@ static void run_layer(int align, const layer_in *in, layer_out *o) {
     be->mem.write(be, &dy, g);
     mrcnn_tensor dx = mrcnn_ws_like(&ws, &x);
     be->mem.write(be, &dx, in->dx0);
-    mrcnn_conv_layer_backward(&m, &ws, l, &x, NULL, MRCNN_ACT_NONE, &dy, &dx);
+    mrcnn_conv_layer_backward(&m, &ws, l, &x, NULL, MRCNN_ACT_NONE, &dy, &dx, MRCNN_GRAD_ADD);
     o->dx = malloc(sizeof(float) * LROWS * LC);
     be->mem.read(be, &dx, o->dx);
     const mrcnn_tensor *dw = mrcnn_arena_get(&m.params.grads, l->w), *db = mrcnn_arena_get(&m.params.grads, l->b);

@@ -146,7 +146,7 @@ static void run_stem(int align, const float *img, const float *dy, const float *
     mrcnn_tensor y = mrcnn_conv_layer_forward(&m, &ws, l, &xin, MRCNN_ACT_NONE);
     o->y = read_host(be, &y);
     mrcnn_tensor dyt = upload(&ws, be, 4, y.shape, dy);
-    mrcnn_conv_layer_backward(&m, &ws, l, &xin, NULL, MRCNN_ACT_NONE, &dyt, NULL);
+    mrcnn_conv_layer_backward(&m, &ws, l, &xin, NULL, MRCNN_ACT_NONE, &dyt, NULL, MRCNN_GRAD_ADD);
     const mrcnn_tensor *dw = mrcnn_arena_get(&m.params.grads, l->w);
     assert_int_equal(dw->shape[3], SC); // the parameters keep the users' shapes
     o->dw = read_host(be, dw);

@@ -37,7 +37,7 @@
 
 /* ---- context: one backend at one storage precision ---- */
 
-#define MAX_BUFS 256
+#define MAX_BUFS 1024
 typedef struct {
     mrcnn_backend *be;
     mrcnn_dtype p;       // storage precision
@@ -126,6 +126,39 @@ static void relu_d(double *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? 0 : y[i];
 }
 
+/* ---- the backward entries' act and dx_mode: each backward case runs in both modes
+ * over an input gradient prefilled with noise (ADD must keep it under the sum, WRITE
+ * must leave none of it), and with act = RELU over a layer output y about half of
+ * whose elements are <= 0 (the reference uses dy masked by y: a select, exact, so the
+ * bounds are those of the masked gradient's op; an op that ignored the mask is off by
+ * the masked elements' terms, of order 1 against bounds of order 2^-8 at most). */
+
+/* The layer output y for act (NULL for NONE), on the device in *ty. */
+static float *layer_out(ctx *c, int act, int nd, const int64_t *shape, int64_t n, mrcnn_tensor *ty) {
+    if (!act) {
+        *ty = (mrcnn_tensor){0};
+        return NULL;
+    }
+    float *y = rnd(c, n, -1, 1);
+    *ty = devf(c, y, nd, shape);
+    return y;
+}
+
+/* The gradient the reference uses: dy, or dy where y > 0 (relu_backward's mask), else 0. */
+static float *masked(ctx *c, const float *y, float *dy, int64_t n) {
+    if (!y) return dy;
+    float *g = hmalloc(c, (size_t)n * sizeof *g);
+    for (int64_t i = 0; i < n; i++) g[i] = y[i] > 0 ? dy[i] : 0;
+    return g;
+}
+
+/* The reference input gradient's start: what dx held (ADD) or zero (WRITE). */
+static double *dx_start(ctx *c, const float *dx0, int64_t n, int absval, mrcnn_grad_mode mode) {
+    return mode == MRCNN_GRAD_WRITE ? hmalloc(c, (size_t)n * sizeof(double)) : dbl(c, dx0, n, absval);
+}
+
+#define FOR_DX_MODE(mode) for (mrcnn_grad_mode mode = MRCNN_GRAD_ADD; mode <= MRCNN_GRAD_WRITE; mode++)
+
 /* ---- convolutions: k = R S C + 1 terms per output (the bias), K R S + 1 per input
  * gradient (the accumulated value), N P Q + 1 per filter and bias gradient ---- */
 
@@ -147,19 +180,23 @@ static void conv_one(ctx *c, int bwd, int n, int h, int w, int C, int K, int ks,
         check(c, 0, down(c, &ty), ref, bilinear_bound(c, s, ref, ny, (double)ks * ks * C + 1), ny);
         return;
     }
-    float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
-    mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws), tdb = devf(c, db0, 1, bs);
-    c->be->nn.conv2d_backward(c->be, &d, &tx, &tw, &tdy, &tdx, &tdw, &tdb);
-    double *rdx = dbl(c, dx0, nx, 0), *sdx = dbl(c, dx0, nx, 1);
-    mrcnn_conv2d_backward_data_f64(&d, dbl(c, dy, ny, 0), dbl(c, wt, nw, 0), rdx);
-    mrcnn_conv2d_backward_data_f64(&d, dbl(c, dy, ny, 1), dbl(c, wt, nw, 1), sdx);
-    check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, (double)K * ks * ks + 1), nx);
-    double *rdw = dbl(c, dw0, nw, 0), *sdw = dbl(c, dw0, nw, 1), *rdb = dbl(c, db0, K, 0), *sdb = dbl(c, db0, K, 1);
-    mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 0), dbl(c, dy, ny, 0), rdw, rdb);
-    mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 1), dbl(c, dy, ny, 1), sdw, sdb);
-    const double k = (double)n * P * Q + 1;
-    check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, k), nw);
-    check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, k), K);
+    FOR_DX_MODE(mode) {
+        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
+        mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws);
+        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
+        const float *g = masked(c, layer_out(c, act, 4, ys, ny, &ty), dy, ny);
+        c->be->nn.conv2d_backward(c->be, &d, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
+        double *rdx = dx_start(c, dx0, nx, 0, mode), *sdx = dx_start(c, dx0, nx, 1, mode);
+        mrcnn_conv2d_backward_data_f64(&d, dbl(c, g, ny, 0), dbl(c, wt, nw, 0), rdx);
+        mrcnn_conv2d_backward_data_f64(&d, dbl(c, g, ny, 1), dbl(c, wt, nw, 1), sdx);
+        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, (double)K * ks * ks + 1), nx);
+        double *rdw = dbl(c, dw0, nw, 0), *sdw = dbl(c, dw0, nw, 1), *rdb = dbl(c, db0, K, 0), *sdb = dbl(c, db0, K, 1);
+        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 0), dbl(c, g, ny, 0), rdw, rdb);
+        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 1), dbl(c, g, ny, 1), sdw, sdb);
+        const double k = (double)n * P * Q + 1;
+        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, k), nw);
+        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, k), K);
+    }
 }
 
 /* Shapes: the stem's C = 3, odd K (3, 12, 91: the class count), strided and padded,
@@ -191,16 +228,22 @@ static void deconv_one(ctx *c, int bwd, int n, int h, int w, int C, int K, int a
         check(c, 0, down(c, &ty), ref, bilinear_bound(c, s, ref, ny, C + 1.0), ny);
         return;
     }
-    float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
-    mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws), tdb = devf(c, db0, 1, bs);
-    c->be->nn.deconv2x2_backward(c->be, &tx, &tw, &tdy, &tdx, &tdw, &tdb);
-    double *rdx = dbl(c, dx0, nx, 0), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, K, 0);
-    double *sdx = dbl(c, dx0, nx, 1), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, K, 1);
-    mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, dy, ny, 0), rdx, rdw, rdb);
-    mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, dy, ny, 1), sdx, sdw, sdb);
-    check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, 4.0 * K + 1), nx);
-    check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, (double)n * h * w + 1), nw);
-    check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, 4.0 * n * h * w + 1), K);
+    FOR_DX_MODE(mode) {
+        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
+        mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws);
+        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
+        float *g = masked(c, layer_out(c, act, 4, ys, ny, &ty), dy, ny);
+        c->be->nn.deconv2x2_backward(c->be, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
+        double *rdx = dx_start(c, dx0, nx, 0, mode), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, K, 0);
+        double *sdx = dx_start(c, dx0, nx, 1, mode), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, K, 1);
+        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, g, ny, 0), rdx, rdw,
+                                     rdb);
+        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, g, ny, 1), sdx, sdw,
+                                     sdb);
+        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, 4.0 * K + 1), nx);
+        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, (double)n * h * w + 1), nw);
+        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, 4.0 * n * h * w + 1), K);
+    }
 }
 
 #define DECONV_SHAPES(bwd)                                                                                             \
@@ -228,16 +271,20 @@ static void linear_one(ctx *c, int bwd, int n, int in, int out, int act) {
         check(c, 0, down(c, &ty), ref, bilinear_bound(c, s, ref, ny, in + 1.0), ny);
         return;
     }
-    float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, out, -1, 1);
-    mrcnn_tensor tdy = devf(c, dy, 2, ys), tdx = devf(c, dx0, 2, xs), tdw = devf(c, dw0, 2, ws), tdb = devf(c, db0, 1, bs);
-    c->be->nn.linear_backward(c->be, &tx, &tw, &tdy, &tdx, &tdw, &tdb);
-    double *rdx = dbl(c, dx0, nx, 0), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, out, 0);
-    double *sdx = dbl(c, dx0, nx, 1), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, out, 1);
-    mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, dy, ny, 0), rdx, rdw, rdb);
-    mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, dy, ny, 1), sdx, sdw, sdb);
-    check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, out + 1.0), nx);
-    check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, n + 1.0), nw);
-    check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, out, n + 1.0), out);
+    FOR_DX_MODE(mode) {
+        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, out, -1, 1);
+        mrcnn_tensor tdy = devf(c, dy, 2, ys), tdx = devf(c, dx0, 2, xs), tdw = devf(c, dw0, 2, ws);
+        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
+        float *g = masked(c, layer_out(c, act, 2, ys, ny, &ty), dy, ny);
+        c->be->nn.linear_backward(c->be, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
+        double *rdx = dx_start(c, dx0, nx, 0, mode), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, out, 0);
+        double *sdx = dx_start(c, dx0, nx, 1, mode), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, out, 1);
+        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, g, ny, 0), rdx, rdw, rdb);
+        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, g, ny, 1), sdx, sdw, sdb);
+        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, out + 1.0), nx);
+        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, n + 1.0), nw);
+        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, out, n + 1.0), out);
+    }
 }
 
 /* N = 0 is refused by the interface (linear needs N > 0): the smallest is one element. */
@@ -886,10 +933,11 @@ typedef struct {
 #define NUMERIC_step 1
 #define NUMERIC_info 0
 /* The list's reference ops, named in a sizeof: one that is not declared fails here. */
-#define F64(...) F64_N(__VA_ARGS__, F64_2, F64_1, )(__VA_ARGS__)
-#define F64_N(a, b, f, ...) f
+#define F64(...) F64_N(__VA_ARGS__, F64_3, F64_2, F64_1, )(__VA_ARGS__)
+#define F64_N(a, b, c, f, ...) f
 #define F64_1(a) (int)sizeof(&a)
 #define F64_2(a, b) (int)(sizeof(&a) + sizeof(&b))
+#define F64_3(a, b, c) (int)(sizeof(&a) + sizeof(&b) + sizeof(&c))
 #define NO_F64 0
 #define BE_OP(table, name, params, args, trace, fields, check, f64, shapes)                                            \
     {#table, #name, #f64, shapes, case_##table##_##name, NUMERIC_##table, f64},
@@ -904,6 +952,7 @@ static const op_case CASES[] = {
 #undef F64_N
 #undef F64_1
 #undef F64_2
+#undef F64_3
 #undef NO_F64
 
 static int g_rows, g_fail;

@@ -31,7 +31,7 @@ static void run_known(void *ctx) {
     mrcnn_conv2d_desc d = {.n = 2, .h = 8, .w = 8, .c = 4, .k = 5, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                            .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
     be->nn.conv2d_forward(be, &d, &k->x, &k->w, NULL, MRCNN_ACT_NONE, &k->y);
-    be->nn.conv2d_backward(be, &d, &k->x, &k->w, &k->y, &k->dx, &k->dw, NULL);
+    be->nn.conv2d_backward(be, &d, &k->x, &k->w, &k->y, MRCNN_ACT_NONE, NULL, &k->dx, MRCNN_GRAD_ADD, &k->dw, NULL);
     be->nn.linear_forward(be, &k->lx, &k->lw, NULL, MRCNN_ACT_NONE, &k->ly);
 }
 

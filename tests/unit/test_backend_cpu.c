@@ -95,11 +95,12 @@ static void test_conv_wiring_and_errors(void **state) {
     mrcnn_tensor dx2 = tcopy(&dx), dw2 = tcopy(&dw), db2 = tcopy(&db), db3 = tcopy(&db);
     mrcnn_conv2d_backward_data(&d, dy.data, w.data, dx2.data);
     mrcnn_conv2d_backward_filter(&d, x.data, dy.data, dw2.data, db2.data);
-    be->nn.conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
+    be->nn.conv2d_backward(be, &d, &x, &w, &dy, MRCNN_ACT_NONE, NULL, &dx, MRCNN_GRAD_ADD, &dw, &db);
     expect_equal("conv2d_backward dx", dx.data, dx2.data, mrcnn_tensor_numel(&dx));
     expect_equal("conv2d_backward dw", dw.data, dw2.data, mrcnn_tensor_numel(&dw));
     expect_equal("conv2d_backward db", db.data, db2.data, 4);
-    be->nn.conv2d_backward(be, &d, NULL, NULL, &dy, NULL, NULL, &db3); // bias gradient alone
+    be->nn.conv2d_backward(be, &d, NULL, NULL, &dy, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                           NULL, &db3); // bias gradient alone
     float *dbr = db3.data, *dbe = db2.data, *db0 = malloc(4 * sizeof(float));
     test_fill_uniform(db0, 4, -1, 1, 7);
     for (int i = 0; i < 4; i++) assert_true(fabsf((dbr[i] - db0[i]) - (dbe[i] - db0[i])) <= 1e-5f);
@@ -112,7 +113,8 @@ static void test_conv_wiring_and_errors(void **state) {
     int64_t bad_ws[4] = {4, 3, 3, 2};
     mrcnn_tensor wbad = tzero(4, bad_ws);
     EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &wbad, NULL, MRCNN_ACT_NONE, &y), "conv2d_forward w: shape (4, 3, 3, 2)");
-    EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &dy, &ybad, NULL, NULL), "conv2d_backward dx: shape");
+    EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &dy, MRCNN_ACT_NONE, NULL, &ybad, MRCNN_GRAD_ADD,
+                                       NULL, NULL), "conv2d_backward dx: shape");
     mrcnn_tensor xh = test_tensor_alloc(MRCNN_DTYPE_F16, 4, xs);
     EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &xh, &w, &b, MRCNN_ACT_NONE, &y), "conv2d_forward x: dtype fp16 but expected fp32");
     mrcnn_tensor xg = x;
@@ -142,7 +144,7 @@ static void test_other_ops_wiring(void **state) {
     expect_equal("deconv2x2_forward + relu", y.data, ref, mrcnn_tensor_numel(&y));
     mrcnn_tensor dx2 = tcopy(&dx), dw2 = tcopy(&dw), db2 = tcopy(&db);
     mrcnn_deconv2x2_backward(2, 3, 5, 6, 4, x.data, w.data, dy.data, dx2.data, dw2.data, db2.data);
-    be->nn.deconv2x2_backward(be, &x, &w, &dy, &dx, &dw, &db);
+    be->nn.deconv2x2_backward(be, &x, &w, &dy, MRCNN_ACT_NONE, NULL, &dx, MRCNN_GRAD_ADD, &dw, &db);
     expect_equal("deconv2x2_backward dx", dx.data, dx2.data, mrcnn_tensor_numel(&dx));
     expect_equal("deconv2x2_backward dw", dw.data, dw2.data, mrcnn_tensor_numel(&dw));
     expect_equal("deconv2x2_backward db", db.data, db2.data, 4);
@@ -196,7 +198,7 @@ static void test_other_ops_wiring(void **state) {
     be->nn.linear_forward(be, &x, &lw, &lb, MRCNN_ACT_NONE, &ly);
     mrcnn_linear_forward(2, 90, 7, x.data, lw.data, lb.data, ref);
     expect_equal("linear_forward", ly.data, ref, 14);
-    be->nn.linear_backward(be, &x, &lw, &ldy, &ldx, &ldw, &ldb);
+    be->nn.linear_backward(be, &x, &lw, &ldy, MRCNN_ACT_NONE, NULL, &ldx, MRCNN_GRAD_ADD, &ldw, &ldb);
     mrcnn_linear_backward(2, 90, 7, x.data, lw.data, ldy.data, ldx2.data, ldw2.data, ldb2.data);
     expect_equal("linear_backward dx", ldx.data, ldx2.data, 180);
     expect_equal("linear_backward dw", ldw.data, ldw2.data, 630);
@@ -283,8 +285,8 @@ static void test_rounded_storage(void **state) {
         mrcnn_tensor dx32 = tzero(4, xs), dw32 = tzero(4, ws), db32 = tzero(1, bs);
         be->nn.conv2d_forward(be, &d, &x, &w, &b, MRCNN_ACT_NONE, &y);
         ref->nn.conv2d_forward(ref, &d, &x, &w, &b, MRCNN_ACT_NONE, &y32);
-        be->nn.conv2d_backward(be, &d, &x, &w, &dy, &dx, &dw, &db);
-        ref->nn.conv2d_backward(ref, &d, &x, &w, &dy, &dx32, &dw32, &db32);
+        be->nn.conv2d_backward(be, &d, &x, &w, &dy, MRCNN_ACT_NONE, NULL, &dx, MRCNN_GRAD_ADD, &dw, &db);
+        ref->nn.conv2d_backward(ref, &d, &x, &w, &dy, MRCNN_ACT_NONE, NULL, &dx32, MRCNN_GRAD_ADD, &dw32, &db32);
         const char *nm = mrcnn_dtype_name(dts[k]);
         assert_false(is_rounded(y32.data, mrcnn_tensor_numel(&y32), dts[k])); // else the check below proves nothing
         struct { const char *what; mrcnn_tensor *a, *b; } outs[4] = {{"y", &y, &y32}, {"dx", &dx, &dx32}, {"dw", &dw, &dw32}, {"db", &db, &db32}};

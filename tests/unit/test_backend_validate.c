@@ -36,7 +36,7 @@ static void test_cpu_transposed(void **state) {
                 "conv2d_forward x: shape (2, 3, 7, 5) but expected (2, 7, 5, 3)");
     EXPECT_FAIL(be->nn.conv2d_forward(be, &d, &x, &w, NULL, MRCNN_ACT_NONE, &ynchw),
                 "conv2d_forward y: shape (2, 4, 4, 3) but expected (2, 4, 3, 4)");
-    EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &ynchw, NULL, NULL, NULL),
+    EXPECT_FAIL(be->nn.conv2d_backward(be, &d, &x, &w, &ynchw, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, NULL, NULL),
                 "conv2d_backward dy: shape (2, 4, 4, 3) but expected (2, 4, 3, 4)");
     be->nn.conv2d_forward(be, &d, &x, &w, NULL, MRCNN_ACT_NONE, &y); // the right layout runs
 

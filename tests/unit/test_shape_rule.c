@@ -90,13 +90,16 @@ static void test_messages(void **state) {
     EXPECT_FAIL(be->nn.deconv2x2_forward(be, &x, &w, &b, (mrcnn_activation)2, &y),
                 "deconv2x2_forward: unknown activation 2");
     be->nn.deconv2x2_forward(be, &x, &w, &b, MRCNN_ACT_RELU, &y);
-    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &dyw, NULL, NULL, NULL),
+    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &dyw, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, NULL, NULL),
                 "deconv2x2_backward dy: shape (1, 6, 6, 3) but expected (1, 6, 6, 4): K is 4 from w, but dim 3 is 3");
-    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, &y, NULL, NULL),
+    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, MRCNN_ACT_NONE, NULL, &y, MRCNN_GRAD_ADD, NULL, NULL),
                 "deconv2x2_backward dx: shape (1, 6, 6, 4) but expected (1, 3, 3, 5) (like x)");
-    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, NULL, &x, NULL), "deconv2x2_backward dw: shape");
-    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, NULL, NULL, &b3), "deconv2x2_backward db: shape (3)");
-    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, NULL, &y, NULL, NULL, NULL), "deconv2x2_backward w: NULL tensor");
+    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                          &x, NULL), "deconv2x2_backward dw: shape");
+    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, &w, &y, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                          NULL, &b3), "deconv2x2_backward db: shape (3)");
+    EXPECT_FAIL(be->nn.deconv2x2_backward(be, &x, NULL, &y, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                          NULL, NULL), "deconv2x2_backward w: NULL tensor");
 
     /* elementwise */
     mrcnn_tensor a = T(2, 3), at = T(3, 2), a3 = T(2, 3, 1);
@@ -132,10 +135,14 @@ static void test_messages(void **state) {
     EXPECT_FAIL(be->nn.linear_forward(be, &lx, &lw, &lb5, none, &ly), "linear_forward b: shape (5) but expected (6)");
     EXPECT_FAIL(be->nn.linear_forward(be, &lx, &lw, &lb, none, &ly4),
                 "linear_forward y: shape (4, 6) but expected (3, 6): N is 3 from x, but dim 0 is 4");
-    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly4, NULL, NULL, NULL), "linear_backward dy: shape (4, 6)");
-    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, &ly, NULL, NULL), "linear_backward dx: shape (3, 6)");
-    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, NULL, &lwt, NULL), "linear_backward dw: shape (20, 6)");
-    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, NULL, NULL, &lb5), "linear_backward db: shape (5)");
+    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly4, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                       NULL, NULL), "linear_backward dy: shape (4, 6)");
+    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, MRCNN_ACT_NONE, NULL, &ly, MRCNN_GRAD_ADD,
+                                       NULL, NULL), "linear_backward dx: shape (3, 6)");
+    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                       &lwt, NULL), "linear_backward dw: shape (20, 6)");
+    EXPECT_FAIL(be->nn.linear_backward(be, &lx, &lw, &ly, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD,
+                                       NULL, &lb5), "linear_backward db: shape (5)");
 
     /* bias gradient and cast */
     EXPECT_FAIL(be->nn.bias_grad(be, &lx, &lb),
@@ -283,7 +290,7 @@ static void c_deconv_fwd(mrcnn_backend *be, const shp *t) {
     be->nn.deconv2x2_forward(be, A(0), A(1), A(2), none, A(3));
 }
 static void c_deconv_bwd(mrcnn_backend *be, const shp *t) {
-    be->nn.deconv2x2_backward(be, A(0), A(1), A(2), A(3), A(4), A(5));
+    be->nn.deconv2x2_backward(be, A(0), A(1), A(2), MRCNN_ACT_NONE, NULL, A(3), MRCNN_GRAD_ADD, A(4), A(5));
 }
 static void c_relu_fwd(mrcnn_backend *be, const shp *t) { be->nn.relu_forward(be, A(0), A(1)); }
 static void c_relu_bwd(mrcnn_backend *be, const shp *t) { be->nn.relu_backward(be, A(0), A(1), A(2)); }
@@ -293,7 +300,7 @@ static void c_ups_fwd(mrcnn_backend *be, const shp *t) { be->nn.upsample_add_for
 static void c_ups_bwd(mrcnn_backend *be, const shp *t) { be->nn.upsample_add_backward(be, A(0), A(1), A(2)); }
 static void c_lin_fwd(mrcnn_backend *be, const shp *t) { be->nn.linear_forward(be, A(0), A(1), A(2), none, A(3)); }
 static void c_lin_bwd(mrcnn_backend *be, const shp *t) {
-    be->nn.linear_backward(be, A(0), A(1), A(2), A(3), A(4), A(5));
+    be->nn.linear_backward(be, A(0), A(1), A(2), MRCNN_ACT_NONE, NULL, A(3), MRCNN_GRAD_ADD, A(4), A(5));
 }
 static void c_bias(mrcnn_backend *be, const shp *t) { be->nn.bias_grad(be, A(0), A(1)); }
 static void c_cast(mrcnn_backend *be, const shp *t) { be->nn.cast(be, A(0), A(1)); }

@@ -165,16 +165,46 @@ static void bias_grad(int64_t m, int k, const float *dy, float *db) {
     }
 }
 
+/* The gradient a backward op uses: dy itself, or with act = RELU a copy masked by the
+ * layer's output y (dy where y > 0, else 0), made as nn.relu_backward makes it (rounded
+ * to the storage like its dx), so the fused op is bit-identical to relu_backward then
+ * the op. *tmp is the copy to free, or NULL. */
+static const float *grad_in(const mrcnn_backend *be, mrcnn_activation act, const mrcnn_tensor *y,
+                            const mrcnn_tensor *dy, const char *what, float **tmp) {
+    const float *g = f32(dy, what);
+    *tmp = NULL;
+    if (act != MRCNN_ACT_RELU) return g;
+    const int64_t n = mrcnn_tensor_numel(dy);
+    MRCNN_CHECK(y != NULL, "%s: act RELU needs the layer's output y", what);
+    MRCNN_CHECK(mrcnn_tensor_numel(y) == n, "%s: y has %lld elements, dy %lld", what,
+                (long long)mrcnn_tensor_numel(y), (long long)n);
+    float *m = MRCNN_MALLOC(sizeof(float) * (size_t)(n ? n : 1), "masked output gradient");
+    mrcnn_relu_backward(n, f32(y, what), g, m);
+    if (be->storage != MRCNN_DTYPE_F32) mrcnn_round_array(m, (size_t)n, be->storage);
+    return *tmp = m;
+}
+
+/* dx_mode WRITE: the op adds into zeros, so the result is the zeroed buffer's, bit for bit. */
+static float *dx_target(mrcnn_tensor *dx, mrcnn_grad_mode mode, const char *what) {
+    float *p = f32(dx, what);
+    if (mode == MRCNN_GRAD_WRITE) memset(p, 0, sizeof(float) * (size_t)mrcnn_tensor_numel(dx));
+    return p;
+}
+
 static void cpu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
-                                const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                                const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_activation act,
+                                const mrcnn_tensor *y, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode, mrcnn_tensor *dw,
                                 mrcnn_tensor *db) {
-    const float *g = f32(dy, "conv2d_backward dy");
+    float *tmp;
+    const float *g = grad_in(be, act, y, dy, "conv2d_backward dy", &tmp);
     float *pdb = db ? f32(db, "conv2d_backward db") : NULL;
-    if (dx) mrcnn_conv2d_backward_data(d, g, f32(w, "conv2d_backward w"), f32(dx, "conv2d_backward dx"));
+    if (dx)
+        mrcnn_conv2d_backward_data(d, g, f32(w, "conv2d_backward w"), dx_target(dx, dx_mode, "conv2d_backward dx"));
     if (dw)
         mrcnn_conv2d_backward_filter(d, f32(x, "conv2d_backward x"), g, f32(dw, "conv2d_backward dw"), pdb);
     else if (pdb)
         bias_grad(mrcnn_tensor_numel(dy) / (d->k ? d->k : 1), d->k, g, pdb);
+    free(tmp);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
@@ -196,13 +226,18 @@ static void cpu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x
 }
 
 static void cpu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                   const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+                                   const mrcnn_tensor *dy, mrcnn_activation act, const mrcnn_tensor *y,
+                                   mrcnn_tensor *dx, mrcnn_grad_mode dx_mode, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    float *tmp;
+    const float *g = grad_in(be, act, y, dy, "deconv2x2_backward dy", &tmp);
     mrcnn_deconv2x2_backward(to_int(x->shape[0], "deconv2x2 N"), to_int(x->shape[1], "deconv2x2 H"),
                              to_int(x->shape[2], "deconv2x2 W"), to_int(x->shape[3], "deconv2x2 C"),
                              to_int(w->shape[0], "deconv2x2 K"), f32(x, "deconv2x2_backward x"),
-                             f32(w, "deconv2x2_backward w"), f32(dy, "deconv2x2_backward dy"),
-                             dx ? f32(dx, "deconv2x2_backward dx") : NULL, dw ? f32(dw, "deconv2x2_backward dw") : NULL,
+                             f32(w, "deconv2x2_backward w"), g,
+                             dx ? dx_target(dx, dx_mode, "deconv2x2_backward dx") : NULL,
+                             dw ? f32(dw, "deconv2x2_backward dw") : NULL,
                              db ? f32(db, "deconv2x2_backward db") : NULL);
+    free(tmp);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 
@@ -293,11 +328,15 @@ static void cpu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, c
 }
 
 static void cpu_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+                                const mrcnn_tensor *dy, mrcnn_activation act, const mrcnn_tensor *y, mrcnn_tensor *dx,
+                                mrcnn_grad_mode dx_mode, mrcnn_tensor *dw, mrcnn_tensor *db) {
+    float *tmp;
+    const float *g = grad_in(be, act, y, dy, "linear_backward dy", &tmp);
     mrcnn_linear_backward(to_int(x->shape[0], "linear N"), to_int(w->shape[1], "linear in"), to_int(w->shape[0], "linear out"),
-                          f32(x, "linear_backward x"), f32(w, "linear_backward w"), f32(dy, "linear_backward dy"),
-                          dx ? f32(dx, "linear_backward dx") : NULL, dw ? f32(dw, "linear_backward dw") : NULL,
-                          db ? f32(db, "linear_backward db") : NULL);
+                          f32(x, "linear_backward x"), f32(w, "linear_backward w"), g,
+                          dx ? dx_target(dx, dx_mode, "linear_backward dx") : NULL,
+                          dw ? f32(dw, "linear_backward dw") : NULL, db ? f32(db, "linear_backward db") : NULL);
+    free(tmp);
     round_out(be, dx), round_out(be, dw), round_out(be, db);
 }
 

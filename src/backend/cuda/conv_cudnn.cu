@@ -439,21 +439,33 @@ static void cu_conv2d_forward(const mrcnn_backend *be, const mrcnn_conv2d_desc *
     run_plain(s, e, x->data, wp, b ? b->data : NULL, bt, relu, y->data);
 }
 
+/* act = RELU: one kernel masks dy by y into scratch and sums the bias gradient in the
+ * same pass (cu_relu_grad_bias); both cuDNN calls then read the masked gradient.
+ * dx_mode WRITE: beta 0, so dx need not be zeroed first. */
 static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc *d, const mrcnn_tensor *x,
-                               const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw,
+                               const mrcnn_tensor *w, const mrcnn_tensor *dy, mrcnn_activation act,
+                               const mrcnn_tensor *y, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode, mrcnn_tensor *dw,
                                mrcnn_tensor *db) {
     cu_state *s = cu_st(be);
     const mrcnn_dtype dt = dy->dtype;
     cu_conv_algo *e = conv_entry(s, d, dt);
+    const int64_t rows = (int64_t)d->n * e->p * e->q;
+    const void *g = dy->data;
+    if (act == MRCNN_ACT_RELU) {
+        MRCNN_CHECK(y != NULL, "conv2d_backward: act RELU needs the layer's output y");
+        g = cu_relu_grad_bias(s, y->data, y->dtype, dy->data, dt, rows, d->k, db ? db->data : NULL,
+                              db ? db->dtype : MRCNN_DTYPE_F32);
+    }
     if (dx) {
         MRCNN_CHECK(dx->dtype == dt, "conv2d_backward: dx dtype %d differs from dy dtype %d", (int)dx->dtype, (int)dt);
         const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
         if (!e->have_bwd_data) choose_bwd_data(s, e);
         void *ws = cu_workspace(s, e->bwd_data_ws);
         set_math(e, e->bwd_data_math);
-        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardData(s->cudnn, &k_one, e->w_desc, wp, e->y_desc, dy->data,
-                                                       e->conv_desc, e->bwd_data, ws, e->bwd_data_ws, &k_one,
-                                                       e->x_desc, dx->data));
+        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardData(s->cudnn, &k_one, e->w_desc, wp, e->y_desc, g, e->conv_desc,
+                                                       e->bwd_data, ws, e->bwd_data_ws,
+                                                       dx_mode == MRCNN_GRAD_WRITE ? &k_zero : &k_one, e->x_desc,
+                                                       dx->data));
         MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBackwardData");
     }
     if (dw) {
@@ -465,15 +477,13 @@ static void cu_conv2d_backward(const mrcnn_backend *be, const mrcnn_conv2d_desc 
         void *target = direct ? dw->data : cu_scratch(s, CU_SCRATCH_GRAD, (size_t)nw * cu_dtype_size(dt));
         void *ws = cu_workspace(s, e->bwd_filter_ws);
         set_math(e, e->bwd_filter_math);
-        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardFilter(s->cudnn, &k_one, e->x_desc, x->data, e->y_desc, dy->data,
+        MRCNN_CHECK_CUDNN(cudnnConvolutionBackwardFilter(s->cudnn, &k_one, e->x_desc, x->data, e->y_desc, g,
                                                          e->conv_desc, e->bwd_filter, ws, e->bwd_filter_ws,
                                                          direct ? &k_one : &k_zero, e->w_desc, target));
         MRCNN_CUDA_DEBUG_SYNC("cudnnConvolutionBackwardFilter");
         if (!direct) cu_accumulate(s, target, dt, dw->data, dw->dtype, nw);
     }
-    if (db) {
-        cu_bias_grad(s, dy->data, dt, (int64_t)d->n * e->p * e->q, d->k, db->data, db->dtype);
-    }
+    if (db && act != MRCNN_ACT_RELU) cu_bias_grad(s, dy->data, dt, rows, d->k, db->data, db->dtype);
 }
 
 void cu_fill_conv_ops(mrcnn_backend *be) {

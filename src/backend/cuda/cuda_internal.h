@@ -19,6 +19,7 @@ enum {
     CU_SCRATCH_GRAD,     // dw/db in the compute dtype before accumulation into fp32
     CU_SCRATCH_GEMM,     // deconv GEMM block (rows, 4K)
     CU_SCRATCH_REDUCE,   // per-block partial sums of the loss reductions (double)
+    CU_SCRATCH_DMASK,    // a backward's ReLU-masked output gradient (cu_relu_grad_bias)
     CU_SCRATCH_COUNT
 };
 
@@ -89,6 +90,13 @@ void cu_add_act(cu_state *s, const void *a, mrcnn_dtype at, const void *b, mrcnn
 /* db (K) += column sums of dy (M, K), summed in a fixed order (deterministic). */
 void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k, void *db,
                   mrcnn_dtype dbt);
+
+/* The output gradient a backward op with act RELU uses: g (M, K) = dy where y > 0,
+ * else 0, in dy's dtype, written to scratch (CU_SCRATCH_DMASK) and returned; with db
+ * (NULL: none), db (K) += g's column sums in the same pass over y and dy (as
+ * cu_bias_grad on g, bit for bit). */
+const void *cu_relu_grad_bias(cu_state *s, const void *y, mrcnn_dtype yt, const void *dy, mrcnn_dtype dyt, int64_t m,
+                              int k, void *db, mrcnn_dtype dbt);
 
 /* Fillers of the vtable, one per file. */
 void cu_fill_conv_ops(mrcnn_backend *be);

@@ -312,17 +312,67 @@ static void cu_relu_forward(const mrcnn_backend *be, const mrcnn_tensor *x, mrcn
     MRCNN_CHECK_LAUNCH("relu_forward");
 }
 
+static void relu_bwd(cu_state *s, const void *y, mrcnn_dtype yt, const void *dy, mrcnn_dtype dyt, void *dx,
+                     mrcnn_dtype dxt, int64_t n) {
+    if (n == 0) return;
+    if (yt == dxt && ew_vec(s, EW_RELU_BWD, dy, dyt, y, yt, dx, dxt, n, "relu_backward (vector)")) return;
+    k_relu_bwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, s->stream>>>(y, yt, dy, dyt, dx, dxt, n);
+    MRCNN_CHECK_LAUNCH("relu_backward");
+}
+
 static void cu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, const mrcnn_tensor *dy,
                              mrcnn_tensor *dx) {
-    int64_t n = cu_numel(y);
-    if (n == 0) return;
-    if (y->dtype == dx->dtype &&
-        ew_vec(cu_st(be), EW_RELU_BWD, dy->data, dy->dtype, y->data, y->dtype, dx->data, dx->dtype, n,
-               "relu_backward (vector)"))
-        return;
-    k_relu_bwd<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cu_st(be)->stream>>>(y->data, y->dtype, dy->data, dy->dtype,
-                                                                                  dx->data, dx->dtype, n);
-    MRCNN_CHECK_LAUNCH("relu_backward");
+    relu_bwd(cu_st(be), y->data, y->dtype, dy->data, dy->dtype, dx->data, dx->dtype, cu_numel(y));
+}
+
+/* k_bias_grad_partial over g = (y > 0 ? dy : 0), which it also stores (dy's dtype) for
+ * the ops that read the masked gradient next. Same blocks and summation order as
+ * k_bias_grad_partial, so db is the same as relu_backward then cu_bias_grad. */
+__global__ void k_relu_grad_bias_partial(const void *y, int yt, const void *dy, int dyt, void *g, int64_t m, int k,
+                                         int64_t rows_per_chunk, double *part) {
+    __shared__ double acc[BG_LANES][BG_COLS];
+    const int col = blockIdx.x * BG_COLS + threadIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
+    int64_t r1 = r0 + rows_per_chunk;
+    if (r1 > m) r1 = m;
+    double a = 0;
+    if (col < k)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BG_LANES) {
+            const int64_t i = r * k + col;
+            const float v = cu_load(y, i, yt) > 0.0f ? cu_load(dy, i, dyt) : 0.0f;
+            cu_store(g, i, dyt, v);
+            a += v; // dy's value or 0, exact in dy's dtype: what cu_bias_grad would read back
+        }
+    acc[threadIdx.y][threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < k) {
+        double t = 0;
+        for (int l = 0; l < BG_LANES; l++) t += acc[l][threadIdx.x];
+        part[(int64_t)blockIdx.y * k + col] = t;
+    }
+}
+
+const void *cu_relu_grad_bias(cu_state *s, const void *y, mrcnn_dtype yt, const void *dy, mrcnn_dtype dyt, int64_t m,
+                              int k, void *db, mrcnn_dtype dbt) {
+    MRCNN_CHECK(y != NULL || m * k == 0, "backward with act RELU: NULL layer output y");
+    if (m <= 0 || k <= 0) return dy;
+    void *g = cu_scratch(s, CU_SCRATCH_DMASK, (size_t)(m * k) * cu_dtype_size(dyt));
+    if (!db) { // the mask alone: relu_backward's (vector) kernel
+        relu_bwd(s, y, yt, dy, dyt, g, dyt, m * k);
+        return g;
+    }
+    int64_t chunks = (m + 1023) / 1024; // as cu_bias_grad
+    if (chunks > BG_MAX_CHUNKS) chunks = BG_MAX_CHUNKS;
+    int64_t rows_per_chunk = (m + chunks - 1) / chunks;
+    chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
+    double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, (size_t)chunks * k * sizeof(double));
+    dim3 grid((unsigned)((k + BG_COLS - 1) / BG_COLS), (unsigned)chunks);
+    dim3 block(BG_COLS, BG_LANES);
+    k_relu_grad_bias_partial<<<grid, block, 0, s->stream>>>(y, yt, dy, dyt, g, m, k, rows_per_chunk, part);
+    MRCNN_CHECK_LAUNCH("relu_grad_bias_partial");
+    k_bias_grad_final<<<cu_blocks(k, CU_THREADS), CU_THREADS, 0, s->stream>>>(part, (int)chunks, k, db, dbt);
+    MRCNN_CHECK_LAUNCH("bias_grad_final");
+    return g;
 }
 
 /* act = RELU: the bottleneck's residual join, one pass (16-byte vectors when aligned). */

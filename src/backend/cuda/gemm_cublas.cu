@@ -41,13 +41,17 @@ static void lin_fwd(cu_state *s, int n, int in, int out, const void *x, const vo
     MRCNN_CUDA_DEBUG_SYNC("cublasGemmEx (linear forward)");
 }
 
-/* dx (n, in) += dy (n, out) w (out, in). */
+/* dx (n, in) = dy (n, out) w (out, in) + beta dx (beta 1: added, 0: written). */
 static void lin_bwd_data(cu_state *s, int n, int in, int out, const void *dy, const void *w, mrcnn_dtype dt, void *dx,
-                         mrcnn_dtype dxt) {
-    if (n == 0 || in == 0 || out == 0) return;
+                         mrcnn_dtype dxt, float beta) {
+    if (n == 0 || in == 0) return;
+    if (out == 0) { // no terms: written, dx is zero; added, it is left as it is
+        if (beta == 0.0f) MRCNN_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * in * cu_dtype_size(dxt), s->stream));
+        return;
+    }
     const float one = 1.0f;
     MRCNN_CHECK_CUBLAS(cublasGemmEx(s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, cublas_dtype(dt), in, dy,
-                                    cublas_dtype(dt), out, &one, dx, cublas_dtype(dxt), in, compute_type(s, dt),
+                                    cublas_dtype(dt), out, &beta, dx, cublas_dtype(dxt), in, compute_type(s, dt),
                                     CUBLAS_GEMM_DEFAULT));
     MRCNN_CUDA_DEBUG_SYNC("cublasGemmEx (linear data gradient)");
 }
@@ -93,25 +97,31 @@ static void cu_linear_forward(const mrcnn_backend *be, const mrcnn_tensor *x, co
                 act == MRCNN_ACT_RELU);
 }
 
+/* act = RELU: dy masked by y in one kernel that also sums db (cu_relu_grad_bias). */
 static void cu_linear_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                               const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+                               const mrcnn_tensor *dy, mrcnn_activation act, const mrcnn_tensor *y, mrcnn_tensor *dx,
+                               mrcnn_grad_mode dx_mode, mrcnn_tensor *dw, mrcnn_tensor *db) {
     cu_state *s = cu_st(be);
     int n, in, out;
     linear_shapes(x, w, "linear_backward", &n, &in, &out);
     const mrcnn_dtype dt = dy->dtype;
+    const void *g = dy->data;
+    if (act == MRCNN_ACT_RELU) {
+        MRCNN_CHECK(y != NULL, "linear_backward: act RELU needs the layer's output y");
+        g = cu_relu_grad_bias(s, y->data, y->dtype, dy->data, dt, n, out, db ? db->data : NULL,
+                              db ? db->dtype : MRCNN_DTYPE_F32);
+    }
     if (dx) {
         check_gemm_out(dt, dx->dtype, "linear_backward dx");
         const void *wp = cu_as_dtype(s, w, dt, CU_SCRATCH_W);
-        lin_bwd_data(s, n, in, out, dy->data, wp, dt, dx->data, dx->dtype);
+        lin_bwd_data(s, n, in, out, g, wp, dt, dx->data, dx->dtype, dx_mode == MRCNN_GRAD_WRITE ? 0.0f : 1.0f);
     }
     if (dw) {
         check_gemm_out(dt, dw->dtype, "linear_backward dw");
         const void *xp = cu_as_dtype(s, x, dt, CU_SCRATCH_GEMM);
-        lin_bwd_filter(s, n, in, out, xp, dy->data, dt, dw->data, dw->dtype);
+        lin_bwd_filter(s, n, in, out, xp, g, dt, dw->data, dw->dtype);
     }
-    if (db) {
-        cu_bias_grad(s, dy->data, dt, n, out, db->data, db->dtype);
-    }
+    if (db && act != MRCNN_ACT_RELU) cu_bias_grad(s, dy->data, dt, n, out, db->data, db->dtype);
 }
 
 /* ---- deconv 2x2 stride 2 ---------------------------------------------------------------- */
@@ -196,13 +206,23 @@ static void cu_deconv2x2_forward(const mrcnn_backend *be, const mrcnn_tensor *x,
     }
 }
 
+/* act = RELU: dy masked by y in one kernel that also sums db (cu_relu_grad_bias); the
+ * gather then reads the masked gradient. dx_mode WRITE: beta 0 (the chunks' rows of dx
+ * are disjoint). */
 static void cu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x, const mrcnn_tensor *w,
-                                  const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_tensor *dw, mrcnn_tensor *db) {
+                                  const mrcnn_tensor *dy, mrcnn_activation act, const mrcnn_tensor *y,
+                                  mrcnn_tensor *dx, mrcnn_grad_mode dx_mode, mrcnn_tensor *dw, mrcnn_tensor *db) {
     cu_state *s = cu_st(be);
     int n, h, wd, c, k;
     deconv_shapes(x, w, "deconv2x2_backward", &n, &h, &wd, &c, &k);
     const mrcnn_dtype dt = dy->dtype;
     const int64_t m = (int64_t)n * h * wd, chunk = deconv_chunk_rows(k);
+    const void *g = dy->data;
+    if (act == MRCNN_ACT_RELU) {
+        MRCNN_CHECK(y != NULL, "deconv2x2_backward: act RELU needs the layer's output y");
+        g = cu_relu_grad_bias(s, y->data, y->dtype, dy->data, dt, m * 4, k, db ? db->data : NULL,
+                              db ? db->dtype : MRCNN_DTYPE_F32);
+    }
     if (dx || dw) {
         const void *wp = NULL, *xp = NULL;
         if (dx) {
@@ -214,23 +234,21 @@ static void cu_deconv2x2_backward(const mrcnn_backend *be, const mrcnn_tensor *x
             xp = cu_as_dtype(s, x, dt, CU_SCRATCH_B);
         }
         const size_t es = cu_dtype_size(dt);
+        const float beta = dx_mode == MRCNN_GRAD_WRITE ? 0.0f : 1.0f;
         void *dz = cu_scratch(s, CU_SCRATCH_GEMM, (size_t)(m < chunk ? m : chunk) * 4 * k * es);
         for (int64_t m0 = 0; m0 < m; m0 += chunk) {
             int64_t rows = m - m0 < chunk ? m - m0 : chunk;
             int64_t total = rows * 4 * k;
-            k_deconv_gather<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(dy->data, dt, m0, rows, h, wd, k,
-                                                                                        dz);
+            k_deconv_gather<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, s->stream>>>(g, dt, m0, rows, h, wd, k, dz);
             MRCNN_CHECK_LAUNCH("deconv2x2 gather");
             const int ir = as_int(rows, "deconv rows");
             if (dx)
                 lin_bwd_data(s, ir, c, 4 * k, dz, wp, dt, (char *)dx->data + m0 * c * cu_dtype_size(dx->dtype),
-                             dx->dtype);
+                             dx->dtype, beta);
             if (dw) lin_bwd_filter(s, ir, c, 4 * k, (const char *)xp + m0 * c * es, dz, dt, dw->data, dw->dtype);
         }
     }
-    if (db) {
-        cu_bias_grad(s, dy->data, dt, m * 4, k, db->data, db->dtype);
-    }
+    if (db && act != MRCNN_ACT_RELU) cu_bias_grad(s, dy->data, dt, m * 4, k, db->data, db->dtype);
 }
 
 void cu_fill_gemm_ops(mrcnn_backend *be) {

@@ -3,6 +3,7 @@
  * P6 as a 1x1 stride-2 max-pool of P5. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
+#include "../model_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -58,11 +59,13 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
     }
     mrcnn_tensor dinner[4];
     for (int i = 0; i < 4; i++) {
-        dinner[i] = mrcnn_ws_like(ws, &o->inner[i]);
         const mrcnn_tensor *g = i == 3 ? &dp5 : &dp[i];
+        // the output conv writes it first (upsample_add_backward adds the level below's
+        // later); without a gradient from above it starts at zero
+        dinner[i] = g->data ? grad_buffer(ws, &o->inner[i]) : mrcnn_ws_like(ws, &o->inner[i]);
         if (g->data)
             mrcnn_conv_layer_backward(m, ws, &f->layer[i], &o->inner[i], NULL, MRCNN_ACT_NONE, g,
-                                      &dinner[i]);
+                                      &dinner[i], MRCNN_GRAD_WRITE);
         mrcnn_conv_layer_grad_ready(m, &f->layer[i]);
     }
     for (int i = 0; i < 4; i++) {
@@ -70,9 +73,11 @@ void mrcnn_fpn_backward(mrcnn_model *m, mrcnn_ws *ws, mrcnn_backbone_out *o, mrc
         if (i < 3)
             be->nn.upsample_add_backward(be, &dinner[i], &dinner[i + 1], NULL);
         bool want = mrcnn_resnet_needs_input_grad(m, i + 2);
-        if (want && !dc[i].data) dc[i] = mrcnn_ws_like(ws, &o->c[i]);
+        // a dc[i] of this call's making has the lateral conv as its only writer
+        mrcnn_grad_mode mode = MRCNN_GRAD_ADD;
+        if (want && !dc[i].data) dc[i] = grad_buffer(ws, &o->c[i]), mode = MRCNN_GRAD_WRITE;
         mrcnn_conv_layer_backward(m, ws, &f->inner[i], &o->c[i], NULL, MRCNN_ACT_NONE, &dinner[i],
-                                  want ? &dc[i] : NULL);
+                                  want ? &dc[i] : NULL, mode);
         mrcnn_conv_layer_grad_ready(m, &f->inner[i]);
         mrcnn_ws_release(ws, &dinner[i]);
     }

@@ -4,6 +4,7 @@
  * first 1x1 (MSRA / detectron2) by MODEL.RESNETS.STRIDE_IN_1X1. */
 #include "mrcnn/check.h"
 #include "mrcnn/model.h"
+#include "../model_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,24 +164,27 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
             }
             // earlier blocks of this stage train; before it, only if an earlier unit does
             bool want_dx = b > 0 || mrcnn_resnet_needs_input_grad(m, s + 1);
-            // the fused join's ReLU backward, masked by its output (relu_backward writes
-            // all of dsum, so it is not zeroed first)
+            // the fused join's ReLU backward, masked by its output: a pass of its own, since
+            // two ops read the masked gradient (conv3 and the shortcut); relu_backward writes
+            // all of dsum, so it is not zeroed first
             mrcnn_tensor dsum = mrcnn_ws_tensor_uninit(ws, dy.dtype, dy.ndim, dy.shape);
             be->nn.relu_backward(be, &o->block_out[s][b], &dy, &dsum);
-            mrcnn_tensor da2 = mrcnn_ws_like(ws, &o->block_a2[s][b]);
+            // da2, da1: each conv is its input gradient's only writer (written, not zeroed)
+            mrcnn_tensor da2 = grad_buffer(ws, &o->block_a2[s][b]);
             mrcnn_conv_layer_backward(m, ws, &k->conv3, &o->block_a2[s][b], NULL, MRCNN_ACT_NONE,
-                                      &dsum, &da2);
-            mrcnn_tensor da1 = mrcnn_ws_like(ws, &o->block_a1[s][b]);
+                                      &dsum, &da2, MRCNN_GRAD_WRITE);
+            mrcnn_tensor da1 = grad_buffer(ws, &o->block_a1[s][b]);
             mrcnn_conv_layer_backward(m, ws, &k->conv2, &o->block_a1[s][b], &o->block_a2[s][b],
-                                      MRCNN_ACT_RELU, &da2, &da1);
+                                      MRCNN_ACT_RELU, &da2, &da1, MRCNN_GRAD_WRITE);
             mrcnn_ws_release(ws, &da2);
+            // the block input's gradient: conv1's, written, then the shortcut's added
             mrcnn_tensor dx = {0};
-            if (want_dx) dx = mrcnn_ws_like(ws, xin);
+            if (want_dx) dx = grad_buffer(ws, xin);
             mrcnn_conv_layer_backward(m, ws, &k->conv1, xin, &o->block_a1[s][b], MRCNN_ACT_RELU,
-                                      &da1, want_dx ? &dx : NULL);
+                                      &da1, want_dx ? &dx : NULL, MRCNN_GRAD_WRITE);
             if (k->has_down)
                 mrcnn_conv_layer_backward(m, ws, &k->down, xin, NULL, MRCNN_ACT_NONE, &dsum,
-                                          want_dx ? &dx : NULL);
+                                          want_dx ? &dx : NULL, MRCNN_GRAD_ADD);
             else if (want_dx)
                 be->nn.add_forward(be, &dx, &dsum, MRCNN_ACT_NONE, &dx);
             mrcnn_conv_layer_grad_ready(m, &k->conv3);
@@ -201,7 +205,7 @@ void mrcnn_resnet_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *ima
         mrcnn_tensor dconv = mrcnn_ws_like(ws, &o->stem_conv);
         be->nn.maxpool2d_backward(be, &pd, &o->stem_conv, &dnext, &dconv);
         mrcnn_conv_layer_backward(m, ws, &r->stem, &o->stem_in, &o->stem_conv, MRCNN_ACT_RELU, &dconv,
-                                  NULL);
+                                  NULL, MRCNN_GRAD_ADD);
         mrcnn_conv_layer_grad_ready(m, &r->stem);
     }
 }

@@ -45,19 +45,13 @@ static mrcnn_tensor linear_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor 
     return y;
 }
 
+/* act = RELU: the ReLU's backward is fused into linear_backward (masked by y). */
 static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, const mrcnn_tensor *y,
-                       mrcnn_activation act, int w, int b, const mrcnn_tensor *dy, mrcnn_tensor *dx) {
+                       mrcnn_activation act, int w, int b, const mrcnn_tensor *dy, mrcnn_tensor *dx,
+                       mrcnn_grad_mode dx_mode) {
     if (x->shape[0] == 0) return;
-    const mrcnn_tensor *g = dy;
-    mrcnn_tensor dpre;
-    if (act == MRCNN_ACT_RELU) {
-        dpre = mrcnn_ws_tensor_uninit(ws, dy->dtype, dy->ndim, dy->shape); // relu_backward writes it all
-        m->be->nn.relu_backward(m->be, y, dy, &dpre);
-        g = &dpre;
-    }
-    m->be->nn.linear_backward(m->be, x, mrcnn_params_compute(&m->params, w), g, dx,
-                           mrcnn_arena_get(&m->params.grads, w), mrcnn_arena_get(&m->params.grads, b));
-    if (act == MRCNN_ACT_RELU) mrcnn_ws_release(ws, &dpre);
+    m->be->nn.linear_backward(m->be, x, mrcnn_params_compute(&m->params, w), dy, act, y, dx, dx_mode,
+                              mrcnn_arena_get(&m->params.grads, w), mrcnn_arena_get(&m->params.grads, b));
     mrcnn_model_grad_ready(m, w);
     mrcnn_model_grad_ready(m, b);
 }
@@ -85,17 +79,17 @@ static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tens
  * copies that start from the arena's (accumulation as the unpadded layer's), the zero
  * rows' gradients dropped. */
 static void predictor_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b, const mrcnn_tensor *dy,
-                          mrcnn_tensor *dx) {
+                          mrcnn_tensor *dx, mrcnn_grad_mode dx_mode) {
     const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
     const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
     if (kp == k || x->shape[0] == 0) {
-        linear_bwd(m, ws, x, NULL, MRCNN_ACT_NONE, w, b, dy, dx);
+        linear_bwd(m, ws, x, NULL, MRCNN_ACT_NONE, w, b, dy, dx, dx_mode);
         return;
     }
     mrcnn_tensor *dw = mrcnn_arena_get(&m->params.grads, w), *db = mrcnn_arena_get(&m->params.grads, b);
     mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp), wp = mrcnn_padded_rows(m, ws, W, kp);
     mrcnn_tensor dwp = mrcnn_padded_rows(m, ws, dw, kp), dbp = mrcnn_padded_rows(m, ws, db, kp);
-    m->be->nn.linear_backward(m->be, x, &wp, &dyp, dx, &dwp, &dbp);
+    m->be->nn.linear_backward(m->be, x, &wp, &dyp, MRCNN_ACT_NONE, NULL, dx, dx_mode, &dwp, &dbp);
     mrcnn_padded_rows_store(m, &dwp, dw);
     mrcnn_padded_rows_store(m, &dbp, db);
     mrcnn_ws_release(ws, &dbp);
@@ -120,13 +114,15 @@ void mrcnn_box_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_box_head_
                              const mrcnn_tensor *dlogits, const mrcnn_tensor *ddeltas,
                              mrcnn_tensor *dx) {
     mrcnn_box_head *h = &m->box;
-    mrcnn_tensor dh7 = mrcnn_ws_like(ws, &out->h7), dh6 = mrcnn_ws_like(ws, &out->h6);
-    predictor_bwd(m, ws, &out->h7, h->cls_w, h->cls_b, dlogits, &dh7);
-    predictor_bwd(m, ws, &out->h7, h->bbox_w, h->bbox_b, ddeltas, &dh7);
-    linear_bwd(m, ws, &out->h6, &out->h7, MRCNN_ACT_RELU, h->fc7_w, h->fc7_b, &dh7, &dh6);
+    // dh7: the class predictor writes it, the box predictor adds; dh6 and dx have one writer
+    mrcnn_tensor dh7 = grad_buffer(ws, &out->h7), dh6 = grad_buffer(ws, &out->h6);
+    predictor_bwd(m, ws, &out->h7, h->cls_w, h->cls_b, dlogits, &dh7, MRCNN_GRAD_WRITE);
+    predictor_bwd(m, ws, &out->h7, h->bbox_w, h->bbox_b, ddeltas, &dh7, MRCNN_GRAD_ADD);
+    linear_bwd(m, ws, &out->h6, &out->h7, MRCNN_ACT_RELU, h->fc7_w, h->fc7_b, &dh7, &dh6, MRCNN_GRAD_WRITE);
     mrcnn_tensor dx2;
     if (dx) dx2 = mrcnn_tensor_reshape(dx, 2, (int64_t[]){dx->shape[0], h->in_dim});
-    linear_bwd(m, ws, &out->x, &out->h6, MRCNN_ACT_RELU, h->fc6_w, h->fc6_b, &dh6, dx ? &dx2 : NULL);
+    linear_bwd(m, ws, &out->x, &out->h6, MRCNN_ACT_RELU, h->fc6_w, h->fc6_b, &dh6, dx ? &dx2 : NULL,
+               MRCNN_GRAD_WRITE);
 }
 
 /* ---- targets and losses (called by the training step, maskrcnn.c) ---------------- */

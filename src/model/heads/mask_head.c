@@ -61,16 +61,16 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     mrcnn_mask_head *h = &m->mask;
     if (out->x.shape[0] == 0) return;
     const mrcnn_backend *be = m->be;
-    mrcnn_tensor dup = mrcnn_ws_like(ws, &out->up);
-    mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup);
+    // each op below is its input gradient's only writer (dx included): written, not zeroed first
+    mrcnn_tensor dup = grad_buffer(ws, &out->up);
+    mrcnn_conv_layer_backward(m, ws, &h->logits, &out->up, NULL, MRCNN_ACT_NONE, dlogits, &dup, MRCNN_GRAD_WRITE);
     if (ready) mrcnn_conv_layer_grad_ready(m, &h->logits);
-    mrcnn_tensor dpre = mrcnn_ws_tensor_uninit(ws, out->up.dtype, out->up.ndim, out->up.shape); // written whole
-    be->nn.relu_backward(be, &out->up, &dup, &dpre);
     const mrcnn_tensor *last = &out->conv[h->n_conv - 1];
-    mrcnn_tensor dcur = mrcnn_ws_like(ws, last);
-    be->nn.deconv2x2_backward(be, last, mrcnn_params_compute(&m->params, h->deconv_w), &dpre, &dcur,
-                           mrcnn_arena_get(&m->params.grads, h->deconv_w),
-                           mrcnn_arena_get(&m->params.grads, h->deconv_b));
+    mrcnn_tensor dcur = grad_buffer(ws, last);
+    // the upsample's ReLU backward fused (masked by its output up)
+    be->nn.deconv2x2_backward(be, last, mrcnn_params_compute(&m->params, h->deconv_w), &dup, MRCNN_ACT_RELU,
+                              &out->up, &dcur, MRCNN_GRAD_WRITE, mrcnn_arena_get(&m->params.grads, h->deconv_w),
+                              mrcnn_arena_get(&m->params.grads, h->deconv_b));
     if (ready) {
         mrcnn_model_grad_ready(m, h->deconv_w);
         mrcnn_model_grad_ready(m, h->deconv_b);
@@ -78,9 +78,9 @@ void mrcnn_mask_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_mask_hea
     for (int i = h->n_conv - 1; i >= 0; i--) {
         const mrcnn_tensor *xin = i > 0 ? &out->conv[i - 1] : &out->x;
         mrcnn_tensor dprev = {0};
-        if (i > 0) dprev = mrcnn_ws_like(ws, xin);
+        if (i > 0) dprev = grad_buffer(ws, xin);
         mrcnn_conv_layer_backward(m, ws, &h->conv[i], xin, &out->conv[i], MRCNN_ACT_RELU, &dcur,
-                                  i > 0 ? &dprev : dx);
+                                  i > 0 ? &dprev : dx, MRCNN_GRAD_WRITE);
         if (ready) mrcnn_conv_layer_grad_ready(m, &h->conv[i]);
         dcur = dprev;
     }

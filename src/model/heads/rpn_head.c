@@ -41,14 +41,14 @@ static mrcnn_tensor head_out(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_laye
 
 /* The backward of head_out: dy's padding channels zero. */
 static void head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l, const mrcnn_tensor *t,
-                          const mrcnn_tensor *dy, mrcnn_tensor *dt) {
+                          const mrcnn_tensor *dy, mrcnn_tensor *dt, mrcnn_grad_mode dt_mode) {
     const int k = mrcnn_conv_layer_out_channels(m, l);
     if (k == l->cout) {
-        mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, dy, dt);
+        mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, dy, dt, dt_mode);
         return;
     }
     mrcnn_tensor dp = mrcnn_channels_pad(m, ws, dy, k);
-    mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, &dp, dt);
+    mrcnn_conv_layer_backward(m, ws, l, t, NULL, MRCNN_ACT_NONE, &dp, dt, dt_mode);
     mrcnn_ws_release(ws, &dp);
 }
 
@@ -67,12 +67,15 @@ void mrcnn_rpn_head_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_backbone_
                              const mrcnn_tensor *ddeltas, mrcnn_tensor *dp) {
     mrcnn_rpn_head *h = &m->rpn;
     for (int l = 0; l < MRCNN_FPN_LEVELS; l++) {
-        mrcnn_tensor dt = mrcnn_ws_like(ws, &out->t[l]);
-        head_backward(m, ws, &h->cls, &out->t[l], &dlogits[l], &dt);
-        head_backward(m, ws, &h->bbox, &out->t[l], &ddeltas[l], &dt);
-        if (!dp[l].data) dp[l] = mrcnn_ws_like(ws, &bb->p[l]);
+        // the objectness conv writes dt, the box conv adds to it
+        mrcnn_tensor dt = grad_buffer(ws, &out->t[l]);
+        head_backward(m, ws, &h->cls, &out->t[l], &dlogits[l], &dt, MRCNN_GRAD_WRITE);
+        head_backward(m, ws, &h->bbox, &out->t[l], &ddeltas[l], &dt, MRCNN_GRAD_ADD);
+        // dp[l] holds the ROIAligns' gradients already (or is this call's, written here)
+        mrcnn_grad_mode mode = MRCNN_GRAD_ADD;
+        if (!dp[l].data) dp[l] = grad_buffer(ws, &bb->p[l]), mode = MRCNN_GRAD_WRITE;
         mrcnn_conv_layer_backward(m, ws, &h->conv, &bb->p[l], &out->t[l], MRCNN_ACT_RELU, &dt,
-                                  &dp[l]);
+                                  &dp[l], mode);
         mrcnn_ws_release(ws, &dt);
     }
     // shared over the levels: final only now
