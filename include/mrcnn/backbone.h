@@ -33,7 +33,7 @@ typedef struct mrcnn_fpn {
 
 /* ---- forward and backward ------------------------------------------------------ */
 typedef struct mrcnn_backbone_out {
-    mrcnn_tensor stem_in;        // (N, H, W, C') the images, zero-padded to the stem's input channels
+    mrcnn_tensor stem_in;        // (N, H, W, C') the images in the activation dtype, zero-padded to the stem's input channels
     mrcnn_tensor stem;           // (N, H/4, W/4, C0) after max-pool
     mrcnn_tensor stem_conv;      // (N, H/2, W/2, C0) before max-pool
     mrcnn_tensor *block_out[4];  // per stage, per block: (N, h, w, C)

@@ -19,6 +19,13 @@ extern "C" {
 #endif
 
 /* ---- parameter registry ---------------------------------------------------- */
+/* One padded view (mrcnn_params_padded): the entry, its padded extents, the block. */
+struct mrcnn_params_pad {
+    int index;
+    int64_t rows, last;
+    mrcnn_tensor t; // (rows, ..., last): the entry's shape with those two extents
+};
+
 typedef struct mrcnn_params {
     mrcnn_arena values; // fp32 master weights
     mrcnn_arena grads;  // same names, shapes and offsets
@@ -44,6 +51,10 @@ typedef struct mrcnn_params {
      * compute dtype is fp32 (the CPU backend's tests); refused in the CPU's rounded-storage
      * mode, whose cast rounds. Read at the next refresh. */
     bool separate_copy;
+    /* Padded views (mrcnn_params_padded): entries with zero output rows or zero input
+     * channels appended for a GPU's tensor-core shapes, refreshed with the copy. */
+    struct mrcnn_params_pad *pads; // (n_pads)
+    int n_pads, cap_pads;
     int n_cap;
     const mrcnn_backend *be; // owner of the blocks once committed
 } mrcnn_params;
@@ -66,6 +77,15 @@ void mrcnn_params_refresh(mrcnn_params *p);
  * the fp32 value when there is no copy. Weights only: biases, read once per output
  * element, stay fp32 (the values). */
 mrcnn_tensor *mrcnn_params_compute(mrcnn_params *p, int i);
+/* Entry i with zeros appended: its first dimension to `rows` (zero output rows: the
+ * layouts keep the output channel slowest, so the real rows are a prefix) or its last
+ * dimension to `last` (zero input channels), not both; in the dtype the layers compute
+ * with (a weight: mrcnn_params_compute's; a 1-D bias: fp32). Made on first use, then
+ * remade by every mrcnn_params_refresh after the copy: one be->nn.channel_copy per padded
+ * entry per step, where a copy per layer call was made before. A bias's `last` is
+ * ignored. Returned by value (a later call may move the registry); read-only: gradients
+ * still go to the grads arena's own shape. */
+mrcnn_tensor mrcnn_params_padded(mrcnn_params *p, int i, int64_t rows, int64_t last);
 /* Records the (k) per-output-channel scale folded into entry i (copied; NULL clears). */
 void mrcnn_params_set_fold_scale(mrcnn_params *p, int i, const float *scale, int64_t k);
 /* The SGD preconditioner of every element of the params arena (n = values.size / 4):

@@ -174,8 +174,9 @@ mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tens
     return y;
 }
 
-/* A zeroed (k, ...) fp32 tensor whose first rows are a copy of t (a layer's weight,
- * bias or their gradients): KRSC keeps the output channel slowest, so the copy is a
+/* A zeroed (k, ...) fp32 tensor whose first rows are a copy of t (a weight's or a bias's
+ * gradient, which the backward adds to; the weights themselves are padded views made
+ * once per step, mrcnn_params_padded): KRSC keeps the output channel slowest, so the copy is a
  * prefix and the zero filters follow it. The copy is a cast fp32 -> fp32, exact on a
  * GPU and on the CPU in fp32; the CPU's rounded-storage mode would round it. */
 mrcnn_tensor mrcnn_padded_rows(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int k) {
@@ -193,8 +194,8 @@ mrcnn_tensor mrcnn_padded_rows(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor 
     return p;
 }
 
-/* t (K, R, S, C) fp32 (a weight or its gradient) with zero input channels up to c: an
- * exact copy as mrcnn_padded_rows', which the CPU's rounded-storage mode would round too. */
+/* t (K, R, S, C) fp32 (a weight's gradient) with zero input channels up to c: an exact
+ * copy as mrcnn_padded_rows', which the CPU's rounded-storage mode would round too. */
 static mrcnn_tensor padded_in_copy(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *t, int c) {
     MRCNN_CHECK(m->be->device == MRCNN_DEVICE_GPU || m->be->storage == MRCNN_DTYPE_F32,
                 "conv layer: padded input channels (pad_align %d) need an exact copy of the weights, but the cpu "
@@ -216,20 +217,19 @@ mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_
     // conv2d_forward overwrites y whole
     mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d), k});
     mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w), *b = mrcnn_arena_get(&m->params.values, l->b);
-    if (d.c != l->cin) {
-        mrcnn_tensor wp = padded_in_copy(m, ws, w, d.c);
+    if (d.c != l->cin) { // zero input channels, made once per step (params.h)
+        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, w->shape[0], d.c);
         m->be->nn.conv2d_forward(m->be, &d, x, &wp, b, act, &y);
-        mrcnn_ws_release(ws, &wp);
         return y;
     }
     if (k == l->cout) { // the weights in the compute dtype, cast once per step (params.h)
         m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_params_compute(&m->params, l->w), b, act, &y);
         return y;
     }
-    mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), bp = mrcnn_padded_rows(m, ws, b, k);
+    // zero filters and zero bias entries up to k, made once per step (params.h)
+    mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, k, w->shape[w->ndim - 1]);
+    mrcnn_tensor bp = mrcnn_params_padded(&m->params, l->b, k, k);
     m->be->nn.conv2d_forward(m->be, &d, x, &wp, &bp, act, &y);
-    mrcnn_ws_release(ws, &bp);
-    mrcnn_ws_release(ws, &wp);
     return y;
 }
 
@@ -250,12 +250,11 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         /* As below for the input channels: the weight gradient through a padded copy that
          * starts from the arena's, its real channels copied back, the padding's dropped. */
         MRCNN_CHECK(!dx, "conv layer: a layer with padded input channels gives no input gradient");
-        mrcnn_tensor wp = padded_in_copy(m, ws, w, d.c), dwp = {0};
+        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, w->shape[0], d.c), dwp = {0};
         if (dw) dwp = padded_in_copy(m, ws, dw, d.c);
         be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, NULL, dx_mode, dw ? &dwp : NULL, db);
         if (dw) channels_slice_into(m, &dwp, dw);
         mrcnn_ws_release(ws, &dwp);
-        mrcnn_ws_release(ws, &wp);
     } else if (k == l->cout) {
         be->nn.conv2d_backward(be, &d, x, mrcnn_params_compute(&m->params, l->w), dy, act, y, dx, dx_mode, dw, db);
     } else {
@@ -263,7 +262,7 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
          * backward adds into the same values as the unpadded layer does (accumulation
          * over calls and micro-batches included); the zero filters' gradients, zero
          * since dy's padding channels are, are dropped. */
-        mrcnn_tensor wp = mrcnn_padded_rows(m, ws, w, k), dwp = {0}, dbp = {0};
+        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, k, w->shape[w->ndim - 1]), dwp = {0}, dbp = {0};
         if (dw) dwp = mrcnn_padded_rows(m, ws, dw, k);
         if (db) dbp = mrcnn_padded_rows(m, ws, db, k);
         be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, dx, dx_mode, dw ? &dwp : NULL, db ? &dbp : NULL);
@@ -271,6 +270,5 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
         if (db) mrcnn_padded_rows_store(m, &dbp, db);
         mrcnn_ws_release(ws, &dbp);
         mrcnn_ws_release(ws, &dwp);
-        mrcnn_ws_release(ws, &wp);
     }
 }

@@ -50,12 +50,7 @@ static void run_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *image
     st->n_images = (int)images->shape[0];
     st->img_h = (int)images->shape[1];
     st->img_w = (int)images->shape[2];
-    // the stem convolves the images in the activation dtype (a GPU backend's bf16/fp16)
-    st->images = *images;
-    if (images->dtype != mrcnn_ws_act_dtype(ws)) {
-        st->images = mrcnn_ws_act_uninit(ws, 4, images->shape);
-        m->be->nn.cast(m->be, images, &st->images);
-    }
+    st->images = *images; // the stem casts and pads them in one pass (resnet.c)
     mrcnn_backbone_forward(m, ws, &st->images, &st->bb);
     mrcnn_rpn_head_forward(m, ws, &st->bb, &st->rpn);
     int gh[MRCNN_FPN_LEVELS], gw[MRCNN_FPN_LEVELS];
@@ -78,7 +73,7 @@ void mrcnn_model_forward_features(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_batc
     MRCNN_CHECK(b->images.ndim == 4 && b->images.data,
                 "model: the batch's images are not a (N, H, W, 3) device tensor");
     const mrcnn_model_anchors *a = model_anchors(m, (int)b->images.shape[1], (int)b->images.shape[2]);
-    mrcnn_params_refresh(&m->params); // the weights may have changed since the last forward
+    model_refresh_weights(m); // the weights may have changed since the last forward
     run_features(m, ws, &b->images, a, st);
     int32_t *hw = MRCNN_MALLOC((size_t)st->n_images * 2 * sizeof(int32_t), "image sizes");
     for (int i = 0; i < 2 * st->n_images; i++) hw[i] = b->image_hw[i];
@@ -215,7 +210,7 @@ void mrcnn_model_run(mrcnn_model *m, int slot, mrcnn_ws *ws, bool backward, mrcn
     const mrcnn_staged *sg = &m->staged[slot];
     memset(st, 0, sizeof *st);
     // once per step, inside its captured region: a later micro-batch sees the same weights
-    if (slot == 0) mrcnn_params_refresh(&m->params);
+    if (slot == 0) model_refresh_weights(m);
     run_features(m, ws, &sg->images, sg->anchors, st);
     st->image_hw_dev = sg->image_hw;
     st->gt = sg->gt;

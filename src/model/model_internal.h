@@ -50,6 +50,11 @@ static inline mrcnn_tensor grad_buffer(mrcnn_ws *ws, const mrcnn_tensor *t) {
 /* The FPN levels' sizes gh, gw (MRCNN_FPN_LEVELS) of an H x W batch without running the
  * network (maskrcnn_staging.c). */
 void model_level_sizes(int H, int W, int *gh, int *gw);
+/* The weights as the layers read them, before a forward's first op: the compute copy
+ * (mrcnn_params_refresh) and the padded layers' views (mrcnn_params_padded), made here
+ * when missing: at first use they would be made inside the mask head's conditional
+ * body (stream.run_if), where nothing may be allocated (maskrcnn_init.c). */
+void model_refresh_weights(mrcnn_model *m);
 /* The cached anchors of an H x W batch, made and uploaded on first use
  * (maskrcnn_staging.c). */
 const mrcnn_model_anchors *model_anchors(mrcnn_model *m, int H, int W);

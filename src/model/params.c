@@ -48,6 +48,26 @@ static mrcnn_dtype compute_dtype(const mrcnn_params *p) {
     return mrcnn_ws_act_dtype(&ws);
 }
 
+/* The entry as the (M, C) -> (M, D) rows channel_copy pads: its last dimension, or for
+ * padded rows all of it as one row (the real rows are the prefix). */
+static void pad_fill(const mrcnn_params *p, const struct mrcnn_params_pad *e) {
+    const mrcnn_tensor *v = &p->values.entries[e->index].tensor;
+    const int64_t n = mrcnn_tensor_numel(v), pn = mrcnn_tensor_numel(&e->t);
+    const int64_t c = e->rows != v->shape[0] ? n : v->shape[v->ndim - 1];
+    const int64_t d = e->rows != v->shape[0] ? pn : e->last;
+    mrcnn_tensor x = mrcnn_tensor_view(v->data, v->dtype, v->device, 2, (int64_t[]){c ? n / c : 0, c});
+    mrcnn_tensor y = mrcnn_tensor_view(e->t.data, e->t.dtype, e->t.device, 2, (int64_t[]){c ? n / c : 0, d});
+    p->be->nn.channel_copy(p->be, &x, &y);
+}
+
+static void pads_free(mrcnn_params *p) {
+    for (int j = 0; j < p->n_pads; j++)
+        if (p->pads[j].t.data) p->be->mem.free(p->be, p->pads[j].t.data);
+    free(p->pads);
+    p->pads = NULL;
+    p->n_pads = p->cap_pads = 0;
+}
+
 static void copy_drop(mrcnn_params *p) {
     if (p->copy.base) p->be->mem.free(p->be, p->copy.base);
     mrcnn_arena_free(&p->copy);
@@ -104,11 +124,50 @@ void mrcnn_params_commit(mrcnn_params *p, const mrcnn_backend *be) {
 void mrcnn_params_refresh(mrcnn_params *p) {
     MRCNN_CHECK(p->be, "params: refreshed before mrcnn_params_commit");
     copy_fit(p);
+    for (int j = 0; j < p->n_pads; j++) {
+        const mrcnn_tensor *v = &p->values.entries[p->pads[j].index].tensor;
+        if (v->ndim > 1 && p->pads[j].t.dtype != compute_dtype(p)) { // the precision changed: remade below
+            pads_free(p);
+            break;
+        }
+    }
+    for (int j = 0; j < p->n_pads; j++) pad_fill(p, &p->pads[j]);
     if (!p->copy.base) return;
     const int64_t n = (int64_t)(p->values.size / sizeof(float));
     mrcnn_tensor src = mrcnn_tensor_view(p->values.base, MRCNN_DTYPE_F32, p->values.device, 1, &n);
     mrcnn_tensor dst = mrcnn_tensor_view(p->copy.base, p->copy.entries[0].tensor.dtype, p->copy.device, 1, &n);
     p->be->nn.cast(p->be, &src, &dst);
+}
+
+mrcnn_tensor mrcnn_params_padded(mrcnn_params *p, int i, int64_t rows, int64_t last) {
+    MRCNN_CHECK(p->be, "params: a padded view before mrcnn_params_commit");
+    MRCNN_CHECK(i >= 0 && i < p->values.n_entries, "params: no entry %d", i);
+    const mrcnn_tensor *v = &p->values.entries[i].tensor;
+    const int64_t k = v->shape[0], c = v->shape[v->ndim - 1];
+    if (v->ndim == 1) last = rows; // a bias: its one dimension is its rows
+    MRCNN_CHECK(rows >= k && last >= c && (rows == k || last == c || v->ndim == 1),
+                "params: %s (%lld, ..., %lld) padded to (%lld, ..., %lld): rows or last channels may grow, one of "
+                "them",
+                p->values.entries[i].name, (long long)k, (long long)c, (long long)rows, (long long)last);
+    for (int j = 0; j < p->n_pads; j++)
+        if (p->pads[j].index == i && p->pads[j].rows == rows && p->pads[j].last == last) return p->pads[j].t;
+    if (p->n_pads == p->cap_pads) {
+        p->cap_pads = p->cap_pads ? 2 * p->cap_pads : 16;
+        p->pads = MRCNN_REALLOC(p->pads, (size_t)p->cap_pads * sizeof *p->pads, "padded views");
+    }
+    struct mrcnn_params_pad *e = &p->pads[p->n_pads++];
+    int64_t shape[MRCNN_MAX_DIMS];
+    memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
+    shape[0] = rows;
+    shape[v->ndim - 1] = v->ndim == 1 ? rows : last;
+    const mrcnn_dtype dt = v->ndim == 1 ? MRCNN_DTYPE_F32 : compute_dtype(p);
+    int64_t numel = 1;
+    for (int d = 0; d < v->ndim; d++) numel *= shape[d];
+    *e = (struct mrcnn_params_pad){.index = i, .rows = rows, .last = last};
+    e->t = mrcnn_tensor_view(p->be->mem.alloc(p->be, (size_t)numel * mrcnn_dtype_size(dt), "padded weights"), dt,
+                             p->be->device, v->ndim, shape);
+    pad_fill(p, e); // first use; every later refresh remakes it
+    return e->t;
 }
 
 mrcnn_tensor *mrcnn_params_compute(mrcnn_params *p, int i) {
@@ -155,6 +214,7 @@ void mrcnn_params_free(mrcnn_params *p) {
         if (p->values.base) p->be->mem.free(p->be, p->values.base);
         if (p->grads.base) p->be->mem.free(p->be, p->grads.base);
         copy_drop(p);
+        pads_free(p);
     }
     for (int i = 0; p->fold_buf && i < p->values.n_entries; i++) free(p->fold_buf[i]);
     free(p->fold_buf);

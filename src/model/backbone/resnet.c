@@ -96,8 +96,19 @@ void mrcnn_resnet_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *imag
                 "backbone: images must be (N, H, W, 3) with H and W divisible by 32, got (%lld, %lld, "
                 "%lld, %lld)", (long long)images->shape[0], (long long)images->shape[1],
                 (long long)images->shape[2], (long long)images->shape[3]);
+    /* The stem's input: the images in the activation dtype (a GPU backend's bf16/fp16)
+     * with zero channels up to the stem's padded width, cast and pad in one pass. */
     const int c = mrcnn_conv_layer_in_channels(m, &r->stem);
-    o->stem_in = c == 3 ? *images : mrcnn_channels_pad(m, ws, images, c);
+    const mrcnn_dtype act = mrcnn_ws_act_dtype(ws);
+    o->stem_in = *images;
+    if (c != 3 || images->dtype != act) {
+        const int64_t rows = images->shape[0] * images->shape[1] * images->shape[2];
+        o->stem_in = mrcnn_ws_tensor_uninit(ws, act, 4, (int64_t[]){images->shape[0], images->shape[1],
+                                                                    images->shape[2], c}); // written whole
+        mrcnn_tensor x = mrcnn_tensor_reshape(images, 2, (int64_t[]){rows, 3});
+        mrcnn_tensor y = mrcnn_tensor_reshape(&o->stem_in, 2, (int64_t[]){rows, c});
+        be->nn.channel_copy(be, &x, &y);
+    }
     o->stem_conv = mrcnn_conv_layer_forward(m, ws, &r->stem, &o->stem_in, MRCNN_ACT_RELU);
     mrcnn_pool2d_desc pd = {(int)o->stem_conv.shape[0], (int)o->stem_conv.shape[1],
                             (int)o->stem_conv.shape[2], (int)o->stem_conv.shape[3], 3, 2, 1};

@@ -64,14 +64,13 @@ static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tens
     const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
     const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
     if (kp == k || x->shape[0] == 0) return linear_fwd(m, ws, x, w, b, MRCNN_ACT_NONE);
-    mrcnn_tensor wp = mrcnn_padded_rows(m, ws, W, kp);
-    mrcnn_tensor bp = mrcnn_padded_rows(m, ws, mrcnn_arena_get(&m->params.values, b), kp);
+    // zero weight rows and bias entries up to kp, made once per step (params.h)
+    mrcnn_tensor wp = mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
+    mrcnn_tensor bp = mrcnn_params_padded(&m->params, b, kp, kp);
     mrcnn_tensor yp = mrcnn_ws_act_uninit(ws, 2, (int64_t[]){x->shape[0], kp});
     m->be->nn.linear_forward(m->be, x, &wp, &bp, MRCNN_ACT_NONE, &yp);
     mrcnn_tensor y = mrcnn_channels_slice(m, ws, &yp, k);
     mrcnn_ws_release(ws, &yp);
-    mrcnn_ws_release(ws, &bp);
-    mrcnn_ws_release(ws, &wp);
     return y;
 }
 
@@ -87,14 +86,13 @@ static void predictor_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, i
         return;
     }
     mrcnn_tensor *dw = mrcnn_arena_get(&m->params.grads, w), *db = mrcnn_arena_get(&m->params.grads, b);
-    mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp), wp = mrcnn_padded_rows(m, ws, W, kp);
+    mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp), wp = mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
     mrcnn_tensor dwp = mrcnn_padded_rows(m, ws, dw, kp), dbp = mrcnn_padded_rows(m, ws, db, kp);
     m->be->nn.linear_backward(m->be, x, &wp, &dyp, MRCNN_ACT_NONE, NULL, dx, dx_mode, &dwp, &dbp);
     mrcnn_padded_rows_store(m, &dwp, dw);
     mrcnn_padded_rows_store(m, &dbp, db);
     mrcnn_ws_release(ws, &dbp);
     mrcnn_ws_release(ws, &dwp);
-    mrcnn_ws_release(ws, &wp);
     mrcnn_ws_release(ws, &dyp);
     mrcnn_model_grad_ready(m, w);
     mrcnn_model_grad_ready(m, b);
