@@ -10,7 +10,11 @@
  * path's fp32 master weights add one cast per call. Without a GPU it prints
  * "skip [gpu]: no GPU (...)" and exits 77. --cpu-check runs every case on the CPU backend
  * at fp32 with shapes divided by 8 (a check of the harness, one call per case; with
- * --iters N the memory-bound rows give CPU timings of the same ops). */
+ * --iters N the memory-bound rows give CPU timings of the same ops).
+ * The conv, linear and deconv groups time each backward two more ways: as the model calls
+ * it ("bwd relu+write": the layer's ReLU masked inside the op, on CUDA one pass that also
+ * sums db; dx written, not added; fp32 master dw and db) and as it called it before
+ * b42e94c ("bwd zero+relu+add": dx zeroed, relu_backward into a buffer, the op adding). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +47,7 @@ static int group_on(const char *group) { return !g_only || !strcmp(g_only, group
 static int sz(int v) { return v / g_div > 0 ? v / g_div : 1; }
 
 typedef struct {
-    char name[48];
+    char name[72];
     double ms;
     double rate;    // TFLOP/s or GB/s
     double ceiling; // same unit, 0: none
@@ -94,10 +98,10 @@ static void add_result(const char *name, double ms, double work, int flops, doub
     r->ceiling = ceiling;
     r->unit = flops ? "TFLOP/s" : "GB/s";
     if (ceiling > 0)
-        printf("%-46s %-5s %9.3f ms %9.1f %-7s %5.1f%% of %.0f\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit,
+        printf("%-60s %-5s %9.3f ms %9.1f %-7s %5.1f%% of %.0f\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit,
                100.0 * r->rate / ceiling, ceiling);
     else
-        printf("%-46s %-5s %9.3f ms %9.1f %-7s\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit);
+        printf("%-60s %-5s %9.3f ms %9.1f %-7s\n", r->name, mrcnn_dtype_name(DT), ms, r->rate, r->unit);
     fflush(stdout);
 }
 
@@ -117,9 +121,14 @@ static double time_ms(op_fn fn, void *ctx) {
 
 /* ---- convolutions ----------------------------------------------------------------------- */
 
+/* Which model-path backward rows a conv case gets: none (the workspace-cap repeat), with
+ * dx, or without (the stem: the images need no gradient, the model passes dx NULL). */
+typedef enum { MODEL_BWD_NONE, MODEL_BWD_DX, MODEL_BWD_NO_DX } model_bwd;
+
 typedef struct {
     mrcnn_conv2d_desc d;
-    mrcnn_tensor x, w, b, y, dy, dx, dw, db;
+    model_bwd model;
+    mrcnn_tensor x, w, b, y, dy, dx, dw, db, dw32, db32, dmask;
 } conv_ctx;
 
 static void conv_fwd(void *c_) {
@@ -138,12 +147,47 @@ static void conv_bwd_filter(void *c_) {
     conv_ctx *c = c_;
     be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, NULL, MRCNN_GRAD_ADD, &c->dw, NULL);
 }
+/* As the model calls it (layers.c): one call, y is the forward's ReLU output. */
+static void conv_bwd_model(void *c_) {
+    conv_ctx *c = c_;
+    mrcnn_tensor *dx = c->model == MODEL_BWD_DX ? &c->dx : NULL;
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dy, MRCNN_ACT_RELU, &c->y, dx, MRCNN_GRAD_WRITE, &c->dw32,
+                           &c->db32);
+}
+/* As the model called it before b42e94c: three calls and a separate bias-gradient pass. */
+static void conv_bwd_before(void *c_) {
+    conv_ctx *c = c_;
+    mrcnn_tensor *dx = c->model == MODEL_BWD_DX ? &c->dx : NULL;
+    if (dx) be->mem.zero(be, dx);
+    be->nn.relu_backward(be, &c->y, &c->dy, &c->dmask);
+    be->nn.conv2d_backward(be, &c->d, &c->x, &c->w, &c->dmask, MRCNN_ACT_NONE, NULL, dx, MRCNN_GRAD_ADD, &c->dw32,
+                           &c->db32);
+}
+
+/* The model-path rows of one conv case (its forward rows have left the ReLU output in y). */
+static void bench_conv_model_bwd(conv_ctx *c, const char *label, double flops, double ceil) {
+    const mrcnn_conv2d_desc *d = &c->d;
+    c->dw32 = dev_tensor(MRCNN_DTYPE_F32, 4, (int64_t[]){d->k, d->r, d->s, d->c}, 1.0f);
+    c->db32 = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){d->k}, 1.0f);
+    c->dmask = dev_tensor(DT, 4, c->dy.shape, 1.0f);
+    const int with_dx = c->model == MODEL_BWD_DX;
+    const double work = with_dx ? 2 * flops : flops; // data + filter, or filter alone
+    char name[72];
+    snprintf(name, sizeof name, "conv %s bwd relu+write%s", label, with_dx ? "" : " (no dx)");
+    add_result(name, time_ms(conv_bwd_model, c), work, 1, ceil);
+    snprintf(name, sizeof name, "conv %s bwd zero+relu+add%s", label, with_dx ? "" : " (no dx)");
+    add_result(name, time_ms(conv_bwd_before, c), work, 1, ceil);
+    dev_free(&c->dw32);
+    dev_free(&c->db32);
+    dev_free(&c->dmask);
+}
 
 /* useful_c: input channels that carry data (the stem's 3 of a padded 4 or 8). */
-static void bench_conv(const char *label, mrcnn_conv2d_desc d, int useful_c) {
+static void bench_conv(const char *label, mrcnn_conv2d_desc d, int useful_c, model_bwd model) {
     conv_ctx c;
     memset(&c, 0, sizeof c);
     c.d = d;
+    c.model = model;
     const int p = mrcnn_conv2d_out_h(&d), q = mrcnn_conv2d_out_w(&d);
     c.x = dev_tensor(DT, 4, (int64_t[]){d.n, d.h, d.w, d.c}, 1.0f);
     c.w = dev_tensor(DT, 4, (int64_t[]){d.k, d.r, d.s, d.c}, 0.1f);
@@ -169,6 +213,7 @@ static void bench_conv(const char *label, mrcnn_conv2d_desc d, int useful_c) {
     add_result(name, bf, flops, 1, ceil);
     snprintf(name, sizeof name, "conv %s fwd+bwd", label);
     add_result(name, f + bd + bf, 3 * flops, 1, ceil);
+    if (model != MODEL_BWD_NONE) bench_conv_model_bwd(&c, label, flops, ceil);
     mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
 }
@@ -176,7 +221,7 @@ static void bench_conv(const char *label, mrcnn_conv2d_desc d, int useful_c) {
 /* ---- GEMM-shaped ops: linear (box head fc6) and the mask head's deconv ---------------------- */
 
 typedef struct {
-    mrcnn_tensor x, w, b, y, dy, dx, dw, db;
+    mrcnn_tensor x, w, b, y, dy, dx, dw, db, dmask;
 } lin_ctx;
 
 static void lin_fwd(void *c_) {
@@ -187,6 +232,18 @@ static void lin_bwd(void *c_) {
     lin_ctx *c = c_;
     be->nn.linear_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw, &c->db);
 }
+/* As the model calls it (box head fc6/fc7): y is the forward's ReLU output ... */
+static void lin_bwd_model(void *c_) {
+    lin_ctx *c = c_;
+    be->nn.linear_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_RELU, &c->y, &c->dx, MRCNN_GRAD_WRITE, &c->dw, &c->db);
+}
+/* ... and as it called it before b42e94c. */
+static void lin_bwd_before(void *c_) {
+    lin_ctx *c = c_;
+    be->mem.zero(be, &c->dx);
+    be->nn.relu_backward(be, &c->y, &c->dy, &c->dmask);
+    be->nn.linear_backward(be, &c->x, &c->w, &c->dmask, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw, &c->db);
+}
 static void deconv_fwd(void *c_) {
     lin_ctx *c = c_;
     be->nn.deconv2x2_forward(be, &c->x, &c->w, &c->b, MRCNN_ACT_RELU, &c->y);
@@ -194,6 +251,19 @@ static void deconv_fwd(void *c_) {
 static void deconv_bwd(void *c_) {
     lin_ctx *c = c_;
     be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw, &c->db);
+}
+/* As the mask head's upsample calls it, and as it called it before b42e94c. */
+static void deconv_bwd_model(void *c_) {
+    lin_ctx *c = c_;
+    be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dy, MRCNN_ACT_RELU, &c->y, &c->dx, MRCNN_GRAD_WRITE, &c->dw,
+                              &c->db);
+}
+static void deconv_bwd_before(void *c_) {
+    lin_ctx *c = c_;
+    be->mem.zero(be, &c->dx);
+    be->nn.relu_backward(be, &c->y, &c->dy, &c->dmask);
+    be->nn.deconv2x2_backward(be, &c->x, &c->w, &c->dmask, MRCNN_ACT_NONE, NULL, &c->dx, MRCNN_GRAD_ADD, &c->dw,
+                              &c->db);
 }
 
 static void bench_linear(int n, int in, int out) {
@@ -203,6 +273,7 @@ static void bench_linear(int n, int in, int out) {
     c.b = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){out}, 0.1f);
     c.y = dev_tensor(DT, 2, (int64_t[]){n, out}, 1.0f);
     c.dy = dev_tensor(DT, 2, (int64_t[]){n, out}, 1.0f);
+    c.dmask = dev_tensor(DT, 2, (int64_t[]){n, out}, 1.0f);
     c.dx = dev_tensor(DT, 2, (int64_t[]){n, in}, 1.0f);
     c.dw = dev_tensor(MRCNN_DTYPE_F32, 2, (int64_t[]){out, in}, 1.0f);
     c.db = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){out}, 1.0f);
@@ -213,7 +284,11 @@ static void bench_linear(int n, int in, int out) {
     add_result(name, time_ms(lin_fwd, &c), flops, 1, ceil);
     snprintf(name, sizeof name, "linear %dx%d->%d bwd (dx,dw,db)", n, in, out);
     add_result(name, time_ms(lin_bwd, &c), 2 * flops, 1, ceil);
-    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db};
+    snprintf(name, sizeof name, "linear %dx%d->%d bwd relu+write", n, in, out);
+    add_result(name, time_ms(lin_bwd_model, &c), 2 * flops, 1, ceil);
+    snprintf(name, sizeof name, "linear %dx%d->%d bwd zero+relu+add", n, in, out);
+    add_result(name, time_ms(lin_bwd_before, &c), 2 * flops, 1, ceil);
+    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db, &c.dmask};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
 }
 
@@ -224,6 +299,7 @@ static void bench_deconv(int r, int s, int ch, int k) {
     c.b = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){k}, 0.1f);
     c.y = dev_tensor(DT, 4, (int64_t[]){r, 2 * s, 2 * s, k}, 1.0f);
     c.dy = dev_tensor(DT, 4, (int64_t[]){r, 2 * s, 2 * s, k}, 1.0f);
+    c.dmask = dev_tensor(DT, 4, (int64_t[]){r, 2 * s, 2 * s, k}, 1.0f);
     c.dx = dev_tensor(DT, 4, (int64_t[]){r, s, s, ch}, 1.0f);
     c.dw = dev_tensor(MRCNN_DTYPE_F32, 4, (int64_t[]){k, 2, 2, ch}, 1.0f);
     c.db = dev_tensor(MRCNN_DTYPE_F32, 1, (int64_t[]){k}, 1.0f);
@@ -234,7 +310,11 @@ static void bench_deconv(int r, int s, int ch, int k) {
     add_result(name, time_ms(deconv_fwd, &c), flops, 1, ceil);
     snprintf(name, sizeof name, "deconv2x2 %d@%dx%d x%d bwd", ch, s, s, r);
     add_result(name, time_ms(deconv_bwd, &c), 2 * flops, 1, ceil);
-    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db};
+    snprintf(name, sizeof name, "deconv2x2 %d@%dx%d x%d bwd relu+write", ch, s, s, r);
+    add_result(name, time_ms(deconv_bwd_model, &c), 2 * flops, 1, ceil);
+    snprintf(name, sizeof name, "deconv2x2 %d@%dx%d x%d bwd zero+relu+add", ch, s, s, r);
+    add_result(name, time_ms(deconv_bwd_before, &c), 2 * flops, 1, ceil);
+    mrcnn_tensor *all[] = {&c.x, &c.w, &c.b, &c.y, &c.dy, &c.dx, &c.dw, &c.db, &c.dmask};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dev_free(all[i]);
 }
 
@@ -551,7 +631,8 @@ static void bench_upload(void) {
 static void bench_workspace_cap(void) {
     mrcnn_backend *saved = be;
     be = backend_with("MRCNN_CUDNN_WORKSPACE_MB", "256");
-    bench_conv("FPN P2 3x3 256 b8 ws256MB", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
+    bench_conv("FPN P2 3x3 256 b8 ws256MB", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256,
+               MODEL_BWD_NONE);
     mrcnn_backend_destroy(be);
     be = saved;
 }
@@ -629,14 +710,23 @@ int main(int argc, char **argv) {
         }
     }
     be->set_precision(be, DT);
-    printf("%-46s %-5s %12s %17s %s\n", "op", "dtype", "time", "rate", "of measured ceiling");
+    printf("%-60s %-5s %12s %17s %s\n", "op", "dtype", "time", "rate", "of measured ceiling");
     if (group_on("conv")) {
-        bench_conv("res2 3x3 64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 64, 64, 3, 1, 1), 64);
-        bench_conv("1x1 256->64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 64, 1, 1, 0), 256);
-        bench_conv("FPN P2 3x3 256@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256);
-        bench_conv("stem 7x7s2 C4(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 4, 64, 7, 2, 3), 3);
-        bench_conv("stem 7x7s2 C8(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 8, 64, 7, 2, 3), 3);
-        bench_conv("mask 3x3 256@14x14 x1024", mrcnn_conv2d_desc_make(sz(1024), 14, 14, 256, 256, 3, 1, 1), 256);
+        /* The model's ReLU convs at these shapes: res2 conv2 and conv1, the RPN conv on P2 (the
+         * FPN output conv, same shape, has no ReLU: its backward is the plain bwd data/filter
+         * rows), the stem (no dx), the mask head's convs. */
+        bench_conv("res2 3x3 64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 64, 64, 3, 1, 1), 64,
+                   MODEL_BWD_DX);
+        bench_conv("1x1 256->64@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 64, 1, 1, 0), 256,
+                   MODEL_BWD_DX);
+        bench_conv("FPN P2 3x3 256@200x304 b8", mrcnn_conv2d_desc_make(sz(8), sz(200), sz(304), 256, 256, 3, 1, 1), 256,
+                   MODEL_BWD_DX);
+        bench_conv("stem 7x7s2 C4(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 4, 64, 7, 2, 3), 3,
+                   MODEL_BWD_NO_DX);
+        bench_conv("stem 7x7s2 C8(3)@800x1216 b8", mrcnn_conv2d_desc_make(sz(8), sz(800), sz(1216), 8, 64, 7, 2, 3), 3,
+                   MODEL_BWD_NO_DX);
+        bench_conv("mask 3x3 256@14x14 x1024", mrcnn_conv2d_desc_make(sz(1024), 14, 14, 256, 256, 3, 1, 1), 256,
+                   MODEL_BWD_DX);
     }
     if (group_on("gemm")) {
         bench_linear(sz(4096), 256 * 7 * 7, 1024);

@@ -29,9 +29,14 @@
 # GPU_CHECK_STAGE=3 (budget 480 s): the GPU model test at GPU_MODEL_STEPS_2 (200) steps;
 #   test_cuda_ops when stage 1 ran the op table instead; a `mrcnn train` smoke run
 #   (configs/tiny.yaml, MODEL.DEVICE=cuda, SMOKE_STEPS (20) steps, a synthetic set made on
-#   the spot); `mrcnn bench train` at the first precision with SOLVER.CUDA_GRAPH=off
-#   (SKIP_NOGRAPH=1 skips it); the op benchmark (bench_gpu_ops) per dtype in BENCH_DTYPES;
-#   any other tests/cuda program (20 s each, 35 s for all of them).
+#   the spot), then a second one on the same set with MRCNN_ROI_BWD=gather (ROIAlign's
+#   backward without atomics in real steps; SMOKE_GATHER_STEPS (10) steps, cuDNN's
+#   heuristics; its loss beside the first run's at the same step; SMOKE_GATHER_STEPS=0
+#   skips it); `mrcnn bench train` at the first precision with SOLVER.CUDA_GRAPH=off
+#   (SKIP_NOGRAPH=1 skips it); the op benchmark (bench_gpu_ops) per dtype in BENCH_DTYPES,
+#   its backwards as the model calls them (bwd relu+write) beside the former calls (bwd
+#   zero+relu+add) and ROIAlign's gather row; any other tests/cuda program (20 s each, 35 s
+#   for all of them).
 # GPU_CHECK_STAGE=all runs the three in one call, each within its own budget.
 #
 # The plan: each stage's step limits, plus each step's kill grace (timeout -k 5) and a
@@ -42,7 +47,8 @@
 # CPU backend in the GPU's slot (MRCNN_CUDA_OPS_SELFCHECK, MRCNN_GPU_MODEL_SELFCHECK),
 # `mrcnn bench train --device cpu` at a small size, torchvision on the CPU at a small
 # size (recorded as skipped when this Python has no torch), MRCNN_REQUIRE empty; the
-# same limits and budget, so that its time says the stage fits.
+# same limits and budget, so that its time says the stage fits; the op benchmark runs its
+# conv and GEMM groups with --cpu-check (the harness and the table's rows, not timings).
 #
 # Test programs run with MRCNN_REQUIRE=gpu,nccl (a missing capability is a failure, not a
 # skip); on a machine with a GPU an exit 77 (skip) of any test counts as a failure.
@@ -58,7 +64,7 @@
 # build/release), TV_ARGS ("8 800 1216 bf16"), PYTHON (python3), SKIP_TV=1,
 # TRAIN_DTYPES ("bf16 fp32"), TRAIN_ARGS (more arguments of `mrcnn bench train`),
 # GPU_MODEL_STEPS_1 (50), GPU_MODEL_STEPS_2 (200), GPU_MODEL_SEEDS (the test's default),
-# SKIP_SMOKE=1, SMOKE_STEPS (20), SMOKE_DEVICE (cuda), BENCH_DTYPES ("bf16"; "" skips
+# SKIP_SMOKE=1, SMOKE_STEPS (20), SMOKE_GATHER_STEPS (10), SMOKE_DEVICE (cuda), BENCH_DTYPES ("bf16"; "" skips
 # the op benchmark), BENCH_ITERS (20), SCALING_TIMELINE (a timeline file for the scaling
 # model, e.g. stage 1's carried back), MRCNN_REQUIRE (gpu,nccl; "" to rehearse),
 # GPU_CHECK_THREADS (OMP_NUM_THREADS; default nproc).
@@ -74,7 +80,7 @@ KILL_GRACE=5 # timeout -k: SIGKILL this long after SIGTERM
 RESERVE=15   # per stage: unpacking, nvidia-smi, ldd, the summary
 L_TV=60 L_BENCH1=45 L_OPS=35 L_MODEL1=60                        # stage 1
 L_BUCK1=25 L_BUCK2=35 L_TRACE=75 L_FIND=80 L_FP32=55 L_SCALING=10 L_DETECT=30 # stage 2
-L_MODEL2=130 L_OPS3=40 L_SMOKE_DATA=25 L_SMOKE=80 L_NOGRAPH=60 L_OPBENCH=60 # stage 3
+L_MODEL2=130 L_OPS3=40 L_SMOKE_DATA=25 L_SMOKE=50 L_SMOKE_GATHER=25 L_NOGRAPH=60 L_OPBENCH=60 # stage 3
 L_OTHERS=35 L_OTHER=20 # stage 3's other tests/cuda programs: 35 s for all of them, 20 s at most each
 case $STAGE in
 1) BUDGET=${GPU_CHECK_BUDGET:-$B1} ;;
@@ -152,7 +158,7 @@ plan_check() { # plan_check STAGE BUDGET LIMIT...
 plan_ok=1
 case $STAGE in 1 | all) plan_check 1 "$([ "$STAGE" = all ] && echo $B1 || echo "$BUDGET")" $L_TV $L_BENCH1 $L_OPS $L_MODEL1 >> "$TMPD/plan.txt" || plan_ok=0 ;; esac
 case $STAGE in 2 | all) plan_check 2 "$([ "$STAGE" = all ] && echo $B2 || echo "$BUDGET")" $L_BUCK1 $L_BUCK2 $L_TRACE $L_FIND $L_FP32 $L_SCALING $L_DETECT >> "$TMPD/plan.txt" || plan_ok=0 ;; esac
-case $STAGE in 3 | all) plan_check 3 "$([ "$STAGE" = all ] && echo $B3 || echo "$BUDGET")" $L_MODEL2 $L_OPS3 $L_SMOKE_DATA $L_SMOKE $L_NOGRAPH $L_OPBENCH $L_OTHERS >> "$TMPD/plan.txt" || plan_ok=0 ;; esac
+case $STAGE in 3 | all) plan_check 3 "$([ "$STAGE" = all ] && echo $B3 || echo "$BUDGET")" $L_MODEL2 $L_OPS3 $L_SMOKE_DATA $L_SMOKE $L_SMOKE_GATHER $L_NOGRAPH $L_OPBENCH $L_OTHERS >> "$TMPD/plan.txt" || plan_ok=0 ;; esac
 cat "$TMPD/plan.txt" >> "$LOG"
 cat "$TMPD/plan.txt"
 if [ "$plan_ok" != 1 ]; then
@@ -248,6 +254,11 @@ RESULTS=$TMPD/results.txt
 : > "$RESULTS"
 result() { printf '%-26s: %s\n' "$1" "$2" >> "$RESULTS"; }
 
+# The last logged step of a `mrcnn train` run: step, total loss, the rest up to the lr.
+smoke_loss_line() {
+    grep -E 'step [0-9]+/[0-9]+ +loss' "$1" | tail -1 | sed 's/^\[[^]]*\] *//; s/ loss_objectness.* lr [^ ]*//' | cut -c1-100
+}
+
 # ---- device and libraries (every stage) -----------------------------------------------------------
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed"; } >> "$LOG"
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -310,6 +321,7 @@ tv_line="not run"
 BENCH_OUT=$TMPD/bench_ops.txt
 : > "$BENCH_OUT"
 smoke_line=""
+smoke_gather_line=""
 scaling_line=""
 
 # =================================== stage 1 ===========================================================
@@ -463,9 +475,26 @@ if [ "$STAGE" = 3 ] || [ "$STAGE" = all ]; then
                 --config configs/tiny.yaml --set MODEL.DEVICE=${SMOKE_DEVICE:-cuda} --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
                 --set OUTPUT_DIR='$SM/out' --set LOG_PERIOD=5 --max-steps ${SMOKE_STEPS:-20}"
             rc=$?
-            smoke_line="rc=$rc: $(grep -E 'step [0-9]+/[0-9]+ +loss' "$STEP_OUT" | tail -1 |
-                sed 's/^\[[^]]*\] *//; s/ loss_objectness.* lr [^ ]*//' | cut -c1-100)"
+            smoke_line="rc=$rc: $(smoke_loss_line "$STEP_OUT")"
             grep -q "training on the CPU" "$STEP_OUT" && smoke_line="$smoke_line (fell back to the CPU)"
+            cp "$STEP_OUT" "$SM/smoke.txt"
+            # ROIAlign's backward by gather (no atomics) in real steps on the same set; cuDNN's
+            # heuristics (the first run timed its search); its loss beside the first run's
+            gs=${SMOKE_GATHER_STEPS:-10}
+            if [ "$gs" -gt 0 ]; then
+                step "smoke train gather (${SMOKE_DEVICE:-cuda}, tiny, $gs steps)" $L_SMOKE_GATHER env MRCNN_ROI_BWD=gather \
+                    MRCNN_CUDNN_FIND=0 bash -c "set -o pipefail; '$BUILD/mrcnn' train \
+                    --config configs/tiny.yaml --set MODEL.DEVICE=${SMOKE_DEVICE:-cuda} --set DATASETS.TRAIN='$SM/shards/train-index.h5' \
+                    --set OUTPUT_DIR='$SM/out-gather' --set LOG_PERIOD=5 --max-steps $gs"
+                rc=$?
+                smoke_gather_line="rc=$rc: $(smoke_loss_line "$STEP_OUT")"
+                gk=$(grep -E 'step [0-9]+/[0-9]+ +loss' "$STEP_OUT" | tail -1 | grep -oE 'step [0-9]+/' | tr -d /)
+                if [ -n "$gk" ]; then
+                    fl=$(grep -E "$gk/[0-9]+ +loss" "$SM/smoke.txt" | tail -1 | grep -oE ' loss [^ ]+' | sed 's/^ //')
+                    smoke_gather_line="$smoke_gather_line (first run at $gk: ${fl:-none logged})"
+                fi
+                grep -q "training on the CPU" "$STEP_OUT" && smoke_gather_line="$smoke_gather_line (fell back to the CPU)"
+            fi
         else
             smoke_line="data preparation failed (see the log)"
         fi
@@ -479,7 +508,14 @@ if [ "$STAGE" = 3 ] || [ "$STAGE" = all ]; then
     for dt in ${BENCH_DTYPES-bf16}; do
         [ -x "$BUILD/bench/bench_gpu_ops" ] || break
         echo "== op benchmark $dt" >> "$BENCH_OUT"
-        step "op benchmark $dt" $L_OPBENCH env MRCNN_CONV_VERBOSE=1 "$BUILD/bench/bench_gpu_ops" --dtype $dt --iters ${BENCH_ITERS:-20}
+        if [ "$CPU_REHEARSAL" = 1 ]; then
+            # the harness on the CPU backend at shapes / 8 (not timings): the conv and GEMM
+            # groups, whose backward rows the table below picks out
+            step "op benchmark $dt" $L_OPBENCH bash -c "'$BUILD/bench/bench_gpu_ops' --cpu-check --only conv &&
+                '$BUILD/bench/bench_gpu_ops' --cpu-check --only gemm"
+        else
+            step "op benchmark $dt" $L_OPBENCH env MRCNN_CONV_VERBOSE=1 "$BUILD/bench/bench_gpu_ops" --dtype $dt --iters ${BENCH_ITERS:-20}
+        fi
         rc=$?
         cat "$STEP_OUT" >> "$BENCH_OUT"
         result "op benchmark $dt" "$(verdict $rc)"
@@ -541,17 +577,20 @@ print("  %-18s %9.1f %9.1f %9.2f %.3f -> %.3f%s  (syncs/step %s, reads %s, uploa
         [ "$have_bench_train" = 1 ] || echo "  mrcnn: no \`mrcnn bench train\` in this build"
     fi
     [ -n "$smoke_line" ] && echo "smoke (${SMOKE_DEVICE:-cuda})              : $smoke_line"
+    [ -n "$smoke_gather_line" ] && echo "smoke roi gather (${SMOKE_DEVICE:-cuda})   : $smoke_gather_line"
     [ -n "$scaling_line" ] && echo "scaling model             : $scaling_line"
     if grep -qE "^(conv|linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT"; then
         echo "convolutions (fwd + bwd data + bwd filter; % of the measured cuDNN ceiling):"
         grep -E "^conv .* fwd\+bwd " "$BENCH_OUT" | awk '{
             n = index($0, " fwd+bwd"); name = substr($0, 1, n - 1);
             printf "  %-34s %-5s %9s ms %7s TFLOP/s %6s of %s\n", name, $(NF-7), $(NF-6), $(NF-4), $(NF-2), $NF }'
+        echo "conv backwards as the model calls them (bwd relu+write: ReLU and db fused, dx written, fp32 dw, db) and as before (zero+relu+add):"
+        grep -E "^conv .* bwd (relu\+write|zero\+relu\+add)" "$BENCH_OUT" | awk '{ printf "  %s\n", $0 }' | cut -c1-120
         echo "fused conv+bias+ReLU choices:"
         grep -E "^conv x .*-> (fused|plain)" "$BENCH_OUT" | sed 's/^/  /' | sort -u
         echo "other ops:"
         grep -E "^(linear|deconv2x2|relu|add|upsample_add|maxpool|roi_align|bce_logits|softmax_ce|sgd_update|nonfinite)" "$BENCH_OUT" |
-            awk '{ printf "  %s\n", $0 }' | cut -c1-110
+            awk '{ printf "  %s\n", $0 }' | cut -c1-120
     fi
     ls "$OUTDIR"/timeline_1gpu_*.json > /dev/null 2>&1 && echo "timelines: $(cd "$OUTDIR" && ls timeline_1gpu_*.json | tr '\n' ' ')(mrcnn bench scaling --model FILE)"
     echo "steps (name, exit status, seconds):"

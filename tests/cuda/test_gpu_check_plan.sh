@@ -4,6 +4,8 @@
 # the ratio's steps first); a budget too small for them stops the script (exit 2) before
 # any step runs; and every step of a stage takes its limit from an L_* variable that the
 # stage's plan_check sums (a literal limit, or one left out of the sum, would escape it).
+# Stage 3 runs a second smoke run with MRCNN_ROI_BWD=gather and the summary shows it and the
+# op benchmark's backward rows as the model calls them (bench_gpu_ops' "bwd relu+write").
 set -u
 cd "$(dirname "$0")/../.."
 S=bench/gpu_check.sh
@@ -38,6 +40,19 @@ for st in 1 2 3; do
     [ -n "$used" ] || fail "stage $st: no step limits found"
     for v in $used; do echo "$summed" | grep -qx "$v" || fail "stage $st: $v is used but not in its plan_check"; done
 done
+# stage 3: a second smoke run with ROIAlign's backward by gather, after the first (it trains on
+# the first's data), under its own summed limit, and its line in the summary
+smoke=$(grep -nE '^\s*step "smoke train \(' $S | cut -d: -f1)
+gather=$(grep -nE '^\s*step "smoke train gather .*\$L_SMOKE_GATHER env MRCNN_ROI_BWD=gather' $S | cut -d: -f1)
+[ -n "$smoke" ] && [ -n "$gather" ] && [ "$smoke" -lt "$gather" ] || fail "stage 3: no MRCNN_ROI_BWD=gather smoke run after the smoke run"
+grep -E 'plan_check 3 ' $S | grep -q '\$L_SMOKE_GATHER' || fail "stage 3: L_SMOKE_GATHER not in its plan_check"
+grep -q 'echo "smoke roi gather .*\$smoke_gather_line"' $S || fail "the summary does not print the gather smoke line"
+# the op benchmark's backward rows as the model calls them, and the summary lines that show them
+for row in 'conv %s bwd relu+write' 'conv %s bwd zero+relu+add' 'linear %dx%d->%d bwd relu+write' \
+    'deconv2x2 %d@%dx%d x%d bwd relu+write'; do
+    grep -qF "\"$row" bench/bench_gpu_ops.c || fail "bench_gpu_ops has no row \"$row\""
+done
+grep -qF 'grep -E "^conv .* bwd (relu\+write|zero\+relu\+add)" "$BENCH_OUT"' $S || fail "the summary does not list the conv backward rows"
 # stage 3's other test programs share one allowance, summed once
 grep -E 'plan_check 3 ' $S | grep -q '\$L_OTHERS' && grep -q 'others_end=\$((\$(date +%s) + L_OTHERS))' $S ||
     fail "stage 3's other tests are not bounded by L_OTHERS"
