@@ -218,12 +218,15 @@ void cu_bias_act(cu_state *s, void *y, mrcnn_dtype yt, int64_t m, int k, const v
 }
 
 /* Pass 1: block (bx, by) sums column tile bx over its row chunk by into
- * part[by * k + col], in a fixed order. Block shape (32 columns, 8 row lanes). */
+ * part[by * k + col], in a fixed order. Block shape (32 columns, 8 row lanes). With y
+ * (act RELU, cu_relu_grad_bias) it sums g = (y > 0 ? dy : 0) instead, and stores g (dy's
+ * dtype) for the ops that read the masked gradient next: the same blocks and order, so
+ * db is the same as relu_backward then cu_bias_grad. */
 #define BG_COLS 32
 #define BG_LANES 8
 #define BG_MAX_CHUNKS 256
-__global__ void k_bias_grad_partial(const void *dy, int dyt, int64_t m, int k, int64_t rows_per_chunk,
-                                    double *part) {
+__global__ void k_bias_grad_partial(const void *y, int yt, const void *dy, int dyt, void *g, int64_t m, int k,
+                                    int64_t rows_per_chunk, double *part) {
     __shared__ double acc[BG_LANES][BG_COLS];
     const int col = blockIdx.x * BG_COLS + threadIdx.x;
     const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
@@ -231,7 +234,15 @@ __global__ void k_bias_grad_partial(const void *dy, int dyt, int64_t m, int k, i
     if (r1 > m) r1 = m;
     double a = 0;
     if (col < k)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += BG_LANES) a += cu_load(dy, r * k + col, dyt);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BG_LANES) {
+            const int64_t i = r * k + col;
+            float v = cu_load(dy, i, dyt);
+            if (y) {
+                v = cu_load(y, i, yt) > 0.0f ? v : 0.0f;
+                cu_store(g, i, dyt, v); // dy's value or 0, exact in dy's dtype: what cu_bias_grad would read back
+            }
+            a += v;
+        }
     acc[threadIdx.y][threadIdx.x] = a;
     __syncthreads();
     if (threadIdx.y == 0 && col < k) {
@@ -249,8 +260,9 @@ __global__ void k_bias_grad_final(const double *part, int chunks, int k, void *d
     }
 }
 
-void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k, void *db, mrcnn_dtype dbt) {
-    if (m <= 0 || k <= 0) return;
+/* db += the column sums of dy (m, k), or with y of g = (y > 0 ? dy : 0), stored to g. */
+static void bias_grad_run(cu_state *s, const void *y, mrcnn_dtype yt, const void *dy, mrcnn_dtype dyt, void *g,
+                          int64_t m, int k, void *db, mrcnn_dtype dbt) {
     int64_t chunks = (m + 1023) / 1024; // about 1024 rows per block
     if (chunks > BG_MAX_CHUNKS) chunks = BG_MAX_CHUNKS;
     int64_t rows_per_chunk = (m + chunks - 1) / chunks;
@@ -258,10 +270,15 @@ void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k
     double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, (size_t)chunks * k * sizeof(double));
     dim3 grid((unsigned)((k + BG_COLS - 1) / BG_COLS), (unsigned)chunks);
     dim3 block(BG_COLS, BG_LANES);
-    k_bias_grad_partial<<<grid, block, 0, s->stream>>>(dy, dyt, m, k, rows_per_chunk, part);
+    k_bias_grad_partial<<<grid, block, 0, s->stream>>>(y, yt, dy, dyt, g, m, k, rows_per_chunk, part);
     MRCNN_CHECK_LAUNCH("bias_grad_partial");
     k_bias_grad_final<<<cu_blocks(k, CU_THREADS), CU_THREADS, 0, s->stream>>>(part, (int)chunks, k, db, dbt);
     MRCNN_CHECK_LAUNCH("bias_grad_final");
+}
+
+void cu_bias_grad(cu_state *s, const void *dy, mrcnn_dtype dyt, int64_t m, int k, void *db, mrcnn_dtype dbt) {
+    if (m <= 0 || k <= 0) return;
+    bias_grad_run(s, NULL, dyt, dy, dyt, NULL, m, k, db, dbt);
 }
 
 /* nn.bias_grad: dtype, shapes and device are checked in front (backend_validate.c). */
@@ -325,33 +342,6 @@ static void cu_relu_backward(const mrcnn_backend *be, const mrcnn_tensor *y, con
     relu_bwd(cu_st(be), y->data, y->dtype, dy->data, dy->dtype, dx->data, dx->dtype, cu_numel(y));
 }
 
-/* k_bias_grad_partial over g = (y > 0 ? dy : 0), which it also stores (dy's dtype) for
- * the ops that read the masked gradient next. Same blocks and summation order as
- * k_bias_grad_partial, so db is the same as relu_backward then cu_bias_grad. */
-__global__ void k_relu_grad_bias_partial(const void *y, int yt, const void *dy, int dyt, void *g, int64_t m, int k,
-                                         int64_t rows_per_chunk, double *part) {
-    __shared__ double acc[BG_LANES][BG_COLS];
-    const int col = blockIdx.x * BG_COLS + threadIdx.x;
-    const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
-    int64_t r1 = r0 + rows_per_chunk;
-    if (r1 > m) r1 = m;
-    double a = 0;
-    if (col < k)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += BG_LANES) {
-            const int64_t i = r * k + col;
-            const float v = cu_load(y, i, yt) > 0.0f ? cu_load(dy, i, dyt) : 0.0f;
-            cu_store(g, i, dyt, v);
-            a += v; // dy's value or 0, exact in dy's dtype: what cu_bias_grad would read back
-        }
-    acc[threadIdx.y][threadIdx.x] = a;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < k) {
-        double t = 0;
-        for (int l = 0; l < BG_LANES; l++) t += acc[l][threadIdx.x];
-        part[(int64_t)blockIdx.y * k + col] = t;
-    }
-}
-
 const void *cu_relu_grad_bias(cu_state *s, const void *y, mrcnn_dtype yt, const void *dy, mrcnn_dtype dyt, int64_t m,
                               int k, void *db, mrcnn_dtype dbt) {
     MRCNN_CHECK(y != NULL || m * k == 0, "backward with act RELU: NULL layer output y");
@@ -361,17 +351,7 @@ const void *cu_relu_grad_bias(cu_state *s, const void *y, mrcnn_dtype yt, const 
         relu_bwd(s, y, yt, dy, dyt, g, dyt, m * k);
         return g;
     }
-    int64_t chunks = (m + 1023) / 1024; // as cu_bias_grad
-    if (chunks > BG_MAX_CHUNKS) chunks = BG_MAX_CHUNKS;
-    int64_t rows_per_chunk = (m + chunks - 1) / chunks;
-    chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
-    double *part = (double *)cu_scratch(s, CU_SCRATCH_REDUCE, (size_t)chunks * k * sizeof(double));
-    dim3 grid((unsigned)((k + BG_COLS - 1) / BG_COLS), (unsigned)chunks);
-    dim3 block(BG_COLS, BG_LANES);
-    k_relu_grad_bias_partial<<<grid, block, 0, s->stream>>>(y, yt, dy, dyt, g, m, k, rows_per_chunk, part);
-    MRCNN_CHECK_LAUNCH("relu_grad_bias_partial");
-    k_bias_grad_final<<<cu_blocks(k, CU_THREADS), CU_THREADS, 0, s->stream>>>(part, (int)chunks, k, db, dbt);
-    MRCNN_CHECK_LAUNCH("bias_grad_final");
+    bias_grad_run(s, y, yt, dy, dyt, g, m, k, db, dbt);
     return g;
 }
 
