@@ -159,6 +159,28 @@ static double *dx_start(ctx *c, const float *dx0, int64_t n, int absval, mrcnn_g
 
 #define FOR_DX_MODE(mode) for (mrcnn_grad_mode mode = MRCNN_GRAD_ADD; mode <= MRCNN_GRAD_WRITE; mode++)
 
+/* One backward case's data (conv, deconv, linear): x, w and y of nd dimensions, a bias
+ * of nb. dy and noise in dx, dw, db on the device (tdy, tdx, tdw, tdb), the layer
+ * output for act (ty), the gradient the reference uses (g), and the references' starts:
+ * r* from the values, s* from their absolute values (for the bounds). */
+typedef struct {
+    const float *g;
+    mrcnn_tensor tdy, tdx, tdw, tdb, ty;
+    double *rdx, *sdx, *rdw, *sdw, *rdb, *sdb;
+} bwd_io;
+
+static bwd_io bwd_io_make(ctx *c, int act, mrcnn_grad_mode mode, int nd, const int64_t *xs, int64_t nx,
+                          const int64_t *ws, int64_t nw, const int64_t *ys, int64_t ny, int64_t nb) {
+    bwd_io a;
+    float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, nb, -1, 1);
+    a.tdy = devf(c, dy, nd, ys), a.tdx = devf(c, dx0, nd, xs), a.tdw = devf(c, dw0, nd, ws);
+    a.tdb = devf(c, db0, 1, (int64_t[]){nb});
+    a.g = masked(c, layer_out(c, act, nd, ys, ny, &a.ty), dy, ny);
+    a.rdx = dx_start(c, dx0, nx, 0, mode), a.sdx = dx_start(c, dx0, nx, 1, mode);
+    a.rdw = dbl(c, dw0, nw, 0), a.sdw = dbl(c, dw0, nw, 1), a.rdb = dbl(c, db0, nb, 0), a.sdb = dbl(c, db0, nb, 1);
+    return a;
+}
+
 /* ---- convolutions: k = R S C + 1 terms per output (the bias), K R S + 1 per input
  * gradient (the accumulated value), N P Q + 1 per filter and bias gradient ---- */
 
@@ -181,21 +203,16 @@ static void conv_one(ctx *c, int bwd, int n, int h, int w, int C, int K, int ks,
         return;
     }
     FOR_DX_MODE(mode) {
-        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
-        mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws);
-        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
-        const float *g = masked(c, layer_out(c, act, 4, ys, ny, &ty), dy, ny);
-        c->be->nn.conv2d_backward(c->be, &d, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
-        double *rdx = dx_start(c, dx0, nx, 0, mode), *sdx = dx_start(c, dx0, nx, 1, mode);
-        mrcnn_conv2d_backward_data_f64(&d, dbl(c, g, ny, 0), dbl(c, wt, nw, 0), rdx);
-        mrcnn_conv2d_backward_data_f64(&d, dbl(c, g, ny, 1), dbl(c, wt, nw, 1), sdx);
-        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, (double)K * ks * ks + 1), nx);
-        double *rdw = dbl(c, dw0, nw, 0), *sdw = dbl(c, dw0, nw, 1), *rdb = dbl(c, db0, K, 0), *sdb = dbl(c, db0, K, 1);
-        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 0), dbl(c, g, ny, 0), rdw, rdb);
-        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 1), dbl(c, g, ny, 1), sdw, sdb);
+        bwd_io a = bwd_io_make(c, act, mode, 4, xs, nx, ws, nw, ys, ny, K);
+        c->be->nn.conv2d_backward(c->be, &d, &tx, &tw, &a.tdy, act, act ? &a.ty : NULL, &a.tdx, mode, &a.tdw, &a.tdb);
+        mrcnn_conv2d_backward_data_f64(&d, dbl(c, a.g, ny, 0), dbl(c, wt, nw, 0), a.rdx);
+        mrcnn_conv2d_backward_data_f64(&d, dbl(c, a.g, ny, 1), dbl(c, wt, nw, 1), a.sdx);
+        check(c, 1, down(c, &a.tdx), a.rdx, bilinear_bound(c, a.sdx, a.rdx, nx, (double)K * ks * ks + 1), nx);
+        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 0), dbl(c, a.g, ny, 0), a.rdw, a.rdb);
+        mrcnn_conv2d_backward_filter_f64(&d, dbl(c, x, nx, 1), dbl(c, a.g, ny, 1), a.sdw, a.sdb);
         const double k = (double)n * P * Q + 1;
-        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, k), nw);
-        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, k), K);
+        check(c, 1, down(c, &a.tdw), a.rdw, bilinear_bound(c, a.sdw, a.rdw, nw, k), nw);
+        check(c, 1, down(c, &a.tdb), a.rdb, bilinear_bound(c, a.sdb, a.rdb, K, k), K);
     }
 }
 
@@ -229,20 +246,15 @@ static void deconv_one(ctx *c, int bwd, int n, int h, int w, int C, int K, int a
         return;
     }
     FOR_DX_MODE(mode) {
-        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, K, -1, 1);
-        mrcnn_tensor tdy = devf(c, dy, 4, ys), tdx = devf(c, dx0, 4, xs), tdw = devf(c, dw0, 4, ws);
-        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
-        float *g = masked(c, layer_out(c, act, 4, ys, ny, &ty), dy, ny);
-        c->be->nn.deconv2x2_backward(c->be, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
-        double *rdx = dx_start(c, dx0, nx, 0, mode), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, K, 0);
-        double *sdx = dx_start(c, dx0, nx, 1, mode), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, K, 1);
-        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, g, ny, 0), rdx, rdw,
-                                     rdb);
-        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, g, ny, 1), sdx, sdw,
-                                     sdb);
-        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, 4.0 * K + 1), nx);
-        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, (double)n * h * w + 1), nw);
-        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, K, 4.0 * n * h * w + 1), K);
+        bwd_io a = bwd_io_make(c, act, mode, 4, xs, nx, ws, nw, ys, ny, K);
+        c->be->nn.deconv2x2_backward(c->be, &tx, &tw, &a.tdy, act, act ? &a.ty : NULL, &a.tdx, mode, &a.tdw, &a.tdb);
+        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, a.g, ny, 0), a.rdx,
+                                     a.rdw, a.rdb);
+        mrcnn_deconv2x2_backward_f64(n, h, w, C, K, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, a.g, ny, 1), a.sdx,
+                                     a.sdw, a.sdb);
+        check(c, 1, down(c, &a.tdx), a.rdx, bilinear_bound(c, a.sdx, a.rdx, nx, 4.0 * K + 1), nx);
+        check(c, 1, down(c, &a.tdw), a.rdw, bilinear_bound(c, a.sdw, a.rdw, nw, (double)n * h * w + 1), nw);
+        check(c, 1, down(c, &a.tdb), a.rdb, bilinear_bound(c, a.sdb, a.rdb, K, 4.0 * n * h * w + 1), K);
     }
 }
 
@@ -272,18 +284,15 @@ static void linear_one(ctx *c, int bwd, int n, int in, int out, int act) {
         return;
     }
     FOR_DX_MODE(mode) {
-        float *dy = rnd(c, ny, -1, 1), *dx0 = rnd(c, nx, -1, 1), *dw0 = rnd(c, nw, -1, 1), *db0 = rnd(c, out, -1, 1);
-        mrcnn_tensor tdy = devf(c, dy, 2, ys), tdx = devf(c, dx0, 2, xs), tdw = devf(c, dw0, 2, ws);
-        mrcnn_tensor tdb = devf(c, db0, 1, bs), ty;
-        float *g = masked(c, layer_out(c, act, 2, ys, ny, &ty), dy, ny);
-        c->be->nn.linear_backward(c->be, &tx, &tw, &tdy, act, act ? &ty : NULL, &tdx, mode, &tdw, &tdb);
-        double *rdx = dx_start(c, dx0, nx, 0, mode), *rdw = dbl(c, dw0, nw, 0), *rdb = dbl(c, db0, out, 0);
-        double *sdx = dx_start(c, dx0, nx, 1, mode), *sdw = dbl(c, dw0, nw, 1), *sdb = dbl(c, db0, out, 1);
-        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, g, ny, 0), rdx, rdw, rdb);
-        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, g, ny, 1), sdx, sdw, sdb);
-        check(c, 1, down(c, &tdx), rdx, bilinear_bound(c, sdx, rdx, nx, out + 1.0), nx);
-        check(c, 1, down(c, &tdw), rdw, bilinear_bound(c, sdw, rdw, nw, n + 1.0), nw);
-        check(c, 1, down(c, &tdb), rdb, bilinear_bound(c, sdb, rdb, out, n + 1.0), out);
+        bwd_io a = bwd_io_make(c, act, mode, 2, xs, nx, ws, nw, ys, ny, out);
+        c->be->nn.linear_backward(c->be, &tx, &tw, &a.tdy, act, act ? &a.ty : NULL, &a.tdx, mode, &a.tdw, &a.tdb);
+        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 0), dbl(c, wt, nw, 0), dbl(c, a.g, ny, 0), a.rdx, a.rdw,
+                                  a.rdb);
+        mrcnn_linear_backward_f64(n, in, out, dbl(c, x, nx, 1), dbl(c, wt, nw, 1), dbl(c, a.g, ny, 1), a.sdx, a.sdw,
+                                  a.sdb);
+        check(c, 1, down(c, &a.tdx), a.rdx, bilinear_bound(c, a.sdx, a.rdx, nx, out + 1.0), nx);
+        check(c, 1, down(c, &a.tdw), a.rdw, bilinear_bound(c, a.sdw, a.rdw, nw, n + 1.0), nw);
+        check(c, 1, down(c, &a.tdb), a.rdb, bilinear_bound(c, a.sdb, a.rdb, out, n + 1.0), out);
     }
 }
 

@@ -126,66 +126,44 @@ static void grads_free(const gcase *c, void **g) {
 }
 
 /* k per feature pixel: the taps with a non-zero weight that reach it, counted with
- * box_math.h's float sampling (the float op's), independently of the gather's listing. */
-static int32_t **count_taps(const gcase *c) {
-    const mrcnn_roi_align_desc *d = &c->d;
-    int32_t **k = calloc((size_t)d->n_levels, sizeof(int32_t *));
-    for (int l = 0; l < d->n_levels; l++) k[l] = calloc((size_t)d->n_images * d->level_h[l] * d->level_w[l], 4);
-    for (int64_t i = 0; i < c->r; i++) {
-        const float *roi = c->rois + 5 * i;
-        if (roi[0] < 0) continue;
-        const int l = mrcnn_roi_level(roi[1], roi[2], roi[3], roi[4], d->canonical_level, d->canonical_scale,
-                                      d->first_level, d->n_levels);
-        mrcnn_roi_frame f;
-        if (!mrcnn_roi_frame_make(roi + 1, d->spatial_scale[l], d->aligned, d->out_h, d->out_w, d->sampling_ratio, &f))
-            continue;
-        const int H = d->level_h[l], W = d->level_w[l];
-        int32_t *kl = k[l] + (int64_t)roi[0] * H * W;
-        for (int ph = 0; ph < d->out_h; ph++)
-            for (int pw = 0; pw < d->out_w; pw++)
-                for (int iy = 0; iy < f.gh; iy++)
-                    for (int ix = 0; ix < f.gw; ix++) {
-                        int64_t pos[4];
-                        float w[4];
-                        const float y = mrcnn_roi_sample_coord(f.y0, f.bh, ph, iy, f.gh);
-                        const float x = mrcnn_roi_sample_coord(f.x0, f.bw, pw, ix, f.gw);
-                        if (!mrcnn_bilinear_taps(y, x, H, W, pos, w)) continue;
-                        for (int q = 0; q < 4; q++) kl[pos[q]] += w[q] != 0;
-                    }
+ * box_math.h's sampling in one real type, independently of the gather's listing:
+ * count_taps with the float sampling (the float op's), count_taps_f64 with the double
+ * one (the _f64 op's taps). */
+#define COUNT_TAPS(NAME, REAL, SFX)                                                                            \
+    static int32_t **NAME(const gcase *c) {                                                                    \
+        const mrcnn_roi_align_desc *d = &c->d;                                                                 \
+        int32_t **k = calloc((size_t)d->n_levels, sizeof(int32_t *));                                          \
+        for (int l = 0; l < d->n_levels; l++)                                                                  \
+            k[l] = calloc((size_t)d->n_images * d->level_h[l] * d->level_w[l], 4);                             \
+        for (int64_t i = 0; i < c->r; i++) {                                                                   \
+            const float *roi = c->rois + 5 * i;                                                                \
+            const REAL box[4] = {roi[1], roi[2], roi[3], roi[4]};                                              \
+            if (roi[0] < 0) continue;                                                                          \
+            const int l = mrcnn_roi_level(roi[1], roi[2], roi[3], roi[4], d->canonical_level,                  \
+                                          d->canonical_scale, d->first_level, d->n_levels);                    \
+            mrcnn_roi_frame##SFX f;                                                                            \
+            if (!mrcnn_roi_frame_make##SFX(box, d->spatial_scale[l], d->aligned, d->out_h, d->out_w,           \
+                                           d->sampling_ratio, &f))                                             \
+                continue;                                                                                      \
+            const int H = d->level_h[l], W = d->level_w[l];                                                    \
+            int32_t *kl = k[l] + (int64_t)roi[0] * H * W;                                                      \
+            for (int ph = 0; ph < d->out_h; ph++)                                                              \
+                for (int pw = 0; pw < d->out_w; pw++)                                                          \
+                    for (int iy = 0; iy < f.gh; iy++)                                                          \
+                        for (int ix = 0; ix < f.gw; ix++) {                                                    \
+                            int64_t pos[4];                                                                    \
+                            REAL w[4];                                                                         \
+                            const REAL y = mrcnn_roi_sample_coord##SFX(f.y0, f.bh, ph, iy, f.gh);              \
+                            const REAL x = mrcnn_roi_sample_coord##SFX(f.x0, f.bw, pw, ix, f.gw);              \
+                            if (!mrcnn_bilinear_taps##SFX(y, x, H, W, pos, w)) continue;                       \
+                            for (int q = 0; q < 4; q++) kl[pos[q]] += w[q] != 0;                               \
+                        }                                                                                      \
+        }                                                                                                      \
+        return k;                                                                                              \
     }
-    return k;
-}
-
-/* The same count with the double sampling (the _f64 op's taps). */
-static int32_t **count_taps_f64(const gcase *c) {
-    const mrcnn_roi_align_desc *d = &c->d;
-    int32_t **k = calloc((size_t)d->n_levels, sizeof(int32_t *));
-    for (int l = 0; l < d->n_levels; l++) k[l] = calloc((size_t)d->n_images * d->level_h[l] * d->level_w[l], 4);
-    for (int64_t i = 0; i < c->r; i++) {
-        const float *roi = c->rois + 5 * i;
-        const double box[4] = {roi[1], roi[2], roi[3], roi[4]};
-        if (roi[0] < 0) continue;
-        const int l = mrcnn_roi_level(roi[1], roi[2], roi[3], roi[4], d->canonical_level, d->canonical_scale,
-                                      d->first_level, d->n_levels);
-        mrcnn_roi_frame_f64 f;
-        if (!mrcnn_roi_frame_make_f64(box, d->spatial_scale[l], d->aligned, d->out_h, d->out_w, d->sampling_ratio, &f))
-            continue;
-        const int H = d->level_h[l], W = d->level_w[l];
-        int32_t *kl = k[l] + (int64_t)roi[0] * H * W;
-        for (int ph = 0; ph < d->out_h; ph++)
-            for (int pw = 0; pw < d->out_w; pw++)
-                for (int iy = 0; iy < f.gh; iy++)
-                    for (int ix = 0; ix < f.gw; ix++) {
-                        int64_t pos[4];
-                        double w[4];
-                        const double y = mrcnn_roi_sample_coord_f64(f.y0, f.bh, ph, iy, f.gh);
-                        const double x = mrcnn_roi_sample_coord_f64(f.x0, f.bw, pw, ix, f.gw);
-                        if (!mrcnn_bilinear_taps_f64(y, x, H, W, pos, w)) continue;
-                        for (int q = 0; q < 4; q++) kl[pos[q]] += w[q] != 0;
-                    }
-    }
-    return k;
-}
+COUNT_TAPS(count_taps, float, )
+COUNT_TAPS(count_taps_f64, double, _f64)
+#undef COUNT_TAPS
 
 static void counts_free(const gcase *c, int32_t **k) {
     for (int l = 0; l < c->d.n_levels; l++) free(k[l]);
