@@ -95,9 +95,13 @@ mrcnn_tensor mrcnn_channels_slice(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tens
 /* Conv layer helpers: y = act(conv(x) + b); backward writes or adds dx (dx_mode; NULL: skip) and,
  * unless the layer is frozen, into its parameter gradients. y and dy have
  * mrcnn_conv_layer_out_channels channels; the parameters keep their (cout, ...) shapes:
- * a padded layer computes with a step-scoped copy holding zero rows after them. */
+ * a padded layer computes with views holding zero rows (or input channels) after them. */
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act);
+/* The weight and bias layer l computes with (forward and input gradient): the weight's
+ * compute copy and the fp32 bias, or for a padded layer its padded views (params.h:
+ * mrcnn_params_padded, made on first use and remade once per step). */
+void mrcnn_conv_layer_weights(mrcnn_model *m, const mrcnn_conv_layer *l, mrcnn_tensor *w, mrcnn_tensor *b);
 void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                const mrcnn_tensor *x, const mrcnn_tensor *y, mrcnn_activation act,
                                const mrcnn_tensor *dy, mrcnn_tensor *dx, mrcnn_grad_mode dx_mode);

@@ -210,26 +210,29 @@ void mrcnn_padded_rows_store(mrcnn_model *m, const mrcnn_tensor *p, mrcnn_tensor
     m->be->nn.cast(m->be, &head, t);
 }
 
+void mrcnn_conv_layer_weights(mrcnn_model *m, const mrcnn_conv_layer *l, mrcnn_tensor *w, mrcnn_tensor *b) {
+    const mrcnn_tensor *v = mrcnn_arena_get(&m->params.values, l->w);
+    const int k = mrcnn_conv_layer_out_channels(m, l), c = mrcnn_conv_layer_in_channels(m, l);
+    *b = *mrcnn_arena_get(&m->params.values, l->b);
+    if (c != l->cin) { // zero input channels
+        *w = mrcnn_params_padded(&m->params, l->w, v->shape[0], c);
+    } else if (k == l->cout) { // the weights in the compute dtype, cast once per step
+        *w = *mrcnn_params_compute(&m->params, l->w);
+    } else { // zero filters and zero bias entries up to k
+        *w = mrcnn_params_padded(&m->params, l->w, k, v->shape[v->ndim - 1]);
+        *b = mrcnn_params_padded(&m->params, l->b, k, k);
+    }
+}
+
 mrcnn_tensor mrcnn_conv_layer_forward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_layer *l,
                                       const mrcnn_tensor *x, mrcnn_activation act) {
     const int k = mrcnn_conv_layer_out_channels(m, l);
     mrcnn_conv2d_desc d = layer_desc(m, l, x, k);
     // conv2d_forward overwrites y whole
     mrcnn_tensor y = mrcnn_ws_act_uninit(ws, 4, (int64_t[]){d.n, mrcnn_conv2d_out_h(&d), mrcnn_conv2d_out_w(&d), k});
-    mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w), *b = mrcnn_arena_get(&m->params.values, l->b);
-    if (d.c != l->cin) { // zero input channels, made once per step (params.h)
-        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, w->shape[0], d.c);
-        m->be->nn.conv2d_forward(m->be, &d, x, &wp, b, act, &y);
-        return y;
-    }
-    if (k == l->cout) { // the weights in the compute dtype, cast once per step (params.h)
-        m->be->nn.conv2d_forward(m->be, &d, x, mrcnn_params_compute(&m->params, l->w), b, act, &y);
-        return y;
-    }
-    // zero filters and zero bias entries up to k, made once per step (params.h)
-    mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, k, w->shape[w->ndim - 1]);
-    mrcnn_tensor bp = mrcnn_params_padded(&m->params, l->b, k, k);
-    m->be->nn.conv2d_forward(m->be, &d, x, &wp, &bp, act, &y);
+    mrcnn_tensor w, b;
+    mrcnn_conv_layer_weights(m, l, &w, &b);
+    m->be->nn.conv2d_forward(m->be, &d, x, &w, &b, act, &y);
     return y;
 }
 
@@ -243,29 +246,30 @@ void mrcnn_conv_layer_backward(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_conv_la
     const mrcnn_backend *be = m->be;
     const int k = mrcnn_conv_layer_out_channels(m, l);
     mrcnn_conv2d_desc d = layer_desc(m, l, x, k);
-    mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w);
+    mrcnn_tensor w, b;
+    mrcnn_conv_layer_weights(m, l, &w, &b);
     mrcnn_tensor *dw = l->frozen ? NULL : mrcnn_arena_get(&m->params.grads, l->w);
     mrcnn_tensor *db = l->frozen || !m->params.trainable[l->b] ? NULL : mrcnn_arena_get(&m->params.grads, l->b);
     if (d.c != l->cin) {
         /* As below for the input channels: the weight gradient through a padded copy that
          * starts from the arena's, its real channels copied back, the padding's dropped. */
         MRCNN_CHECK(!dx, "conv layer: a layer with padded input channels gives no input gradient");
-        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, w->shape[0], d.c), dwp = {0};
+        mrcnn_tensor dwp = {0};
         if (dw) dwp = padded_in_copy(m, ws, dw, d.c);
-        be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, NULL, dx_mode, dw ? &dwp : NULL, db);
+        be->nn.conv2d_backward(be, &d, x, &w, dy, act, y, NULL, dx_mode, dw ? &dwp : NULL, db);
         if (dw) channels_slice_into(m, &dwp, dw);
         mrcnn_ws_release(ws, &dwp);
     } else if (k == l->cout) {
-        be->nn.conv2d_backward(be, &d, x, mrcnn_params_compute(&m->params, l->w), dy, act, y, dx, dx_mode, dw, db);
+        be->nn.conv2d_backward(be, &d, x, &w, dy, act, y, dx, dx_mode, dw, db);
     } else {
         /* The gradients go through padded copies that start from the arena's, so the
          * backward adds into the same values as the unpadded layer does (accumulation
          * over calls and micro-batches included); the zero filters' gradients, zero
          * since dy's padding channels are, are dropped. */
-        mrcnn_tensor wp = mrcnn_params_padded(&m->params, l->w, k, w->shape[w->ndim - 1]), dwp = {0}, dbp = {0};
+        mrcnn_tensor dwp = {0}, dbp = {0};
         if (dw) dwp = mrcnn_padded_rows(m, ws, dw, k);
         if (db) dbp = mrcnn_padded_rows(m, ws, db, k);
-        be->nn.conv2d_backward(be, &d, x, &wp, dy, act, y, dx, dx_mode, dw ? &dwp : NULL, db ? &dbp : NULL);
+        be->nn.conv2d_backward(be, &d, x, &w, dy, act, y, dx, dx_mode, dw ? &dwp : NULL, db ? &dbp : NULL);
         if (dw) mrcnn_padded_rows_store(m, &dwp, dw);
         if (db) mrcnn_padded_rows_store(m, &dbp, db);
         mrcnn_ws_release(ws, &dbp);

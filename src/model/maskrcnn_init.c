@@ -29,33 +29,15 @@ void mrcnn_model_init(mrcnn_model *m, const mrcnn_config *cfg, mrcnn_backend *be
     m->grad_reported = MRCNN_CALLOC((size_t)mrcnn_params_count(&m->params), sizeof(bool), "grad reports");
 }
 
-/* The views conv layer l's forward and backward read (mrcnn_conv_layer_forward). */
-static void conv_views(mrcnn_model *m, const mrcnn_conv_layer *l) {
-    const mrcnn_tensor *w = mrcnn_arena_get(&m->params.values, l->w);
-    const int k = mrcnn_conv_layer_out_channels(m, l), c = mrcnn_conv_layer_in_channels(m, l);
-    if (c != l->cin) mrcnn_params_padded(&m->params, l->w, w->shape[0], c);
-    if (k == l->cout) return;
-    mrcnn_params_padded(&m->params, l->w, k, w->shape[w->ndim - 1]);
-    mrcnn_params_padded(&m->params, l->b, k, k);
-}
-
-/* The box predictors' views (box_head.c's predictor_fwd). */
-static void predictor_views(mrcnn_model *m, int w, int b) {
-    const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
-    const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
-    if (kp == k) return;
-    mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
-    mrcnn_params_padded(&m->params, b, kp, kp);
-}
-
 void model_refresh_weights(mrcnn_model *m) {
     mrcnn_params_refresh(&m->params);
-    conv_views(m, &m->resnet.stem);
-    conv_views(m, &m->rpn.cls);
-    conv_views(m, &m->rpn.bbox);
-    conv_views(m, &m->mask.logits);
-    predictor_views(m, m->box.cls_w, m->box.cls_b);
-    predictor_views(m, m->box.bbox_w, m->box.bbox_b);
+    // the padded layers (pad_in, pad_out): their views, as their forward reads them
+    const mrcnn_conv_layer *padded[] = {&m->resnet.stem, &m->rpn.cls, &m->rpn.bbox, &m->mask.logits};
+    for (size_t i = 0; i < sizeof padded / sizeof *padded; i++) {
+        mrcnn_tensor w, b;
+        mrcnn_conv_layer_weights(m, padded[i], &w, &b);
+    }
+    model_box_head_views(m);
 }
 
 void mrcnn_model_free(mrcnn_model *m) {

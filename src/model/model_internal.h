@@ -55,6 +55,8 @@ void model_level_sizes(int H, int W, int *gh, int *gw);
  * when missing: at first use they would be made inside the mask head's conditional
  * body (stream.run_if), where nothing may be allocated (maskrcnn_init.c). */
 void model_refresh_weights(mrcnn_model *m);
+/* The box predictors' padded views, as their forward reads them (box_head.c). */
+void model_box_head_views(mrcnn_model *m);
 /* The cached anchors of an H x W batch, made and uploaded on first use
  * (maskrcnn_staging.c). */
 const mrcnn_model_anchors *model_anchors(mrcnn_model *m, int H, int W);

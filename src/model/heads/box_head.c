@@ -60,13 +60,29 @@ static void linear_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, cons
  * miss a GPU's tensor-core GEMMs: the predictors compute them with zero weight rows up
  * to a multiple of pad_align and take the first K out (mrcnn_channels_slice), since the
  * losses, the per-class gather and detection read K values per row. */
-static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b) {
+/* The rows predictor (w, b) computes: K, or padded to a multiple of pad_align; for a
+ * padded one its weight and bias views (params.h: made once per step) in *wp, *bp. */
+static int predictor_weights(mrcnn_model *m, int w, int b, mrcnn_tensor *wp, mrcnn_tensor *bp) {
     const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
     const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
+    if (kp != k) {
+        *wp = mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
+        *bp = mrcnn_params_padded(&m->params, b, kp, kp);
+    }
+    return kp;
+}
+
+void model_box_head_views(mrcnn_model *m) {
+    mrcnn_tensor wp, bp;
+    predictor_weights(m, m->box.cls_w, m->box.cls_b, &wp, &bp);
+    predictor_weights(m, m->box.bbox_w, m->box.bbox_b, &wp, &bp);
+}
+
+static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b) {
+    const int k = (int)mrcnn_arena_get(&m->params.values, w)->shape[0];
+    mrcnn_tensor wp, bp;
+    const int kp = predictor_weights(m, w, b, &wp, &bp);
     if (kp == k || x->shape[0] == 0) return linear_fwd(m, ws, x, w, b, MRCNN_ACT_NONE);
-    // zero weight rows and bias entries up to kp, made once per step (params.h)
-    mrcnn_tensor wp = mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
-    mrcnn_tensor bp = mrcnn_params_padded(&m->params, b, kp, kp);
     mrcnn_tensor yp = mrcnn_ws_act_uninit(ws, 2, (int64_t[]){x->shape[0], kp});
     m->be->nn.linear_forward(m->be, x, &wp, &bp, MRCNN_ACT_NONE, &yp);
     mrcnn_tensor y = mrcnn_channels_slice(m, ws, &yp, k);
@@ -79,14 +95,15 @@ static mrcnn_tensor predictor_fwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tens
  * rows' gradients dropped. */
 static void predictor_bwd(mrcnn_model *m, mrcnn_ws *ws, const mrcnn_tensor *x, int w, int b, const mrcnn_tensor *dy,
                           mrcnn_tensor *dx, mrcnn_grad_mode dx_mode) {
-    const mrcnn_tensor *W = mrcnn_arena_get(&m->params.values, w);
-    const int k = (int)W->shape[0], kp = m->box.pad_out ? mrcnn_model_padded(m, k) : k;
+    const int k = (int)mrcnn_arena_get(&m->params.values, w)->shape[0];
+    mrcnn_tensor wp, bp;
+    const int kp = predictor_weights(m, w, b, &wp, &bp);
     if (kp == k || x->shape[0] == 0) {
         linear_bwd(m, ws, x, NULL, MRCNN_ACT_NONE, w, b, dy, dx, dx_mode);
         return;
     }
     mrcnn_tensor *dw = mrcnn_arena_get(&m->params.grads, w), *db = mrcnn_arena_get(&m->params.grads, b);
-    mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp), wp = mrcnn_params_padded(&m->params, w, kp, W->shape[1]);
+    mrcnn_tensor dyp = mrcnn_channels_pad(m, ws, dy, kp);
     mrcnn_tensor dwp = mrcnn_padded_rows(m, ws, dw, kp), dbp = mrcnn_padded_rows(m, ws, db, kp);
     m->be->nn.linear_backward(m->be, x, &wp, &dyp, MRCNN_ACT_NONE, NULL, dx, dx_mode, &dwp, &dbp);
     mrcnn_padded_rows_store(m, &dwp, dw);
